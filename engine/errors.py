@@ -1,0 +1,23 @@
+"""Errors the engine raises on bad input.
+
+Every error a user can cause derives from :class:`SpectragError`; the CLI prints its message
+on one line and exits non-zero, without a traceback unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+
+class SpectragError(Exception):
+    """Base class of all user-facing errors: the message names the problem and the value."""
+
+
+class CorpusError(SpectragError):
+    """A corpus file or folder cannot be read as the expected format."""
+
+
+class ConfigError(SpectragError):
+    """A configuration value or file is invalid."""
+
+
+class IndexFormatError(SpectragError):
+    """An index directory is missing, incomplete, corrupt or of another format version."""

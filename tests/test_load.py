@@ -1,0 +1,133 @@
+"""Corpus loaders: every format, auto-detection, and clear errors on bad files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import FIXTURES
+
+from engine.errors import CorpusError
+from engine.index.load import detect_format, load_documents
+
+F = FIXTURES / "formats"
+
+
+@pytest.mark.parametrize(
+    "name, fmt",
+    [
+        ("folder", "folder"),
+        ("folder/alpha.md", "folder"),
+        ("records.jsonl", "jsonl"),
+        ("records.json", "json"),
+        ("musique.json", "musique"),
+        ("hotpotqa.json", "hotpotqa"),
+        ("multihop_rag_corpus.json", "multihop-rag"),
+        ("beir/corpus.jsonl", "beir"),
+    ],
+)
+def test_auto_detects_each_format(name, fmt):
+    assert detect_format(F / name) == fmt
+
+
+def test_folder_reads_md_and_txt_recursively_with_titles():
+    docs = load_documents(F / "folder")
+    assert [d.doc_id for d in docs] == ["alpha.md", "notes.txt", "sub/beta.md"]
+    assert [d.title for d in docs] == ["Alpha Station", "Field notes", "Beta Camp"]
+    assert [d.markup for d in docs] == ["markdown", "text", "markdown"]
+    assert all(d.kind == "document" for d in docs)
+    assert docs[0].text == (F / "folder" / "alpha.md").read_text(encoding="utf-8")
+
+
+def test_jsonl_and_json_records_keep_optional_fields():
+    docs = load_documents(F / "records.jsonl")
+    assert [d.doc_id for d in docs] == ["r1", "r2"]
+    assert docs[0].url == "https://example.org/r1" and docs[0].metadata == {"lang": "en"}
+    assert docs[1].title == ""
+    docs = load_documents(F / "records.json")
+    assert [d.doc_id for d in docs] == ["j1", "1"]  # a missing id falls back to the position
+
+
+@pytest.mark.parametrize("fmt, name", [("musique", "musique.json"), ("2wiki", "2wiki.json")])
+def test_passage_lists_keep_duplicate_titles_apart(fmt, name):
+    docs = load_documents(F / name, fmt)
+    assert [d.doc_id for d in docs] == ["0", "1", "2"]
+    assert [d.title for d in docs] == ["Lake Orun", "Sava stream", "Lake Orun"]
+    assert all(d.kind == "passage" for d in docs)
+
+
+def test_hotpotqa_joins_sentences():
+    docs = load_documents(F / "hotpotqa.json")
+    assert docs[0].doc_id == "Mount Tek" and docs[0].text == "Mount Tek is a mountain. It is 2,100 m high."
+
+
+def test_multihop_rag_uses_body_and_keeps_source_metadata():
+    docs = load_documents(F / "multihop_rag_corpus.json")
+    assert docs[0].text.startswith("The chipmaker")
+    assert docs[0].url == "https://news.example/chip"
+    assert docs[0].metadata["source"] == "Example News"
+    assert docs[0].metadata["published_at"].startswith("2023-10-10")
+
+
+def test_beir_uses_underscore_id():
+    docs = load_documents(F / "beir" / "corpus.jsonl")
+    assert [d.doc_id for d in docs] == ["d1", "d2"] and docs[0].title == "Aspirin"
+
+
+def test_musique_real_corpus_loads_all_passages():
+    from conftest import shared_file
+
+    path = shared_file("musique", "musique_train_corpus.json")
+    docs = load_documents(path)
+    assert len(docs) == 1890 and len({d.title for d in docs}) == 1764
+
+
+# --- bad input: each a CorpusError that names the file and the problem -------------------
+
+
+def _write(tmp_path, name, content: bytes | str):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, content, fmt, expected",
+    [
+        ("bad.json", "[{\"text\": 1,}", "auto", "invalid JSON at line 1"),
+        ("bad.jsonl", '{"text": "ok"}\n{oops}\n', "jsonl", "invalid JSON on line 2"),
+        ("latin1.txt", "caf\xe9 ol\xe9".encode("latin-1"), "auto", "not UTF-8 text (invalid byte 0xe9"),
+        ("empty.json", "[]", "auto", "empty corpus"),
+        ("notext.json", '[{"title": "x", "body2": "y"}]', "json", "has no 'text' field"),
+        ("table.csv", "a,b\n1,2\n", "auto", "unknown corpus file type '.csv'"),
+        ("obj.json", '{"a": 1}', "auto", "not HotpotQA's title -> [sentences]"),
+        ("hp.json", '{"t": [1, 2]}', "hotpotqa", "not a list of sentence strings"),
+        ("nobody.json", '[{"title": "x", "text": "y"}]', "multihop-rag", "has no 'body' field"),
+        ("beir.jsonl", '{"text": "y"}\n', "beir", "has no '_id' field"),
+    ],
+)
+def test_bad_files_get_clear_errors(tmp_path, name, content, fmt, expected):
+    path = _write(tmp_path, name, content)
+    with pytest.raises(CorpusError) as err:
+        load_documents(path, fmt)
+    assert expected in str(err.value)
+    assert name in str(err.value)
+
+
+def test_missing_path_and_unknown_format(tmp_path):
+    with pytest.raises(CorpusError, match="no such file or folder"):
+        load_documents(tmp_path / "nope")
+    with pytest.raises(CorpusError, match="unknown format 'xml'"):
+        load_documents(F / "records.json", "xml")
+
+
+def test_folder_without_text_files(tmp_path):
+    (tmp_path / "x.csv").write_text("a")
+    with pytest.raises(CorpusError, match="holds no .md, .markdown or .txt files"):
+        load_documents(tmp_path)
+
+
+def test_wrong_explicit_format_names_the_expectation(tmp_path):
+    path = _write(tmp_path, "h.json", json.dumps({"t": ["s."]}))
+    with pytest.raises(CorpusError, match="expected a JSON list of records"):
+        load_documents(path, "musique")
