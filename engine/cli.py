@@ -54,7 +54,16 @@ def _summary(manifest: dict[str, Any], path: Path) -> dict[str, Any]:
         "chunking": manifest["config"]["chunk"],
         "seconds": manifest.get("seconds", {}),
         "bytes": sum(f["bytes"] for f in manifest["files"].values()),
+        "graph": _graph_summary(manifest.get("graph")),
     }
+
+
+def _graph_summary(graph: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not graph:
+        return None
+    keys = ("nodes", "edges", "mean_degree", "signal_edges", "components", "isolated_nodes", "spectrum",
+            "entities", "citations", "order", "seconds")
+    return {k: graph[k] for k in keys if k in graph}
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -69,6 +78,17 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ("embedding", f"{e['model']} ({e['dim']}-d {e['dtype']})"),
         ("size", f"{summary['bytes'] / 1e6:.1f} MB"),
     ]
+    g = summary.get("graph")
+    if g:
+        sp = g["spectrum"]
+        rows += [
+            ("graph", f"{g['nodes']:,} nodes, {g['edges']:,} edges (mean degree {g['mean_degree']})"),
+            ("edges by signal", ", ".join(f"{k} {v:,}" for k, v in g["signal_edges"].items())),
+            ("components", f"{g['components']:,} with edges, {g['isolated_nodes']:,} isolated nodes"),
+            ("spectrum", f"{sp['dim']} coordinates, " + (
+                f"Lanczos {'converged' if sp.get('converged') else 'NOT converged'} in {sp.get('n_iter')} cycles, "
+                f"max residual {sp.get('max_residual', 0):.1e}" if sp["dim"] else "none") + f", {sp['clusters']} clusters"),
+        ]
     rows += [(f"{stage} s", f"{secs:.2f}") for stage, secs in summary["seconds"].items()]
     click.echo(_table(rows))
 

@@ -107,6 +107,80 @@ class BM25Config:
             raise ConfigError(f"bm25 needs k1 > 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
 
 
+DEFAULT_SIGNAL_WEIGHTS = {
+    # SpectRAG paper, configuration 1
+    "semantic": 0.300,
+    "section": 0.250,
+    "entity": 0.200,
+    "adjacency": 0.084,
+    "utility": 0.083,
+    "citation": 0.083,
+}
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """Chunk graph from six edge signals and its spectrum (SpectRAG paper 3.2, 3.4).
+
+    enabled: build the graph and spectrum at index time (default: True).
+    k_semantic: nearest neighbours per chunk for the semantic signal, k_g (default: 10).
+    min_cos: smallest cosine kept as a semantic edge (default: 0.0).
+    section_band: in a section group, each chunk links to its next this-many fellows (default: 8).
+    entities_file: HippoRAG OpenIE JSON to use instead of the built-in extractor (default: none).
+    entity_max_df: entities in more chunks than this (count, or fraction of n with a floor of 50)
+        are dropped (default: 0.01).
+    entity_top_k: strongest entity edges kept per chunk (default: 10).
+    citation_max_targets: chunks of a cited document that a citation links to (default: 4).
+    title_mentions: link a chunk to the documents whose title it mentions (default: True).
+    questions_file: JSON ``chunk id -> [questions]`` enabling the utility signal (default: none).
+    weights: fusion weight per signal, eq. 10 (default: the paper's configuration 1).
+    tau: fused weights below this are dropped (default: 0.05).
+    max_degree: strongest fused edges kept per chunk before re-symmetrizing (default: 40).
+    spectral_dim: spectral coordinates per chunk, m (default: 32).
+    lanczos_tol: eigenpair residual tolerance (default: 1e-6).
+    clusters: k-means clusters over the coordinates; 0 picks about sqrt(n / 2) (default: 0).
+    seed: seed of Lanczos start vectors and k-means (default: 0).
+    """
+
+    enabled: bool = True
+    k_semantic: int = 10
+    min_cos: float = 0.0
+    section_band: int = 8
+    entities_file: str = ""
+    entity_max_df: float = 0.01
+    entity_top_k: int = 10
+    citation_max_targets: int = 4
+    title_mentions: bool = True
+    questions_file: str = ""
+    weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_SIGNAL_WEIGHTS))
+    tau: float = 0.05
+    max_degree: int = 40
+    spectral_dim: int = 32
+    lanczos_tol: float = 1e-6
+    clusters: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        bad = set(self.weights) - set(DEFAULT_SIGNAL_WEIGHTS)
+        if bad:
+            raise ConfigError(
+                f"graph.weights has unknown signal(s) {sorted(bad)}; signals: {sorted(DEFAULT_SIGNAL_WEIGHTS)}"
+            )
+        if any(not 0 <= w <= 1 for w in self.weights.values()):
+            raise ConfigError(f"graph.weights must be in [0, 1], got {self.weights}")
+        if self.k_semantic < 1 or self.max_degree < 1 or self.spectral_dim < 1:
+            raise ConfigError(
+                "graph.k_semantic, graph.max_degree and graph.spectral_dim must be >= 1, got "
+                f"{self.k_semantic}, {self.max_degree}, {self.spectral_dim}"
+            )
+        if not 0 <= self.tau < 1:
+            raise ConfigError(f"graph.tau must be in [0, 1), got {self.tau}")
+
+    def signal_weights(self) -> dict[str, float]:
+        """The full weight table: defaults for signals the config does not name."""
+        return {**DEFAULT_SIGNAL_WEIGHTS, **self.weights}
+
+
 @dataclass(frozen=True)
 class IndexConfig:
     """Everything the offline build needs; stored verbatim in the index manifest."""
@@ -114,13 +188,14 @@ class IndexConfig:
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
     bm25: BM25Config = field(default_factory=BM25Config)
+    graph: GraphConfig = field(default_factory=GraphConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> "IndexConfig":
-        sections = {"chunk": ChunkConfig, "embed": EmbedConfig, "bm25": BM25Config}
+        sections = {"chunk": ChunkConfig, "embed": EmbedConfig, "bm25": BM25Config, "graph": GraphConfig}
         unknown = set(data) - set(sections)
         if unknown:
             raise ConfigError(

@@ -22,6 +22,13 @@ def test_toml_overrides_preset(tmp_path):
     assert config.embed.batch_size == 8 and config.bm25.stemmer == ""
 
 
+def test_graph_weights_merge_with_defaults(tmp_path):
+    path = tmp_path / "g.toml"
+    path.write_text("[graph.weights]\ncitation = 0.5\n")
+    weights = load_config(path).graph.signal_weights()
+    assert weights["citation"] == 0.5 and weights["semantic"] == 0.3
+
+
 def test_round_trip_through_dict():
     config = IndexConfig(embed=EmbedConfig(cache_dir=""))
     assert IndexConfig.from_dict(config.to_dict()) == config
@@ -31,7 +38,10 @@ def test_round_trip_through_dict():
     "toml, message",
     [
         ("[chunk]\nsize = 3\n", "unknown key(s) ['size'] in [chunk]"),
-        ("[graph]\nk = 3\n", "unknown section(s) ['graph']"),
+        ("[retrieval]\nk = 3\n", "unknown section(s) ['retrieval']"),
+        ("[graph]\nk = 3\n", "unknown key(s) ['k'] in [graph]"),
+        ("[graph.weights]\nsemantics = 0.5\n", "graph.weights has unknown signal(s) ['semantics']"),
+        ("[graph]\ntau = 1.5\n", "graph.tau must be in [0, 1)"),
         ("[chunk]\nchunk_size = 100\noverlap = 100\n", "chunk.overlap must be in [0, chunk_size=100)"),
         ("[bm25]\nmethod = 'okapi'\n", "bm25.method must be one of"),
         ("[embed]\ndevice = 'tpu'\n", "embed.device must be auto, cpu or cuda"),

@@ -129,8 +129,15 @@ def build_index(
     texts = [embedding_text(c, config.embed.include_title) for c in chunks]
     vectors = embedder.encode(texts, show_progress=progress)
     report.cache_hits = embedder.last_cache_hits
-    embedder.close()
     stage("embed")
+
+    graph = None
+    if config.graph.enabled:
+        from engine.graph.build import build_graph
+
+        graph = build_graph(chunks, vectors, config.graph, encode=embedder.encode)
+        stage("graph")
+    embedder.close()
 
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
         np.save(tmp / EMBEDDINGS, vectors)
@@ -139,6 +146,12 @@ def build_index(
         BM25Index.build(texts, config.bm25).save(tmp)
         stage("bm25")
         write_chunks(tmp / CHUNKS, chunks)
+        graph_facts = None
+        if graph is not None:
+            from engine.graph.build import save_graph
+
+            fused, spectrum, graph_facts = graph
+            graph_facts = {**graph_facts, "order": save_graph(tmp, fused, spectrum)}
         write_manifest(
             tmp,
             {
@@ -162,6 +175,7 @@ def build_index(
                     "embedding_cache_hits": report.cache_hits,
                 },
                 "seconds": report.seconds,
+                "graph": graph_facts,
                 "versions": _versions(),
             },
         )

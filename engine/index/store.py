@@ -172,6 +172,11 @@ class Index:
             )
         self.dense = DenseIndex.load(self.path, self.embeddings, device=device)
         self.bm25 = BM25Index.load(self.path, self.config.bm25)
+        self.graph = None
+        if manifest.get("graph"):
+            from engine.graph.build import load_graph
+
+            self.graph = load_graph(self.path)
         self._embedder = None
 
     def __len__(self) -> int:

@@ -1,0 +1,1 @@
+"""Offline chunk graph: edge signals, fusion, spectrum."""

@@ -1,0 +1,208 @@
+"""Offline steps 4-6: edge signals -> fused chunk graph -> spectral coordinates, persisted under
+``graph/`` in the index directory::
+
+    graph/weights.{indptr,indices,data}.npy      fused symmetric W as CSR (chunk-id order)
+    graph/signals/<name>.{rows,cols,weights}.npy each signal's undirected edges (i < j)
+    graph/coordinates.npy  float32 [n, m]         spectral coordinates (eq. 13)
+    graph/eigenvalues.npy  float64 [m]
+    graph/clusters.npy     int32 [n]              k-means labels of the row-normalized coordinates
+    graph/rcm_order.npy    int64 [n]              reverse Cuthill-McKee order of W (for SpMM locality)
+
+Chunk ids already follow document reading order, which keeps adjacency, section and most
+entity edges near the diagonal; the RCM order is stored beside it so kernels can relabel the
+graph where it pays (its effect on SpMM is measured in ``bench/``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+from engine.config import GraphConfig
+from engine.errors import ConfigError, CorpusError
+from engine.graph import signals as sig
+from engine.graph.fuse import FusedGraph, fuse_signals
+from engine.graph.spectrum import Spectrum, spectral_coordinates
+from engine.index.chunk import Chunk
+
+FOLDER = "graph"
+
+
+def _doc_codes(chunks: Sequence[Chunk]) -> np.ndarray:
+    codes: dict[str, int] = {}
+    return np.fromiter((codes.setdefault(c.doc_id, len(codes)) for c in chunks), dtype=np.int64, count=len(chunks))
+
+
+def _entities(chunks: Sequence[Chunk], config: GraphConfig) -> tuple[list[list[str]], dict[str, Any]]:
+    from engine.graph.entities import extract_entities, load_openie_entities
+
+    texts = [c.text for c in chunks]
+    if config.entities_file:
+        path = Path(config.entities_file)
+        if not path.is_file():
+            raise ConfigError(f"graph.entities_file {path} does not exist")
+        lists, unmatched = load_openie_entities(path, texts, [c.title for c in chunks])
+        return lists, {"source": str(path), "unmatched_records": unmatched}
+    titles = sorted({c.title for c in chunks if c.title})
+    return extract_entities(texts, titles), {"source": "built-in extractor"}
+
+
+def _questions(chunks: Sequence[Chunk], config: GraphConfig, encode: Callable[[list[str]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean embedding of each chunk's supplied questions. Shapes: -> ``[n, d]``, ``[n]`` bool."""
+    path = Path(config.questions_file)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"graph.questions_file {path} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise CorpusError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise CorpusError(f"{path}: expected an object chunk id -> [questions]")
+    owners, texts = [], []
+    for key, questions in data.items():
+        if not (str(key).isdigit() and int(key) < len(chunks)):
+            raise CorpusError(f"{path}: key {key!r} is not a chunk id in [0, {len(chunks)})")
+        if not isinstance(questions, list) or not all(isinstance(q, str) for q in questions):
+            raise CorpusError(f"{path}: value of {key!r} is not a list of question strings")
+        owners += [int(key)] * len(questions)
+        texts += questions
+    vectors = encode(texts) if texts else np.zeros((0, 1), np.float32)
+    dim = vectors.shape[1]
+    sums = np.zeros((len(chunks), dim), np.float32)
+    np.add.at(sums, np.asarray(owners, dtype=np.int64), vectors)
+    has = np.zeros(len(chunks), bool)
+    has[owners] = True
+    return sums, has
+
+
+def build_signals(
+    chunks: Sequence[Chunk],
+    embeddings: np.ndarray,
+    config: GraphConfig,
+    *,
+    encode: Callable[[list[str]], np.ndarray] | None = None,
+) -> tuple[dict[str, sp.csr_matrix], dict[str, Any]]:
+    """Every enabled edge signal as a directed sparse ``[n, n]`` matrix, and build facts."""
+    from engine.graph.citations import citation_edges
+    from engine.graph.entities import entity_incidence
+
+    n = len(chunks)
+    weights = config.signal_weights()
+    info: dict[str, Any] = {"seconds": {}}
+    out: dict[str, sp.csr_matrix] = {}
+
+    def timed(name: str, make: Callable[[], sp.csr_matrix]) -> None:
+        if weights.get(name, 0) <= 0:
+            return
+        start = time.perf_counter()
+        out[name] = make()
+        info["seconds"][name] = round(time.perf_counter() - start, 3)
+
+    timed("semantic", lambda: sig.semantic_edges(np.asarray(embeddings), config.k_semantic, min_cos=config.min_cos))
+    timed("adjacency", lambda: sig.adjacency_edges(_doc_codes(chunks)))
+    timed("section", lambda: sig.section_edges([c.doc_id for c in chunks], [c.section for c in chunks], band=config.section_band))
+
+    def entity() -> sp.csr_matrix:
+        lists, facts = _entities(chunks, config)
+        inc = entity_incidence(lists, max_df=config.entity_max_df)
+        info["entities"] = {**facts, "kept": len(inc.vocab), "dropped_frequent": inc.dropped_frequent,
+                            "mentions": int(inc.matrix.nnz)}
+        return sig.entity_edges(inc.matrix, inc.idf, top_k=config.entity_top_k)
+
+    timed("entity", entity)
+
+    def citation() -> sp.csr_matrix:
+        edges = citation_edges(list(chunks), max_targets_per_doc=config.citation_max_targets,
+                               title_mentions=config.title_mentions)
+        info["citations"] = {k: int(v) for k, v in edges.counts.items()}
+        return sig.coo(edges.rows, edges.cols, edges.weights, n)
+
+    timed("citation", citation)
+    if config.questions_file:
+        if encode is None:
+            raise ConfigError("graph.questions_file needs the embedding model to embed the questions")
+        q_vectors, has = _questions(chunks, config, encode)
+        timed("utility", lambda: sig.utility_edges(q_vectors, has, config.k_semantic))
+    return out, info
+
+
+def build_graph(
+    chunks: Sequence[Chunk],
+    embeddings: np.ndarray,
+    config: GraphConfig,
+    *,
+    encode: Callable[[list[str]], np.ndarray] | None = None,
+) -> tuple[FusedGraph, Spectrum, dict[str, Any]]:
+    """Signals, fusion and spectrum for one index; the dict is the manifest's ``graph`` entry."""
+    signals, info = build_signals(chunks, embeddings, config, encode=encode)
+    start = time.perf_counter()
+    fused = fuse_signals(signals, config.signal_weights(), tau=config.tau, max_degree=config.max_degree)
+    info["seconds"]["fuse"] = round(time.perf_counter() - start, 3)
+    start = time.perf_counter()
+    spectrum = spectral_coordinates(fused.weights, config.spectral_dim, tol=config.lanczos_tol,
+                                    clusters=config.clusters, seed=config.seed)
+    info["seconds"]["spectrum"] = round(time.perf_counter() - start, 3)
+    w = fused.weights
+    info.update(
+        nodes=int(w.shape[0]),
+        edges=int(w.nnz // 2),
+        mean_degree=round(float(w.nnz / max(1, w.shape[0])), 3),
+        signal_edges=fused.signal_edges,
+        signal_histograms=fused.signal_histograms,
+        fused_histogram=fused.fused_histogram,
+        histogram_bins="10 equal bins over [0, 1]",
+        components=spectrum.components,
+        isolated_nodes=spectrum.isolated,
+        spectrum=spectrum.report,
+        signal_weights=config.signal_weights(),
+        normalization="none: every signal is in [0, 1] by construction (see engine/graph/fuse.py)",
+    )
+    return fused, spectrum, info
+
+
+def _bandwidth(matrix: sp.csr_matrix) -> int:
+    coo = matrix.tocoo()
+    return int(np.abs(coo.row - coo.col).max(initial=0))
+
+
+def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum) -> dict[str, Any]:
+    """Write ``graph/`` under ``folder``; returns order facts for the manifest."""
+    out = folder / FOLDER
+    (out / "signals").mkdir(parents=True)
+    w = fused.weights
+    np.save(out / "weights.indptr.npy", w.indptr.astype(np.int64))
+    np.save(out / "weights.indices.npy", w.indices.astype(np.int64))
+    np.save(out / "weights.data.npy", w.data.astype(np.float32))
+    for name, upper in fused.signals.items():
+        np.save(out / "signals" / f"{name}.rows.npy", upper.row.astype(np.int64))
+        np.save(out / "signals" / f"{name}.cols.npy", upper.col.astype(np.int64))
+        np.save(out / "signals" / f"{name}.weights.npy", upper.data.astype(np.float32))
+    np.save(out / "coordinates.npy", spectrum.coordinates)
+    np.save(out / "eigenvalues.npy", spectrum.eigenvalues)
+    np.save(out / "clusters.npy", spectrum.clusters)
+    order = reverse_cuthill_mckee(w, symmetric_mode=True).astype(np.int64)
+    np.save(out / "rcm_order.npy", order)
+    return {"bandwidth": _bandwidth(w), "rcm_bandwidth": _bandwidth(w[order][:, order])}
+
+
+def load_graph(folder: Path) -> dict[str, Any]:
+    """Memory-mapped graph arrays: ``weights`` (scipy CSR over the maps), coordinates, clusters."""
+    src = folder / FOLDER
+    load = lambda name: np.load(src / name, mmap_mode="r")  # noqa: E731
+    indptr = load("weights.indptr.npy")
+    n = len(indptr) - 1
+    weights = sp.csr_matrix((load("weights.data.npy"), load("weights.indices.npy"), indptr), shape=(n, n))
+    return {
+        "weights": weights,
+        "coordinates": load("coordinates.npy"),
+        "eigenvalues": load("eigenvalues.npy"),
+        "clusters": load("clusters.npy"),
+        "rcm_order": load("rcm_order.npy"),
+    }
