@@ -142,6 +142,26 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
         _print_summary(summary)
 
 
+@main.command("retrieve")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--queries", "query_file", type=click.Path(path_type=Path), help="Query file: .jsonl, .json list (MuSiQue/HotpotQA) or .txt lines.")
+@click.option("-q", "--query", "texts", multiple=True, help="A query (repeatable).")
+@click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid", "heat", "ppr", "spectral"]), default="spectral", show_default=True)
+@click.option("--budget", type=int, help="Token budget per query (default 12,000).")
+@click.option("--batch-size", default=256, show_default=True, help="Queries scored together.")
+@click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="JSONL results (default: stdout).")
+@click.option("--trec", "trec_file", type=click.Path(path_type=Path), help="Also write the ranking as a TREC run file.")
+@click.option("--no-text", is_flag=True, help="Leave chunk texts out of the JSONL.")
+@_friendly
+def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str, budget: int | None,
+                 batch_size: int, out_file: Path | None, trec_file: Path | None, no_text: bool) -> None:
+    """Retrieve a token-budgeted context for every query, in batches."""
+    from engine.query.batch import run_queries
+
+    run_queries(index_dir, query_file, list(texts), mode=mode, budget=budget, batch_size=batch_size,
+                out_file=out_file, trec_file=trec_file, with_text=not no_text)
+
+
 @main.command("demo")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Keep the sample index here (default: a temporary folder).")
 @click.option("-k", "top_k", default=5, show_default=True, help="Chunks shown per question.")

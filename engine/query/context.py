@@ -1,0 +1,79 @@
+"""The per-query answer: an ordered, token-budgeted context with scores and provenance."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PHASES = {0: "core", 1: "tail", 2: "backfill"}
+
+
+@dataclass(frozen=True)
+class ContextChunk:
+    chunk_id: int
+    doc_id: str
+    title: str
+    section: tuple[str, ...]
+    url: str
+    text: str
+    n_tokens: int
+    phase: str  # core | tail | backfill
+    scores: dict[str, float] = field(default_factory=dict)  # relevance, proximity, final
+
+
+@dataclass(frozen=True)
+class Context:
+    """Chunks in selection order, the ranking of the whole candidate pool, and the budget used."""
+
+    query: str
+    mode: str
+    budget: int
+    used_tokens: int
+    chunks: list[ContextChunk]
+    ranking: list[int]  # candidate chunk ids by final score (for ranking metrics)
+
+    def render(self) -> str:
+        """The context grouped by source document (in order of first selection), for a prompt."""
+        groups: dict[str, list[ContextChunk]] = {}
+        for c in self.chunks:
+            groups.setdefault(c.doc_id, []).append(c)
+        parts = []
+        for doc_id, chunks in groups.items():
+            head = f"## {chunks[0].title or doc_id}" + (f" ({chunks[0].url})" if chunks[0].url else "")
+            body = []
+            for c in sorted(chunks, key=lambda c: c.chunk_id):
+                where = " > ".join(c.section)
+                body.append((f"[{where}]\n" if where else "") + c.text)
+            parts.append(head + "\n" + "\n\n".join(body))
+        return "\n\n".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for c in data["chunks"]:
+            c["section"] = list(c["section"])
+        return data
+
+
+def build_contexts(index, queries: list[str], result) -> list[Context]:
+    """Python objects from a :class:`engine.query.pipeline.BatchResult` (the only per-query loop:
+    it formats output, it does not score)."""
+    cand = result.candidates.cpu().tolist()
+    order = result.selected.cpu().tolist()
+    phase = result.phase.cpu().tolist()
+    rel, prox, fin = (t.cpu().tolist() for t in (result.relevance, result.proximity, result.scores))
+    ranking = result.ranking().cpu().tolist()
+    used, budget = result.used_tokens.cpu().tolist(), result.budget.cpu().tolist()
+    out = []
+    for b, query in enumerate(queries):
+        chunks = []
+        for pos, ph in zip(order[b], phase[b]):
+            if pos < 0:
+                continue
+            cid = cand[b][pos]
+            c = index.chunks[cid]
+            chunks.append(ContextChunk(
+                cid, c.doc_id, c.title, c.section, c.url, c.text, c.n_tokens, PHASES.get(ph, "?"),
+                {"relevance": round(rel[b][pos], 6), "proximity": round(prox[b][pos], 6), "final": round(fin[b][pos], 6)},
+            ))
+        out.append(Context(query, result.mode, int(budget[b]), int(used[b]), chunks, [i for i in ranking[b] if i >= 0]))
+    return out

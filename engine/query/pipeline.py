@@ -1,0 +1,211 @@
+"""The online pipeline for a batch of B queries (SpectRAG Algorithm 1), as tensor stages:
+
+    seed     dense top-K + BM25 top-K, fused by RRF               [B, K]
+    expand   two hops over W from the top seeds, capped at P     [B, P]    (graph modes)
+    blocks   induced candidate subgraphs                          [B, P, P]
+    score    r = cos(q, c);  p = heat | PPR | spectral proximity  [B, P]
+             s2 = (1 - alpha) r + alpha p                         (Algorithm 1, line 7)
+    select   token-budgeted greedy selection                      [B, K_sel]
+
+Modes: ``dense``, ``bm25``, ``hybrid`` (baselines: rank by that score, fill the budget in score
+order), ``heat``, ``ppr`` (one proximity), ``spectral`` (the full pipeline: PPR and spectral
+proximity averaged). No stage loops over queries.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+
+from engine.errors import SpectragError
+from engine.query.context import Context, build_contexts
+from engine.query.expand import candidate_blocks, expand
+from engine.query.fuse import reciprocal_rank_fusion
+from engine.query.propagate import heat_proximity, ppr_proximity, spectral_proximity
+from engine.query.state import QueryState
+from kernels.select import SelectConfig, budget_select
+
+MODES = ("dense", "bm25", "hybrid", "heat", "ppr", "spectral")
+GRAPH_MODES = ("heat", "ppr", "spectral")
+
+
+@dataclass(frozen=True)
+class RetrieverConfig:
+    """Online settings (names follow the paper where it has them).
+
+    mode: default mode (default: spectral).
+    k_dense, k_bm25: depth of each seed list, K (default: 50, 50).
+    rrf_k: reciprocal-rank-fusion offset (default: 60).
+    n_seeds: fused seeds the expansion starts from, S0 (default: 20).
+    max_candidates: pool size per query after expansion, P (default: 200).
+    hops: expansion radius (default: 2).
+    alpha: weight of graph proximity in s2 = (1 - alpha) r + alpha p (default: 0.3).
+    heat_t: diffusion time of the heat kernel (default: 1.0).
+    damping: PPR damping (default: 0.85).
+    select: token-budget selection settings, including the budget (default: 12,000 tokens).
+    device: ``auto`` (CUDA when present) or a torch device string (default: auto).
+    """
+
+    mode: str = "spectral"
+    k_dense: int = 50
+    k_bm25: int = 50
+    rrf_k: int = 60
+    n_seeds: int = 20
+    max_candidates: int = 200
+    hops: int = 2
+    alpha: float = 0.3
+    heat_t: float = 1.0
+    damping: float = 0.85
+    select: SelectConfig = field(default_factory=SelectConfig)
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise SpectragError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if not 0 <= self.alpha <= 1:
+            raise SpectragError(f"alpha must be in [0, 1], got {self.alpha}")
+        for name in ("k_dense", "k_bm25", "n_seeds", "max_candidates"):
+            if getattr(self, name) < 1:
+                raise SpectragError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class BatchResult:
+    """Tensor output of one batch. Shapes: ``[B, P]`` pools and scores, ``[B, K]`` selections."""
+
+    mode: str
+    candidates: torch.Tensor  # chunk ids, -1 padded
+    scores: torch.Tensor  # final score used for ranking and selection
+    relevance: torch.Tensor
+    proximity: torch.Tensor
+    selected: torch.Tensor  # positions into candidates, in selection order, -1 padded
+    phase: torch.Tensor
+    used_tokens: torch.Tensor
+    budget: torch.Tensor
+    seconds: dict[str, float]
+
+    def ranking(self) -> torch.Tensor:
+        """Candidate chunk ids by descending score (ties: smaller id), -1 padded. ``[B, P]``."""
+        key = torch.where(self.candidates >= 0, self.scores, torch.full_like(self.scores, float("-inf")))
+        order = torch.argsort(self.candidates.clamp(min=0), dim=1, stable=True)
+        order = order.gather(1, torch.argsort(key.gather(1, order), dim=1, descending=True, stable=True))
+        return self.candidates.gather(1, order)
+
+
+class Retriever:
+    """Batched retrieval over one index: ``Retriever(index).retrieve(queries) -> [Context]``."""
+
+    def __init__(self, index, config: RetrieverConfig | None = None) -> None:
+        self.index = index
+        self.config = config or RetrieverConfig()
+        device = self.config.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.state = QueryState.from_index(index, device)
+
+    def retrieve(self, queries: list[str], budget: int | None = None, mode: str | None = None) -> list[Context]:
+        """One context per query, in query order."""
+        result = self.score_batch(queries, budget=budget, mode=mode)
+        return build_contexts(self.index, list(queries), result)
+
+    def embed(self, queries: list[str]) -> torch.Tensor:
+        return torch.from_numpy(self.index.embed_queries(queries)).to(self.state.device)
+
+    def score_batch(
+        self, queries: list[str], *, budget: int | None = None, mode: str | None = None, qvecs: torch.Tensor | None = None
+    ) -> BatchResult:
+        """All stages for a batch; ``qvecs [B, d]`` skips embedding when given."""
+        cfg = self.config if mode is None else replace(self.config, mode=mode)
+        queries = list(queries)
+        for i, q in enumerate(queries):
+            if not isinstance(q, str) or not q.strip():
+                raise SpectragError(f"query {i} is empty; every query needs some text")
+        if not queries:
+            raise SpectragError("no queries given")
+        budget = cfg.select.budget if budget is None else int(budget)
+        if budget < 1:
+            raise SpectragError(f"budget must be >= 1 token, got {budget}")
+        if cfg.mode in GRAPH_MODES:
+            self.state.require_graph(cfg.mode)
+        seconds: dict[str, float] = {}
+        tick = time.perf_counter()
+
+        def stage(name: str) -> None:
+            nonlocal tick
+            now = time.perf_counter()
+            seconds[name] = seconds.get(name, 0.0) + now - tick
+            tick = now
+
+        st = self.state
+        q = self.embed(queries) if qvecs is None else qvecs.to(st.device)
+        stage("embed")
+        seeds, seed_scores = self._seed(queries, q, cfg)
+        stage("seed")
+        if cfg.mode in GRAPH_MODES:
+            top = seeds[:, : cfg.n_seeds]
+            weight = seed_scores[:, : cfg.n_seeds]
+            weight = weight / weight[:, :1].clamp(min=1e-30)
+            candidates, _ = expand(top, weight, st.weights, max_candidates=cfg.max_candidates, hops=cfg.hops)
+            stage("expand")
+        else:
+            candidates = seeds[:, : cfg.max_candidates]
+        mask = candidates >= 0
+        emb = st.embeddings[candidates.clamp(min=0)]  # (B, P, d)
+        relevance = torch.bmm(emb, q[:, :, None]).squeeze(2).masked_fill(~mask, 0.0)
+        proximity = torch.zeros_like(relevance)
+        if cfg.mode in GRAPH_MODES:
+            blocks = candidate_blocks(candidates, st.weights)
+            stage("blocks")
+            proximity = self._proximity(cfg, blocks, candidates, top, weight, relevance, mask)
+            stage("propagate")
+            scores = (1 - cfg.alpha) * relevance + cfg.alpha * proximity
+        elif cfg.mode == "dense":
+            scores = relevance
+        else:  # bm25 / hybrid rank by their own list order: a decreasing score over positions
+            scores = torch.where(mask, seed_scores[:, : candidates.shape[1]], torch.zeros_like(relevance))
+        scores = scores.masked_fill(~mask, float("-inf"))
+        stage("score")
+        sel = self._select(cfg, budget, scores, proximity, candidates, mask, emb)
+        stage("select")
+        return BatchResult(cfg.mode, candidates, scores, relevance, proximity, sel.order, sel.phase,
+                           sel.used_tokens, torch.full((len(queries),), budget), seconds)
+
+    def _seed(self, queries: list[str], q: torch.Tensor, cfg: RetrieverConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """Seed list per query by the mode's ranking. Shapes: -> ids, scores ``[B, K]``."""
+        index, device = self.index, self.state.device
+        dense_s, dense_i = index.dense.search(q.cpu().numpy(), cfg.k_dense)
+        if cfg.mode == "dense":
+            return torch.from_numpy(dense_i).to(device), torch.from_numpy(dense_s).to(device)
+        bm_s, bm_i = index.bm25.search(queries, cfg.k_bm25)
+        if cfg.mode == "bm25":
+            return torch.from_numpy(bm_i).to(device), torch.from_numpy(bm_s).to(device)
+        fused_s, fused_i = reciprocal_rank_fusion(
+            [torch.from_numpy(dense_i), torch.from_numpy(bm_i)], k=cfg.rrf_k, top=max(cfg.k_dense, cfg.k_bm25)
+        )
+        return fused_i.to(device), fused_s.to(device)
+
+    def _proximity(self, cfg, blocks, candidates, seeds, seed_w, relevance, mask) -> torch.Tensor:
+        # restart mass on the seeds, located in each pool (seeds come first in the pool)
+        restart = torch.zeros_like(relevance)
+        match = candidates[:, :, None] == seeds[:, None, :]  # (B, P, S)
+        restart = (match.float() * seed_w[:, None, :].clamp(min=0)).sum(dim=2)
+        if cfg.mode == "heat":
+            return heat_proximity(blocks, relevance, mask, cfg.heat_t)
+        ppr = ppr_proximity(blocks, restart, mask, damping=cfg.damping)
+        if cfg.mode == "ppr":
+            return ppr
+        spec = spectral_proximity(self.state.coords, candidates, seeds, mask)
+        return (0.5 * ppr + 0.5 * spec).clamp(0.0, 1.0)
+
+    def _select(self, cfg, budget, scores, proximity, candidates, mask, emb):
+        st = self.state
+        ids = candidates.clamp(min=0)
+        select = cfg.select
+        if cfg.mode not in GRAPH_MODES:  # baselines: fill the budget in score order
+            select = replace(select, core_size=0, a=1.0, b=0.0, c=0.0, d=0.0, lam=0.0, rho=0.0, precision_floor=0.0)
+        finite = torch.where(mask, scores, torch.zeros_like(scores))
+        return budget_select(finite, proximity, st.tokens[ids].masked_fill(~mask, 1), mask, emb,
+                             st.clusters[ids], st.doc_codes[ids], select, budget=budget)

@@ -1,0 +1,55 @@
+"""Reading query files: JSONL records, a JSON list (MuSiQue / HotpotQA questions), or plain text
+(one query per line). Each query gets an id (``id`` / ``_id`` / ``qid`` field, else its line or
+position)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from engine.errors import CorpusError
+from engine.index.load import read_text
+
+TEXT_FIELDS = ("query", "question", "text")
+
+
+def _record(path: Path, where: str, record: object, position: int) -> tuple[str, str]:
+    if isinstance(record, str):
+        return str(position), record
+    if not isinstance(record, dict):
+        raise CorpusError(f"{path}: {where} is neither a string nor an object")
+    text = next((record[k] for k in TEXT_FIELDS if isinstance(record.get(k), str)), None)
+    if text is None:
+        raise CorpusError(f"{path}: {where} has no query text (expected one of {', '.join(TEXT_FIELDS)})")
+    qid = next((record[k] for k in ("id", "_id", "qid") if k in record), position)
+    return str(qid), text
+
+
+def iter_queries(path: str | Path) -> Iterator[tuple[str, str]]:
+    """Yield ``(query id, text)`` pairs from a query file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"{path}: no such query file")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        for lineno, line in enumerate(read_text(path).splitlines(), start=1):
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise CorpusError(f"{path}: invalid JSON on line {lineno}: {exc.msg}") from None
+                yield _record(path, f"line {lineno}", record, lineno - 1)
+    elif suffix == ".json":
+        try:
+            data = json.loads(read_text(path))
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+        if not isinstance(data, list):
+            raise CorpusError(f"{path}: expected a JSON list of queries")
+        for i, record in enumerate(data):
+            yield _record(path, f"record {i}", record, i)
+    else:
+        for i, line in enumerate(read_text(path).splitlines()):
+            if line.strip():
+                yield str(i), line.strip()

@@ -1,0 +1,101 @@
+"""The batched query pipeline on the sample index: batch equals single queries, budgets hold,
+modes run, bad input is refused, and the CLI writes JSONL and TREC runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from engine.demo import sample_questions
+from engine.errors import SpectragError
+from engine.query.pipeline import MODES, Retriever, RetrieverConfig
+
+QUESTIONS = [q["question"] for q in sample_questions()]
+
+
+@pytest.fixture(scope="module")
+def retriever(sample_index):
+    return Retriever(sample_index)
+
+
+@pytest.fixture(scope="module")
+def qvecs(retriever):
+    return retriever.embed(QUESTIONS)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batch_equals_single_queries(retriever, qvecs, mode):
+    batch = retriever.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
+    for b in range(len(QUESTIONS)):
+        one = retriever.score_batch(QUESTIONS[b : b + 1], mode=mode, budget=1500, qvecs=qvecs[b : b + 1])
+        width = one.candidates.shape[1]
+        assert torch.equal(batch.candidates[b, :width], one.candidates[0])
+        assert torch.allclose(batch.scores[b, :width], one.scores[0], atol=1e-5)
+        sel_b = [p for p in batch.selected[b].tolist() if p >= 0]
+        sel_1 = [p for p in one.selected[0].tolist() if p >= 0]
+        assert sel_b == sel_1
+        assert batch.ranking()[b, :width].tolist() == one.ranking()[0].tolist()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("budget", [1, 300, 4000])
+def test_budget_is_never_exceeded(retriever, qvecs, mode, budget):
+    contexts = retriever.retrieve(QUESTIONS, budget=budget, mode=mode)
+    for ctx in contexts:
+        assert ctx.used_tokens == sum(c.n_tokens for c in ctx.chunks) <= budget
+        assert len({c.chunk_id for c in ctx.chunks}) == len(ctx.chunks)
+    if budget == 1:  # smaller than every chunk: a clear, empty result
+        assert all(ctx.chunks == [] and ctx.used_tokens == 0 for ctx in contexts)
+
+
+def test_spectral_context_has_provenance_and_renders(retriever):
+    ctx = retriever.retrieve(QUESTIONS[:1], budget=2000)[0]
+    assert ctx.mode == "spectral" and ctx.chunks
+    first = ctx.chunks[0]
+    assert first.phase == "core" and set(first.scores) == {"relevance", "proximity", "final"}
+    text = ctx.render()
+    assert text.startswith("## ") and first.text[:40] in text
+    data = json.loads(json.dumps(ctx.to_json()))
+    assert data["chunks"][0]["doc_id"] == first.doc_id and data["ranking"] == ctx.ranking
+
+
+def test_large_batch_and_deep_seeding(retriever):
+    many = (QUESTIONS * 84)[:1000]
+    contexts = retriever.retrieve(many, budget=600, mode="hybrid")
+    assert len(contexts) == 1000
+    assert [c.chunk_id for c in contexts[0].chunks] == [c.chunk_id for c in contexts[12].chunks]
+    deep = Retriever(retriever.index, RetrieverConfig(k_dense=10_000, k_bm25=10_000, max_candidates=10_000))
+    ctx = deep.retrieve(QUESTIONS[:2], mode="spectral")
+    assert len(ctx[0].ranking) == len(retriever.index.chunks)
+
+
+def test_bad_queries_and_settings(retriever):
+    with pytest.raises(SpectragError, match="query 1 is empty"):
+        retriever.retrieve(["fine", "  "])
+    with pytest.raises(SpectragError, match="no queries"):
+        retriever.retrieve([])
+    with pytest.raises(SpectragError, match="budget must be >= 1"):
+        retriever.retrieve(["x"], budget=0)
+    with pytest.raises(SpectragError, match="mode must be one of"):
+        RetrieverConfig(mode="magic")
+
+
+def test_cli_retrieve_writes_jsonl_and_trec(sample_index, tmp_path):
+    from engine.cli import main
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps({"id": f"x{i}", "question": q}) + "\n" for i, q in enumerate(QUESTIONS[:3])))
+    out, trec = tmp_path / "out.jsonl", tmp_path / "run.trec"
+    result = CliRunner().invoke(main, ["retrieve", str(sample_index.path), "--queries", str(queries), "-o", str(out),
+                                       "--trec", str(trec), "--budget", "1000", "--batch-size", "2"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["x0", "x1", "x2"]
+    assert all(r["used_tokens"] <= 1000 for r in rows)
+    lines = trec.read_text().splitlines()
+    assert lines[0].split()[:4] == ["x0", "Q0", str(rows[0]["ranking"][0]), "1"]
+    bad = CliRunner().invoke(main, ["retrieve", str(sample_index.path)])
+    assert bad.exit_code == 2 and "no queries" in bad.output
