@@ -4,6 +4,31 @@ Every kernel takes queries as columns (``[n, B]`` blocks) or as padded ``[B, P]`
 runs on the device of its inputs, and has a plain reference implementation in the tests.
 """
 
-from kernels.topk import tiled_topk_ip
+from kernels.heat import chebyshev_heat, chebyshev_heat_dense_batched, chebyshev_heat_lowrank, heat_num_terms
+from kernels.lanczos import LanczosNotConverged, LanczosResult, lanczos_eigsh
+from kernels.laplacian import degree_vector, normalized_laplacian
+from kernels.pagerank import (
+    PageRankNotConverged,
+    PageRankResult,
+    personalized_pagerank,
+    personalized_pagerank_dense_batched,
+)
+from kernels.topk import sort_by_score_then_id, tiled_topk_ip
 
-__all__ = ["tiled_topk_ip"]
+__all__ = [
+    "LanczosNotConverged",
+    "LanczosResult",
+    "PageRankNotConverged",
+    "PageRankResult",
+    "chebyshev_heat",
+    "chebyshev_heat_dense_batched",
+    "chebyshev_heat_lowrank",
+    "degree_vector",
+    "heat_num_terms",
+    "lanczos_eigsh",
+    "normalized_laplacian",
+    "personalized_pagerank",
+    "personalized_pagerank_dense_batched",
+    "sort_by_score_then_id",
+    "tiled_topk_ip",
+]
