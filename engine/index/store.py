@@ -190,6 +190,10 @@ class Index:
     def embedder(self):
         """The index's embedding model, loaded on first use."""
         if self._embedder is None:
+            if self.manifest["embedding"].get("fingerprint") == "supplied":
+                raise SpectragError(
+                    f"{self.path}: built from embeddings supplied by the caller; pass query vectors, not strings"
+                )
             from dataclasses import replace
 
             from engine.index.embed import Embedder
