@@ -49,6 +49,8 @@ import numpy as np
 import torch
 from scipy.special import ive
 
+from kernels._checks import check_dense_blocks
+
 __all__ = [
     "chebyshev_heat",
     "chebyshev_heat_dense_batched",
@@ -384,22 +386,7 @@ def chebyshev_heat_dense_batched(
 
     Returns a tensor shaped like ``X``.
     """
-    if not isinstance(L_blocks, torch.Tensor) or L_blocks.layout != torch.strided:
-        raise TypeError("L_blocks must be a dense [B, P, P] torch.Tensor")
-    if not isinstance(X, torch.Tensor) or X.layout != torch.strided:
-        raise TypeError("X must be a dense [B, P] or [B, P, C] torch.Tensor")
-    if not X.is_floating_point():
-        raise TypeError(f"X must have a floating dtype, got {X.dtype}")
-    if L_blocks.dim() != 3 or L_blocks.shape[1] != L_blocks.shape[2]:
-        raise ValueError(f"L_blocks must be [B, P, P], got shape {tuple(L_blocks.shape)}")
-    Bn, P = L_blocks.shape[0], L_blocks.shape[1]
-    if X.dim() not in (2, 3) or X.shape[0] != Bn or X.shape[1] != P:
-        raise ValueError(
-            f"shape mismatch: L_blocks is {tuple(L_blocks.shape)} so X must be [{Bn}, {P}] or "
-            f"[{Bn}, {P}, C], got {tuple(X.shape)}"
-        )
-    if L_blocks.device != X.device:
-        raise ValueError(f"L_blocks is on {L_blocks.device} but X is on {X.device}")
+    Bn, P = check_dense_blocks(L_blocks, X, "L_blocks")
     squeeze = X.dim() == 2
     X3 = X.unsqueeze(2) if squeeze else X
     Lb = L_blocks.to(X.dtype)

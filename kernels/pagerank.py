@@ -41,6 +41,8 @@ from typing import Optional, Union
 
 import torch
 
+from kernels._checks import check_dense_blocks
+
 __all__ = [
     "PageRankNotConverged",
     "PageRankResult",
@@ -381,22 +383,7 @@ def personalized_pagerank_dense_batched(
         ``column_converged`` and ``column_iters`` are ``[B]`` (or ``[B, C]``).
     """
     damping, tol, max_iter = _check_params(damping, tol, max_iter)
-    if not isinstance(A_blocks, torch.Tensor) or A_blocks.layout != torch.strided:
-        raise TypeError("A_blocks must be a dense [B, P, P] torch.Tensor")
-    if not isinstance(X, torch.Tensor) or X.layout != torch.strided:
-        raise TypeError("X must be a dense [B, P] or [B, P, C] torch.Tensor")
-    if not X.is_floating_point():
-        raise TypeError(f"X must have a floating dtype, got {X.dtype}")
-    if A_blocks.dim() != 3 or A_blocks.shape[1] != A_blocks.shape[2]:
-        raise ValueError(f"A_blocks must be [B, P, P], got shape {tuple(A_blocks.shape)}")
-    Bn, P = A_blocks.shape[0], A_blocks.shape[1]
-    if X.dim() not in (2, 3) or X.shape[0] != Bn or X.shape[1] != P:
-        raise ValueError(
-            f"shape mismatch: A_blocks is {tuple(A_blocks.shape)} so X must be [{Bn}, {P}] or "
-            f"[{Bn}, {P}, C], got {tuple(X.shape)}"
-        )
-    if A_blocks.device != X.device:
-        raise ValueError(f"A_blocks is on {A_blocks.device} but X is on {X.device}")
+    Bn, P = check_dense_blocks(A_blocks, X, "A_blocks")
     dev, dt = X.device, X.dtype
     squeeze = X.dim() == 2
     X3 = X.unsqueeze(2) if squeeze else X

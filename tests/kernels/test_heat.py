@@ -21,15 +21,6 @@ from kernels.heat import (
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """The problems here are tiny: intra-op threading only adds OpenMP overhead (severe on a
-    loaded 2-core machine).  Restores the previous setting afterwards."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
-
 TIMES = [0.1, 1.0, 5.0, 20.0]
 
 

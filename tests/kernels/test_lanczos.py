@@ -27,15 +27,6 @@ EIG_RTOL = {torch.float64: 1e-8, torch.float32: 1e-4}
 RUN_TOL = {torch.float64: 1e-8, torch.float32: 1e-5}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    # The problems here are small; on a 2-core machine shared with other jobs, OpenMP
-    # threads oversubscribe and make tiny BLAS calls orders of magnitude slower.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 # ---------------------------------------------------------------------------------------
 # problem builders

@@ -14,15 +14,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks are impl
 
 DTYPES = [torch.float32, torch.float64]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    # Tiny problems: on a small machine shared with other jobs, OpenMP threads
-    # oversubscribe the cores and slow tiny kernels down by orders of magnitude.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 ATOL = {torch.float32: 2e-6, torch.float64: 1e-13}
 
 

@@ -17,15 +17,6 @@ from kernels.pagerank import (
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """The problems here are tiny: intra-op threading only adds OpenMP overhead (severe on a
-    loaded 2-core machine).  Restores the previous setting afterwards."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
-
 
 def random_digraph(n, n_edges, seed, dangling_every=6, self_loops=True):
     """Random weighted DiGraph on nodes 0..n-1; every ``dangling_every``-th node has no out-edges."""

@@ -13,14 +13,6 @@ import torch
 from kernels.select import SelectConfig, SelectResult, budget_select, budget_select_reference
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """Tiny problems: intra-op threads only add OpenMP overhead (severe on a loaded 2-core box)."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
-
 
 # ---------------------------------------------------------------------------------------------
 # helpers
