@@ -38,3 +38,20 @@ def shared_file(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is absent (benchmark data lives in ../shared/data, not on users' machines)")
     return path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread_kernels(request):
+    """Kernel tests run single-threaded: their problems are tiny and intra-op threads only add
+    OpenMP overhead (severe on a loaded 2-core machine). The previous setting is restored.
+    (Kept here, not in tests/kernels/conftest.py: a second conftest would shadow
+    ``from conftest import ...`` in the other test modules.)"""
+    if "kernels" not in request.node.path.parts:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
