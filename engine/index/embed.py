@@ -138,7 +138,7 @@ class Embedder:
     """
 
     _WINDOW = 4096  # texts tokenized and sorted together; bounds memory on large builds
-    _PROBE_EVERY = 8  # batches between re-measurements of the thread count not in use
+    _PROBE_EVERY = 8  # timed batches before the thread count not in use is timed again
     _MIN_TIMED_TOKENS = 256  # smaller batches are too short to time reliably
 
     class BackendUnavailable(ConfigError, ImportError):
@@ -177,13 +177,21 @@ class Embedder:
             self._thread_choices = [threads]
         self._thread_cost: dict[int, float] = {}  # moving average of seconds per padded token
         self._thread_samples: dict[int, int] = {}
-        self._steps = 0
+        self._steps = 0  # timed batches so far
+        self._best: int | None = None
+        self._probe_gap = self._PROBE_EVERY
+        self._next_probe = 0
+        self._probing = False
         self._warm = False
         self._ort = None
         self._ort_inputs: list[str] = []
         self._tmp_dir: str | None = None
         if self.config.backend == "onnx" and self._cpu:
-            self._ort = self._onnx_session()
+            try:
+                self._ort = self._onnx_session()
+            except BaseException:
+                self.close()
+                raise
 
     # ----------------------------------------------------------------------------- encoding
     def encode(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
@@ -308,8 +316,10 @@ class Embedder:
 
     # ------------------------------------------------------------------------ thread choice
     def _pick_threads(self, tokens: int) -> int | None:
-        """Thread count for the next batch: each choice is timed twice, then the faster one is
-        used, with the other re-timed every ``_PROBE_EVERY`` batches (the load may change)."""
+        """Thread count for the next batch. Each choice is timed on two batches, then the faster
+        one is used and the other re-timed after ``_PROBE_EVERY`` batches, then after twice as
+        many each time it loses again (up to 8x), and soon again when the faster one changes:
+        the machine's load may change during a long build."""
         choices = self._thread_choices
         if self._ort is not None:
             return None
@@ -322,16 +332,26 @@ class Embedder:
         if self._thread_samples.get(fewest, 0) < 2:
             return fewest
         best = min(choices, key=self._thread_cost.__getitem__)
-        if self._steps % self._PROBE_EVERY == 0:
+        if best != self._best:
+            self._best, self._probe_gap = best, self._PROBE_EVERY
+            self._next_probe = self._steps + self._probe_gap
+        if self._steps >= self._next_probe:
+            self._probe_gap = min(2 * self._probe_gap, 8 * self._PROBE_EVERY)
+            self._next_probe = self._steps + self._probe_gap
+            self._probing = True
             return next(c for c in choices if c != best)
         return best
 
     def _record(self, threads: int | None, tokens: int, seconds: float) -> None:
+        """Fold one batch's seconds per padded token into that thread count's figure."""
         if threads is None or len(self._thread_choices) == 1 or tokens < self._MIN_TIMED_TOKENS:
             return
         cost = seconds / tokens
         old = self._thread_cost.get(threads)
-        self._thread_cost[threads] = cost if old is None else 0.5 * old + 0.5 * cost
+        if old is not None and not self._probing:  # a re-timing replaces a stale figure
+            cost = 0.5 * old + 0.5 * cost
+        self._probing = False
+        self._thread_cost[threads] = cost
         self._thread_samples[threads] = self._thread_samples.get(threads, 0) + 1
 
     # ---------------------------------------------------------------------- ONNX Runtime
@@ -365,17 +385,27 @@ class Embedder:
             self._tmp_dir = tempfile.mkdtemp(prefix="spectrag-onnx-")
             folder = Path(self._tmp_dir)
         path = folder / f"{self.fingerprint}-{self.dim}.onnx"
-        if not path.exists():
-            self._export_onnx(first.auto_model, probe, path)
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.config.num_threads or torch.get_num_threads()
         options.inter_op_num_threads = 1
         # threads that sleep instead of spinning keep their speed when other processes share the cores
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self._ort = session
-        self._check_onnx(path)
-        return session
+        fresh = not path.exists()
+        while True:
+            if fresh:
+                self._export_onnx(first.auto_model, probe, path)
+            self._ort = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            cosine = self._check_onnx()
+            if cosine >= 0.9999:
+                return self._ort
+            self._ort = None
+            path.unlink(missing_ok=True)
+            if fresh:
+                raise RuntimeError(
+                    f"the ONNX export of {self.config.model!r} disagrees with torch (min cosine "
+                    f"{cosine:.6f}); use embed.backend = 'torch'"
+                )
+            fresh = True  # a copy exported by other versions of torch/transformers: export again
 
     def _export_onnx(self, model, probe: dict, path: Path) -> None:
         import warnings
@@ -401,22 +431,25 @@ class Embedder:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
         axes = {name: {0: "batch", 1: "sequence"} for name in [*names, "token_embeddings"]}
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                _Hidden(model).eval(),
-                tuple(probe[name] for name in names),
-                str(tmp),
-                input_names=names,
-                output_names=["token_embeddings"],
-                dynamic_axes=axes,
-                opset_version=17,
-                dynamo=False,
-            )
-        os.replace(tmp, path)
+        try:
+            with warnings.catch_warnings(), torch.no_grad():
+                warnings.simplefilter("ignore")  # tracer and deprecation chatter
+                torch.onnx.export(
+                    _Hidden(model).eval(),
+                    tuple(probe[name] for name in names),
+                    str(tmp),
+                    input_names=names,
+                    output_names=["token_embeddings"],
+                    dynamic_axes=axes,
+                    opset_version=17,
+                    dynamo=False,
+                )
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
-    def _check_onnx(self, path: Path) -> None:
-        """The exported graph must give torch's vectors on shapes other than the export's."""
+    def _check_onnx(self) -> float:
+        """Min cosine between the ONNX and torch vectors, on shapes other than the export's."""
         texts = ["a", "short text", "a longer text, to give this batch a different shape " * 6]
         session, self._ort = self._ort, None
         try:
@@ -424,13 +457,7 @@ class Embedder:
         finally:
             self._ort = session
         got = self._encode_uncached(texts, False)
-        cosine = float((want * got).sum(axis=1).min())
-        if not cosine >= 0.9999:
-            path.unlink(missing_ok=True)
-            raise RuntimeError(
-                f"the ONNX export of {self.config.model!r} disagrees with torch (cosine {cosine:.6f}); "
-                "use embed.backend = 'torch'"
-            )
+        return float((want * got).sum(axis=1).min())
 
     def close(self) -> None:
         if self.cache is not None:

@@ -1,0 +1,176 @@
+"""The CPU fast path of ``Embedder``: token-budget batches, thread choice and the optional ONNX
+Runtime backend give the vectors of plain ``SentenceTransformer.encode``, in the input order,
+whatever the batching."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from engine.config import EmbedConfig  # noqa: E402
+from engine.errors import ConfigError  # noqa: E402
+from engine.index.embed import Embedder, resolve_model_path  # noqa: E402
+
+WORDS = ("the harbour of Vessmark froze in the winter of 1907 while the northern rail authority "
+         "kept the line to Skarholt open with three engines and a crew of volunteers").split()
+# 21 texts from empty to ~170 tokens, in no length order, with some duplicates
+TEXTS = [" ".join(WORDS[: (7 * i) % 26 + 1] * (1 + i % 5)) for i in range(18)] + ["", "Veltra Bridge", "Veltra Bridge"]
+ATOL = 1e-5
+MIN_COS = 0.9999
+
+
+def cpu_config(**kw) -> EmbedConfig:
+    return EmbedConfig(cache_dir="", device="cpu", **kw)
+
+
+@pytest.fixture(scope="module")
+def reference() -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(resolve_model_path(EmbedConfig().model)), device="cpu")
+    return model.encode(TEXTS, batch_size=32, normalize_embeddings=True)
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    e = Embedder(cpu_config())
+    yield e
+    e.close()
+
+
+def assert_close(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+    assert float((got * want).sum(axis=1).min()) >= MIN_COS
+
+
+def test_default_encode_equals_sentence_transformers(embedder, reference):
+    assert embedder._fast  # the CPU fast path is what runs
+    got = embedder.encode(TEXTS)
+    assert_close(got, reference)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert embedder.dim == 384 and embedder.model_name == "all-MiniLM-L6-v2"
+    assert embedder.last_cache_hits == 0
+
+
+def test_order_is_preserved(embedder, reference):
+    perm = np.random.default_rng(0).permutation(len(TEXTS))
+    got = embedder.encode([TEXTS[i] for i in perm])
+    assert_close(got, reference[perm])
+    # duplicates in the input get the same vector, and one text alone gives its row
+    np.testing.assert_allclose(got[list(perm).index(19)], got[list(perm).index(20)], atol=ATOL)
+    assert_close(embedder.encode([TEXTS[5]]), reference[5:6])
+
+
+@pytest.mark.parametrize("batch_size, max_batch_tokens", [(1, 2048), (3, 0), (64, 0), (64, 40), (7, 256)])
+def test_batching_does_not_change_vectors(reference, batch_size, max_batch_tokens):
+    e = Embedder(cpu_config(batch_size=batch_size, max_batch_tokens=max_batch_tokens, num_threads=1))
+    try:
+        assert_close(e.encode(TEXTS), reference)
+    finally:
+        e.close()
+
+
+def test_batches_respect_token_budget_and_cover_every_row(embedder):
+    import dataclasses
+
+    e = embedder
+    saved = e.config
+    e.config = dataclasses.replace(saved, max_batch_tokens=64, batch_size=5)
+    try:
+        features = e._preprocess(TEXTS)
+        lengths = features["attention_mask"].sum(1).numpy()
+        seen = []
+        for rows, batch, tokens in e._batches(features, len(TEXTS)):
+            longest = int(lengths[rows].max())
+            assert batch["input_ids"].shape == (len(rows), longest)
+            assert tokens == len(rows) * longest
+            assert len(rows) <= 5 and (tokens <= 64 or len(rows) == 1)
+            seen.extend(rows.tolist())
+        assert sorted(seen) == list(range(len(TEXTS)))
+    finally:
+        e.config = saved
+
+
+def test_thread_count_is_restored_and_chosen_from_timings(embedder):
+    import torch
+
+    before = torch.get_num_threads()
+    embedder.encode(TEXTS[:4])
+    assert torch.get_num_threads() == before
+
+    e = embedder
+    saved = dict(vars(e))
+    try:
+        e._thread_choices, e._thread_cost, e._thread_samples, e._steps, e._best = [2, 1], {}, {}, 0, None
+        e._ort = None
+        big = 10 * e._MIN_TIMED_TOKENS
+        picks = []
+        for _ in range(4):  # each choice is timed twice first
+            c = e._pick_threads(big)
+            picks.append(c)
+            e._record(c, big, (3.0 if c == 2 else 1.0) * big * 1e-6)
+        assert sorted(picks) == [1, 1, 2, 2]
+        later = []
+        for _ in range(60):
+            c = e._pick_threads(big)
+            later.append(c)
+            e._record(c, big, (3.0 if c == 2 else 1.0) * big * 1e-6)
+        # the slower choice is re-timed 8 batches after the faster one is known, then 16, then 32
+        assert [i for i, c in enumerate(later) if c == 2] == [8, 24, 56]
+        assert e._pick_threads(1) == 1  # tiny batches use the best known choice, untimed
+        for _ in range(3):  # the load changes: 2 threads get faster, and win at the next re-timing
+            c = e._pick_threads(big)
+            e._record(c, big, (0.5 if c == 2 else 1.0) * big * 1e-6)
+        later = []
+        for _ in range(70):
+            c = e._pick_threads(big)
+            later.append(c)
+            e._record(c, big, (0.5 if c == 2 else 1.0) * big * 1e-6)
+        first = later.index(2)
+        assert first < 60 and later[first:].count(1) <= 2  # from then on 1 thread is only re-timed
+    finally:
+        vars(e).update(saved)
+
+
+def test_empty_input(embedder):
+    assert embedder.encode([]).shape == (0, 384)
+
+
+def test_config_rejects_bad_values():
+    for bad in ({"backend": "tensorrt"}, {"max_batch_tokens": -1}, {"num_threads": -2}):
+        with pytest.raises(ConfigError):
+            EmbedConfig(**bad)
+
+
+def test_onnx_backend_without_onnxruntime_names_the_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
+    with pytest.raises(ImportError, match="pip install onnxruntime onnx"):
+        Embedder(cpu_config(backend="onnx"))
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None,
+    reason="onnxruntime / onnx not installed (optional: pip install onnxruntime onnx)",
+)
+def test_onnx_backend_equals_torch(reference, tmp_path):
+    e = Embedder(EmbedConfig(cache_dir=str(tmp_path), device="cpu", backend="onnx"))
+    try:
+        assert e._ort is not None
+        assert_close(e.encode(TEXTS), reference)
+    finally:
+        e.close()
+    (exported,) = (tmp_path / "onnx").glob("*.onnx")  # exported once into the cache folder...
+    stamp = exported.stat().st_mtime_ns
+    again = Embedder(EmbedConfig(cache_dir=str(tmp_path), device="cpu", backend="onnx", batch_size=3))
+    try:  # ...and reused by the next embedder
+        assert exported.stat().st_mtime_ns == stamp
+        assert_close(again._encode_uncached(TEXTS, False), reference)
+    finally:
+        again.close()
