@@ -42,12 +42,27 @@ def tiled_topk_ip(
     best_i = torch.empty(xq.shape[0], 0, dtype=torch.int64, device=xq.device)
     for lo in range(0, n, tile):
         scores = xq @ xb[lo : lo + tile].T  # (B, tile)
-        kk = min(k, scores.shape[1])
-        s, i = torch.topk(scores, kk, dim=1)
+        s, i = topk_smallest_id_ties(scores, k)
         best_s = torch.cat([best_s, s], dim=1)  # (B, <= 2k)
         best_i = torch.cat([best_i, i + lo], dim=1)
         best_s, best_i = sort_by_score_then_id(best_s, best_i, k)
     return best_s, best_i
+
+
+def topk_smallest_id_ties(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact top-``k`` of each row where ties at the cut go to the smaller column id
+    (``torch.topk`` alone picks an arbitrary one of the tied columns).
+
+    Shapes: scores ``[B, n]`` -> scores, ids ``[B, min(k, n)]``, score descending then id ascending.
+    """
+    k = min(k, scores.shape[1])
+    kth = torch.topk(scores, k, dim=1).values[:, -1:]  # (B, 1) the k-th largest value
+    above = scores > kth
+    tied = scores == kth
+    need = k - above.sum(dim=1, keepdim=True)  # tied columns to take, smallest ids first
+    keep = above | (tied & (torch.cumsum(tied, dim=1) <= need))
+    ids = keep.nonzero()[:, 1].view(scores.shape[0], k)  # row-major: ids ascend in each row
+    return sort_by_score_then_id(scores.gather(1, ids), ids, k)
 
 
 def sort_by_score_then_id(

@@ -102,14 +102,14 @@ class BM25Index:
         """
         import torch
 
-        from kernels.topk import sort_by_score_then_id
+        from kernels.topk import topk_smallest_id_ties
 
         k = min(k, self.n)
         scores = np.empty((len(queries), k), dtype=np.float32)
         ids = np.empty((len(queries), k), dtype=np.int64)
         for lo in range(0, len(queries), tile):
             dense = torch.from_numpy(self.score(queries[lo : lo + tile]).toarray())  # (tile, n)
-            s, i = sort_by_score_then_id(*torch.topk(dense, k, dim=1), k)
+            s, i = topk_smallest_id_ties(dense, k)
             i[s <= 0] = -1
             scores[lo : lo + tile] = s.numpy()
             ids[lo : lo + tile] = i.numpy()

@@ -40,3 +40,18 @@ def test_k_larger_than_n_and_bad_shapes():
         tiled_topk_ip(torch.randn(2, 4), xb, 2)
     with pytest.raises(ValueError, match="k must be >= 1"):
         tiled_topk_ip(torch.randn(2, 3), xb, 0)
+
+
+def test_ties_at_the_cut_go_to_the_smaller_id():
+    from kernels.topk import topk_smallest_id_ties
+
+    scores = torch.tensor([[0.5, 0.9, 0.5, 0.5, 0.1], [1.0, 1.0, 1.0, 1.0, 1.0]])
+    s, i = topk_smallest_id_ties(scores, 3)
+    assert i.tolist() == [[1, 0, 2], [0, 1, 2]]
+    assert torch.equal(s, torch.tensor([[0.9, 0.5, 0.5], [1.0, 1.0, 1.0]]))
+    rng = torch.Generator().manual_seed(0)
+    for _ in range(20):  # many ties: integer scores; compare with a full stable sort
+        x = torch.randint(0, 4, (6, 40), generator=rng).float()
+        s, i = topk_smallest_id_ties(x, 7)
+        order = torch.argsort(-x, dim=1, stable=True)[:, :7]
+        assert torch.equal(i, order)

@@ -1,0 +1,334 @@
+"""A plain, per-query reference of the whole online pipeline (SpectRAG Algorithm 1), for tests
+and for ``bench/bench_query.py``.
+
+It computes, for ONE query, what :meth:`engine.query.pipeline.Retriever.score_batch` computes
+for a batch, with Python loops and standard libraries and without any of the batched code
+paths (no ``engine.query.*`` function, no ``kernels.*`` kernel except the per-query selection
+reference :func:`kernels.select.budget_select_reference`):
+
+============ ===================================================================================
+stage        how the reference does it
+============ ===================================================================================
+dense        numpy brute force ``E @ q`` over all chunk embeddings, full sort (ties: smaller id)
+bm25         the BM25 score row ``index.bm25.score([text])`` (the stored BM25 matrix), sorted here;
+             chunks with score 0 are not in the list
+fuse         reciprocal rank fusion with a dict: ``sum 1 / (k + rank)``, ranks from 1
+expand       Python BFS over the CSR rows of ``index.graph["weights"]`` with dicts:
+             ``F1 = s W``, ``F2 = F1 W``, priority ``2 + w`` for seeds, ``(F1 + 0.5 F2) / max``
+             for the rest (``hops`` general: ``sum_h 0.5**h F_{h+1}``); top ``P`` by priority
+             (ties: smaller id)
+subgraph     a ``networkx.Graph`` on the pool with the ``W`` edges between pool members
+ppr          ``networkx.pagerank(G, alpha=damping, personalization=seed weights, tol=1e-8)``
+heat         ``scipy.linalg.expm(-t L) r+`` with ``L`` the normalized Laplacian of the subgraph
+spectral     numpy loop over the seeds: max cosine of row-normalized spectral coordinates
+score        ``s2 = (1 - alpha) r + alpha p``; ranking by ``s2`` (ties: smaller chunk id)
+select       :func:`kernels.select.budget_select_reference` on the pool in pool order
+============ ===================================================================================
+
+Conventions the batched pipeline documents and this reference follows (checked against
+networkx where one exists):
+
+* **PPR dangling / isolated nodes.** A node of the candidate subgraph without edges (a seed no
+  other candidate touches, or a two-hop node whose one-hop link was cut by ``P``) is dangling.
+  ``networkx.pagerank`` (``dangling=None``) hands a dangling node's mass back according to the
+  personalization vector, starts from the uniform vector ``1/n`` and stops when the L1 change
+  is below ``n * tol``; :func:`kernels.pagerank.personalized_pagerank_dense_batched` documents
+  exactly that model, so networkx is used unchanged (``max_iter=200`` as in the pipeline).
+* **Normalized Laplacian of an isolated node.** The pipeline's ``block_laplacian`` is
+  ``I - D^-1/2 W D^-1/2`` with ``D^-1/2 = 0`` on degree-0 nodes, i.e. ``L[i, i] = 1`` for an
+  isolated node, so its heat decays by ``exp(-t)``. ``networkx.normalized_laplacian_matrix``
+  writes ``D^-1/2 (D - W) D^-1/2`` and gives ``L[i, i] = 0`` there (the heat stays). The two
+  differ only on isolated nodes. The reference follows the pipeline's documented formula by
+  default (``isolated_laplacian="identity"``); ``"networkx"`` gives networkx's convention.
+* **Scaling.** Each proximity is divided by its maximum over the pool (0 when that is 0).
+* **Precision.** The reference computes in float64 except where the pipeline *defines* a value
+  in float32: seed weights (``rrf / rrf_top`` in float32) and the final scores, which are
+  rounded to float32 before ranking and selection, as the pipeline's score tensor is float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import networkx as nx
+import numpy as np
+import scipy.linalg
+import torch
+
+from kernels.select import budget_select_reference
+
+GRAPH_MODES = ("heat", "ppr", "spectral")
+PPR_TOL = 1e-8  # engine.query.propagate.ppr_proximity's default, which the pipeline uses
+PPR_MAX_ITER = 200
+
+
+class ReferenceIndex:
+    """What the reference reads from an index, as plain numpy arrays and lists, prepared once.
+
+    Nothing here is query dependent; it is the counterpart of the pipeline's ``QueryState``.
+    """
+
+    def __init__(self, index) -> None:
+        self.index = index
+        self.n = len(index.chunks)
+        self.embeddings = np.ascontiguousarray(index.embeddings, dtype=np.float32)  # [n, d]
+        self.tokens = [int(c.n_tokens) for c in index.chunks]
+        docs: dict[str, int] = {}
+        self.doc_codes = [docs.setdefault(c.doc_id, len(docs)) for c in index.chunks]
+        graph = index.graph
+        self.has_graph = graph is not None
+        if self.has_graph:
+            w = graph["weights"]
+            self.indptr = np.asarray(w.indptr).tolist()
+            self.indices = np.asarray(w.indices).tolist()
+            self.data = np.asarray(w.data, dtype=np.float64).tolist()
+            z = np.asarray(graph["coordinates"], dtype=np.float64)
+            norms = np.sqrt((z * z).sum(axis=1))
+            self.coords = z / np.maximum(norms, 1e-12)[:, None]
+            self.clusters = [int(c) for c in np.asarray(graph["clusters"])]
+        else:
+            self.clusters = [0] * self.n
+
+    def row(self, i: int):
+        """Neighbours ``j`` and weights ``W[i, j]`` of chunk ``i``."""
+        lo, hi = self.indptr[i], self.indptr[i + 1]
+        return zip(self.indices[lo:hi], self.data[lo:hi])
+
+
+_CACHE: dict[int, ReferenceIndex] = {}
+
+
+def reference_state(index) -> ReferenceIndex:
+    key = id(index)
+    if key not in _CACHE or _CACHE[key].index is not index:
+        _CACHE[key] = ReferenceIndex(index)
+    return _CACHE[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# stages
+# ---------------------------------------------------------------------------------------------
+
+
+def dense_list(ref: ReferenceIndex, q: np.ndarray, k: int) -> tuple[list[int], list[float]]:
+    """Brute-force inner product top-``k`` (ties: smaller id)."""
+    scores = ref.embeddings @ np.asarray(q, dtype=np.float32)  # [n] float32
+    order = np.argsort(-scores, kind="stable")[: min(k, ref.n)]  # stable: equal scores by id
+    return [int(i) for i in order], [float(scores[i]) for i in order]
+
+
+def bm25_list(index, text: str, k: int) -> tuple[list[int], list[float]]:
+    """BM25 top-``k`` of the chunks with a positive score (ties: smaller id)."""
+    row = index.bm25.score([text]).tocsr()
+    pairs = [(float(s), int(i)) for i, s in zip(row.indices, row.data) if s > 0]
+    pairs.sort(key=lambda p: (-p[0], p[1]))
+    pairs = pairs[: min(k, index.bm25.n)]
+    return [i for _, i in pairs], [s for s, _ in pairs]
+
+
+def rrf(lists: list[list[int]], k: int, top: int) -> tuple[list[int], list[float]]:
+    """Reciprocal rank fusion; returns ids and float64 scores, best first (ties: smaller id)."""
+    fused: dict[int, float] = {}
+    for ids in lists:
+        for rank, cid in enumerate(ids, start=1):
+            fused[cid] = fused.get(cid, 0.0) + 1.0 / (k + rank)
+    items = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return [cid for cid, _ in items], [s for _, s in items]
+
+
+def expand_pool(ref: ReferenceIndex, seeds: list[int], weights: list[float], max_candidates: int, hops: int):
+    """Candidate pool by priority (seeds first). Returns ``(pool, priority dict)``."""
+    seed_w = dict(zip(seeds, weights))
+    reach: dict[int, float] = {}
+    frontier = dict(seed_w)
+    for hop in range(hops):
+        nxt: dict[int, float] = {}
+        for i, mass in frontier.items():
+            for j, w in ref.row(i):
+                nxt[j] = nxt.get(j, 0.0) + mass * w
+        for j, v in nxt.items():
+            reach[j] = reach.get(j, 0.0) + (0.5**hop) * v
+        frontier = nxt
+    peak = max(reach.values(), default=0.0)
+    priority: dict[int, float] = {}
+    for j, v in reach.items():
+        if j not in seed_w and v != 0.0:
+            priority[j] = v / peak if peak > 0 else v
+    for s, w in seed_w.items():
+        priority[s] = 2.0 + w
+    pool = sorted(priority, key=lambda c: (-priority[c], c))[: min(max_candidates, ref.n)]
+    return pool, priority
+
+
+def subgraph(ref: ReferenceIndex, pool: list[int]) -> nx.Graph:
+    members = set(pool)
+    G = nx.Graph()
+    G.add_nodes_from(pool)
+    for i in pool:
+        for j, w in ref.row(i):
+            if j in members and j != i:
+                G.add_edge(i, j, weight=w)
+    return G
+
+
+def scale(values: dict[int, float]) -> dict[int, float]:
+    peak = max(values.values(), default=0.0)
+    return {c: (v / peak if peak > 0 else 0.0) for c, v in values.items()}
+
+
+def ppr(G: nx.Graph, restart: dict[int, float], damping: float) -> dict[int, float]:
+    personalization = {c: w for c, w in restart.items() if w > 0}
+    if not personalization:  # no seed in the pool: uniform restart, as the pipeline does
+        personalization = None
+    pr = nx.pagerank(G, alpha=damping, personalization=personalization, tol=PPR_TOL,
+                     max_iter=PPR_MAX_ITER, weight="weight")
+    return scale(pr)
+
+
+def normalized_laplacian(G: nx.Graph, pool: list[int], isolated: str = "identity") -> np.ndarray:
+    """``I - D^-1/2 W D^-1/2`` on the pool order (see the module docstring for isolated nodes)."""
+    L = nx.normalized_laplacian_matrix(G, nodelist=pool, weight="weight").toarray().astype(np.float64)
+    if isolated == "identity":
+        for k, c in enumerate(pool):
+            if G.degree(c, weight="weight") == 0:
+                L[k, k] = 1.0
+    elif isolated != "networkx":
+        raise ValueError(f"isolated_laplacian must be identity or networkx, got {isolated!r}")
+    return L
+
+
+def heat(G: nx.Graph, pool: list[int], relevance: dict[int, float], t: float, isolated: str) -> dict[int, float]:
+    L = normalized_laplacian(G, pool, isolated)
+    x = np.array([max(relevance[c], 0.0) for c in pool])
+    y = scipy.linalg.expm(-t * L) @ x
+    return scale({c: float(v) for c, v in zip(pool, y)})
+
+
+def spectral(ref: ReferenceIndex, pool: list[int], seeds: list[int]) -> dict[int, float]:
+    out = {}
+    for c in pool:
+        best = None
+        for s in seeds:
+            cos = float(np.dot(ref.coords[c], ref.coords[s]))
+            best = cos if best is None else max(best, cos)
+        out[c] = max(best, 0.0) if best is not None else 0.0
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole pipeline for one query
+# ---------------------------------------------------------------------------------------------
+
+
+def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config, budget: int, *,
+                       isolated_laplacian: str = "identity", bm25_ids: list[int] | None = None) -> dict:
+    """One query through the whole pipeline in plain Python (mode ``config.mode``).
+
+    ``isolated_laplacian``: ``identity`` (the pipeline's documented ``L[i, i] = 1``) or
+    ``networkx`` (``L[i, i] = 0``) for isolated candidates in heat mode.
+    ``bm25_ids``: use this BM25 list (best first) instead of sorting the BM25 row here; the
+    tests use it to check everything downstream when the engine's BM25 list keeps other chunks
+    of a tie at the k-th score than the smaller ids (a difference they report separately).
+
+    Returns a dict:
+        ``mode``; ``seeds`` and ``seed_weights`` (the mode's seed list; for graph modes the
+        ``n_seeds`` expansion seeds with weights ``rrf / rrf_top``); ``candidates`` (chunk ids in
+        pool order); ``priority`` (expansion priority per candidate, graph modes);
+        ``relevance``, ``proximity``, ``scores`` (dicts chunk id -> float; ``scores`` are the
+        float32-rounded ``s2`` used for ranking and selection); ``ranking`` (candidates by
+        descending score, ties by smaller id); ``selected`` (chunk ids in selection order);
+        ``phases`` (0 core, 1 tail, 2 backfill); ``used_tokens``.
+    """
+    ref = reference_state(index)
+    cfg = config
+    mode = cfg.mode
+    q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+
+    # seed lists
+    dense_ids, dense_scores = dense_list(ref, q, cfg.k_dense)
+    if mode == "dense":
+        seeds, seed_scores = dense_ids, [float(np.float32(s)) for s in dense_scores]
+    else:
+        bm_ids, bm_scores = bm25_list(index, query_text, cfg.k_bm25)
+        if bm25_ids is not None:
+            row = index.bm25.score([query_text]).toarray()[0]
+            bm_ids = [int(c) for c in bm25_ids if c >= 0]
+            bm_scores = [float(row[c]) for c in bm_ids]
+        if mode == "bm25":
+            seeds, seed_scores = bm_ids, bm_scores
+        else:
+            seeds, fused = rrf([dense_ids, bm_ids], cfg.rrf_k, max(cfg.k_dense, cfg.k_bm25))
+            seed_scores = [float(np.float32(s)) for s in fused]  # the pipeline keeps them in float32
+
+    out = {"mode": mode}
+    priority: dict[int, float] = {}
+    if mode in GRAPH_MODES:
+        if not ref.has_graph:
+            raise ValueError(f"mode {mode!r} needs the chunk graph")
+        top = seeds[: cfg.n_seeds]
+        first = np.float32(max(seed_scores[0], 1e-30)) if seed_scores else np.float32(1.0)
+        weights = [float(np.float32(s) / first) for s in seed_scores[: cfg.n_seeds]]
+        pool, priority = expand_pool(ref, top, weights, cfg.max_candidates, cfg.hops)
+        out["seeds"], out["seed_weights"] = top, weights
+    else:
+        pool = seeds[: cfg.max_candidates]
+        out["seeds"], out["seed_weights"] = list(seeds), list(seed_scores)
+
+    # relevance r = cos(q, c), float64 over the float32 vectors
+    q64 = q.astype(np.float64)
+    relevance = {c: float(np.dot(ref.embeddings[c].astype(np.float64), q64)) for c in pool}
+    proximity = {c: 0.0 for c in pool}
+    if mode in GRAPH_MODES:
+        G = subgraph(ref, pool)
+        seed_weight = dict(zip(top, weights))
+        if mode == "heat":
+            proximity = heat(G, pool, relevance, cfg.heat_t, isolated_laplacian)
+        else:
+            restart = {c: max(seed_weight.get(c, 0.0), 0.0) for c in pool}
+            pr = ppr(G, restart, cfg.damping)
+            if mode == "ppr":
+                proximity = pr
+            else:
+                spec = spectral(ref, pool, top)
+                proximity = {c: min(max(0.5 * pr[c] + 0.5 * spec[c], 0.0), 1.0) for c in pool}
+        scores = {c: (1 - cfg.alpha) * relevance[c] + cfg.alpha * proximity[c] for c in pool}
+    elif mode == "dense":
+        scores = dict(relevance)
+    else:  # bm25 / hybrid: the list's own scores
+        scores = {c: s for c, s in zip(pool, seed_scores)}
+    scores = {c: float(np.float32(v)) for c, v in scores.items()}
+    ranking = sorted(pool, key=lambda c: (-scores[c], c))
+
+    # selection, on the pool in pool order
+    select = cfg.select
+    if mode not in GRAPH_MODES:  # baselines fill the budget in score order
+        select = replace(select, core_size=0, a=1.0, b=0.0, c=0.0, d=0.0, lam=0.0, rho=0.0, precision_floor=0.0)
+    if pool:
+        sel = budget_select_reference(
+            torch.tensor([[scores[c] for c in pool]], dtype=torch.float32),
+            torch.tensor([[proximity[c] for c in pool]], dtype=torch.float32),
+            torch.tensor([[ref.tokens[c] for c in pool]], dtype=torch.int64),
+            torch.ones((1, len(pool)), dtype=torch.bool),
+            torch.from_numpy(ref.embeddings[pool][None]),
+            torch.tensor([[ref.clusters[c] for c in pool]], dtype=torch.int64),
+            torch.tensor([[ref.doc_codes[c] for c in pool]], dtype=torch.int64),
+            select,
+            budget=int(budget),
+        )
+        order = [p for p in sel.order[0].tolist() if p >= 0]
+        phases = [p for p in sel.phase[0].tolist() if p >= 0]
+        used = int(sel.used_tokens[0])
+    else:
+        order, phases, used = [], [], 0
+    out.update(
+        candidates=list(pool),
+        priority={c: priority[c] for c in pool} if priority else {},
+        relevance=relevance,
+        proximity=proximity,
+        scores=scores,
+        ranking=ranking,
+        selected=[pool[p] for p in order],
+        phases=phases,
+        used_tokens=used,
+    )
+    return out

@@ -1,0 +1,271 @@
+"""The batched pipeline against the plain per-query reference (tests/query/reference.py).
+
+For every mode, ``Retriever.score_batch`` over a batch of queries must give, for each query,
+what :func:`reference_retrieve` gives for that query alone and what ``score_batch`` gives for a
+batch of one:
+
+* the same candidate set;
+* relevance, proximity and final scores within ``TOL = 1e-5`` (absolute; the batched code
+  works in float32, the reference mostly in float64; observed differences are below 1e-6);
+* the same ranking, allowing two candidates to swap only when their reference scores are
+  within ``TOL`` of each other;
+* the same selected chunk ids in the same order, and the same number of tokens used.
+
+Two indexes: the bundled sample corpus (``sample_index``, its 12 sample questions, embedded
+with the index's model) and a small synthetic corpus of a few hundred chunks built from
+generated text files with supplied random clustered embeddings and random query vectors, whose
+candidate pools are cut at ``P`` (so the expansion priority matters) and contain isolated
+nodes (so the PPR dangling rule and the Laplacian of isolated nodes are exercised).
+
+Known engine bug: ``BM25Index.search`` documents "ties by smaller chunk id" but keeps an
+arbitrary subset of the chunks tied at the k-th BM25 score (``torch.topk`` before the id sort).
+The synthetic texts hit it. Such a query is still checked end to end, against the reference run
+on the engine's BM25 list (after checking that the two lists differ only by that tie), and the
+test is marked xfail with the exact queries and chunks, so the bug stays visible until fixed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine.demo import sample_questions
+from engine.query.pipeline import MODES, GRAPH_MODES, Retriever, RetrieverConfig
+
+def _load_reference():
+    """tests/query/reference.py under a name no other test module can shadow."""
+    name = "spectrag_query_reference"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("reference.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+_ref = _load_reference()
+bm25_list, reference_retrieve, reference_state, subgraph = (
+    _ref.bm25_list, _ref.reference_retrieve, _ref.reference_state, _ref.subgraph)
+
+TOL = 1e-5
+QUESTIONS = [q["question"] for q in sample_questions()]
+
+
+# ---------------------------------------------------------------------------------------------
+# comparison
+# ---------------------------------------------------------------------------------------------
+
+
+def batch_row(result, b: int) -> dict:
+    """Row ``b`` of a BatchResult as plain Python, keyed by chunk id."""
+    cand = result.candidates[b].tolist()
+    real = [(pos, c) for pos, c in enumerate(cand) if c >= 0]
+    pick = lambda t: {c: float(t[b, pos]) for pos, c in real}  # noqa: E731
+    return {
+        "candidates": [c for _, c in real],
+        "scores": pick(result.scores),
+        "relevance": pick(result.relevance),
+        "proximity": pick(result.proximity),
+        "ranking": [c for c in result.ranking()[b].tolist() if c >= 0],
+        "selected": [cand[p] for p in result.selected[b].tolist() if p >= 0],
+        "used_tokens": int(result.used_tokens[b]),
+    }
+
+
+def assert_same(got: dict, want: dict, where: str) -> None:
+    """``got`` (batched) equals ``want`` (reference or single query) up to ``TOL`` and ties."""
+    assert set(got["candidates"]) == set(want["candidates"]), (
+        f"{where}: candidate sets differ: only batched {sorted(set(got['candidates']) - set(want['candidates']))}, "
+        f"only reference {sorted(set(want['candidates']) - set(got['candidates']))}"
+    )
+    for key in ("relevance", "proximity", "scores"):
+        worst = max(want["candidates"], key=lambda c: abs(got[key][c] - want[key][c]), default=None)
+        if worst is not None:
+            diff = abs(got[key][worst] - want[key][worst])
+            assert diff <= TOL, f"{where}: {key} of chunk {worst}: {got[key][worst]!r} vs {want[key][worst]!r}"
+    if got["ranking"] != want["ranking"]:  # swaps only between scores equal within TOL
+        pos = {c: k for k, c in enumerate(want["ranking"])}
+        s = want["scores"]
+        for k, a in enumerate(got["ranking"]):
+            for b in got["ranking"][k + 1 :]:
+                if pos[a] > pos[b]:
+                    assert abs(s[a] - s[b]) <= TOL, (
+                        f"{where}: ranking swaps chunks {a} and {b} with scores {s[a]!r} and {s[b]!r}"
+                    )
+    assert got["selected"] == want["selected"], f"{where}: selection {got['selected']} vs {want['selected']}"
+    assert got["used_tokens"] == want["used_tokens"], f"{where}: used tokens differ"
+
+
+def bm25_boundary_ties(index, texts: list[str], k: int) -> tuple[dict[int, str], dict[int, list[int]]]:
+    """Queries whose batched BM25 list (``BM25Index.search``, as the pipeline calls it) differs
+    from the reference's only in WHICH of several chunks tied at the k-th score it keeps.
+
+    ``BM25Index.search`` documents "ties by smaller chunk id" but takes ``torch.topk`` first,
+    which keeps an arbitrary subset of the chunks tied at the cut (engine bug, see the report).
+    Any other difference fails here. Returns a message and the engine's list per such query.
+    """
+    scores, ids = index.bm25.search(texts, k)
+    affected, lists = {}, {}
+    for b, text in enumerate(texts):
+        want_ids, want_scores = bm25_list(index, text, k)
+        got = [int(i) for i in ids[b] if i >= 0]
+        if got == want_ids:
+            continue
+        row = index.bm25.score([text]).toarray()[0]
+        cut = float(want_scores[-1])
+        differ = set(got) ^ set(want_ids)
+        assert len(got) == len(want_ids) and all(float(row[c]) == cut for c in differ), (
+            f"query {b}: BM25 list differs beyond a tie at the cut: {got} vs {want_ids}"
+        )
+        assert sorted(got, key=lambda c: (-row[c], c)) == got, f"query {b}: BM25 list is not sorted"
+        lists[b] = got
+        affected[b] = (f"query {b}: chunks {sorted(differ)} tie at BM25 score {cut!r} at the k = {k} cut; "
+                       f"search kept {sorted(set(got) - set(want_ids))}, smaller ids {sorted(set(want_ids) - set(got))}")
+    return affected, lists
+
+
+def check_batch(retriever: Retriever, texts: list[str], qvecs: torch.Tensor, mode: str, budget: int) -> None:
+    """Batch vs batch of one vs reference, for every query.
+
+    A query hit by the BM25 tie bug (:func:`bm25_boundary_ties`) is compared with the reference
+    run on the engine's BM25 list (everything downstream must still agree), and the test is then
+    marked xfail naming the queries, so the bug stays visible until it is fixed.
+    """
+    cfg = replace(retriever.config, mode=mode)
+    batch = retriever.score_batch(texts, mode=mode, budget=budget, qvecs=qvecs)
+    tied, lists = bm25_boundary_ties(retriever.index, texts, cfg.k_bm25) if mode != "dense" else ({}, {})
+    for b, text in enumerate(texts):
+        got = batch_row(batch, b)
+        where = f"mode {mode}, budget {budget}, query {b}"
+        single = batch_row(retriever.score_batch([text], mode=mode, budget=budget, qvecs=qvecs[b : b + 1]), 0)
+        assert_same(got, single, where + " (batch of one)")
+        ref = reference_retrieve(retriever.index, qvecs[b].cpu().numpy(), text, cfg, budget, bm25_ids=lists.get(b))
+        assert_same(got, ref, where + " (reference)")
+    if tied:
+        pytest.xfail(f"engine bug: BM25Index.search does not break ties by the smaller id at the k cut "
+                     f"({len(tied)}/{len(texts)} queries; everything downstream of the BM25 list equals the "
+                     "reference): " + "; ".join(tied.values()))
+
+
+# ---------------------------------------------------------------------------------------------
+# sample index, sample questions
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample_retriever(sample_index):
+    return Retriever(sample_index, RetrieverConfig(device="cpu"))
+
+
+@pytest.fixture(scope="module")
+def sample_qvecs(sample_retriever):
+    return sample_retriever.embed(QUESTIONS)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sample_index_equals_reference(sample_retriever, sample_qvecs, mode):
+    check_batch(sample_retriever, QUESTIONS, sample_qvecs, mode, budget=1500)
+
+
+def test_sample_index_default_budget(sample_retriever, sample_qvecs):
+    check_batch(sample_retriever, QUESTIONS[:4], sample_qvecs[:4], "spectral", budget=12_000)
+
+
+# ---------------------------------------------------------------------------------------------
+# synthetic index: generated text files, supplied clustered embeddings
+# ---------------------------------------------------------------------------------------------
+
+N_DOCS, N_TOPICS, DIM = 320, 8, 48
+_SYLLABLES = "ka lo mer vin tas dor el ran sov bri quel nor fa ith gul pen tor wy sam ost".split()
+_WORDS = ("harbour river mill tower archive bridge canal market ledger survey beacon garrison "
+          "orchard quarry foundry chapel ferry granary lantern charter treaty census tariff "
+          "council voyage glacier meadow fortress vineyard observatory library").split()
+
+
+def _name(rng: random.Random) -> str:
+    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+
+
+def write_corpus(folder: Path, seed: int = 7) -> tuple[list[int], list[str]]:
+    """``N_DOCS`` one-chunk text files; topic words, names shared inside a topic and mentions of
+    other documents' titles give BM25, entity and citation material. Returns each document's
+    topic (in file order) and some query texts."""
+    rng = random.Random(seed)
+    titles = [f"{_name(rng)} {rng.choice(_WORDS).capitalize()}" for _ in range(N_DOCS)]
+    names = [[f"{_name(rng)} {_name(rng)}" for _ in range(6)] for _ in range(N_TOPICS)]
+    words = [rng.sample(_WORDS, 8) for _ in range(N_TOPICS)]
+    topics = []
+    for i, title in enumerate(titles):
+        t = rng.randrange(N_TOPICS)
+        topics.append(t)
+        other = titles[rng.randrange(N_DOCS)]
+        body = " ".join(
+            f"The {rng.choice(words[t])} of {title} was recorded by {rng.choice(names[t])} in "
+            f"{rng.randint(1700, 1950)} near the {rng.choice(words[t])} and the {rng.choice(_WORDS)}."
+            for _ in range(rng.randint(3, 5))
+        )
+        text = f"{title}\n\n{body} It is often compared with {other}.\n"
+        (folder / f"doc_{i:04d}.txt").write_text(text, encoding="utf-8")
+    # query texts on random topics (independent of the query vectors' topics, so BM25 and dense
+    # seeds often sit in different parts of the graph)
+    queries = []
+    for _ in range(64):
+        t = rng.randrange(N_TOPICS)
+        queries.append(f"{rng.choice(words[t])} {rng.choice(_WORDS)} {rng.choice(names[t])}")
+    return topics, queries
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    from engine.config import EmbedConfig, IndexConfig
+    from engine.index.build import build_index
+    from engine.index.chunk import chunk_document
+    from engine.index.load import iter_documents
+
+    root = tmp_path_factory.mktemp("synthetic")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    topics, texts = write_corpus(corpus)
+    config = IndexConfig(embed=EmbedConfig(cache_dir=""))
+    doc_topic = {f"doc_{i:04d}.txt": t for i, t in enumerate(topics)}
+    chunk_topics = [doc_topic[c.doc_id] for d in iter_documents(corpus, "folder") for c in chunk_document(d, config.chunk)]
+    rng = np.random.default_rng(11)
+    centres = rng.standard_normal((N_TOPICS, DIM))
+    vectors = centres[chunk_topics] + 1.2 * rng.standard_normal((len(chunk_topics), DIM))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    index = build_index(corpus, root / "index", config, embeddings=vectors)
+    # 12 random query vectors near the topic centres, each with a short random text
+    qv = centres[np.arange(12) % N_TOPICS] + 1.5 * rng.standard_normal((12, DIM))
+    qv = torch.from_numpy((qv / np.linalg.norm(qv, axis=1, keepdims=True)).astype(np.float32))
+    qtexts = texts[:12]
+    return index, qv, qtexts
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_synthetic_index_equals_reference(synthetic, mode):
+    index, qv, texts = synthetic
+    assert 250 <= len(index.chunks) <= 400 and index.graph is not None
+    retriever = Retriever(index, RetrieverConfig(device="cpu"))
+    check_batch(retriever, texts, qv, mode, budget=2500)
+
+
+def test_synthetic_small_pools_cut_and_isolated_nodes(synthetic):
+    """P = 30 from 10 seeds: the cut at P drops one-hop links, leaving isolated pool members."""
+    index, qv, texts = synthetic
+    retriever = Retriever(index, RetrieverConfig(device="cpu", n_seeds=10, max_candidates=30))
+    batch = retriever.score_batch(texts, mode="ppr", budget=2000, qvecs=qv)
+    isolated = 0
+    for b in range(len(texts)):
+        pool = [c for c in batch.candidates[b].tolist() if c >= 0]
+        G = subgraph(reference_state(index), pool)
+        isolated += sum(1 for c in pool if G.degree(c) == 0)
+    assert isolated > 0, "no isolated candidate: the dangling-node path is not exercised"
+    for mode in GRAPH_MODES:
+        check_batch(retriever, texts, qv, mode, budget=2000)
