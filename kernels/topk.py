@@ -53,16 +53,28 @@ def topk_smallest_id_ties(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, t
     """Exact top-``k`` of each row where ties at the cut go to the smaller column id
     (``torch.topk`` alone picks an arbitrary one of the tied columns).
 
+    Rows whose ``k``-th and ``k+1``-th values differ take the plain ``torch.topk`` result; only
+    rows with a tie across the cut are resolved by id, so the usual case costs one top-k.
+
     Shapes: scores ``[B, n]`` -> scores, ids ``[B, min(k, n)]``, score descending then id ascending.
     """
-    k = min(k, scores.shape[1])
-    kth = torch.topk(scores, k, dim=1).values[:, -1:]  # (B, 1) the k-th largest value
-    above = scores > kth
-    tied = scores == kth
-    need = k - above.sum(dim=1, keepdim=True)  # tied columns to take, smallest ids first
-    keep = above | (tied & (torch.cumsum(tied, dim=1) <= need))
-    ids = keep.nonzero()[:, 1].view(scores.shape[0], k)  # row-major: ids ascend in each row
-    return sort_by_score_then_id(scores.gather(1, ids), ids, k)
+    n = scores.shape[1]
+    k = min(k, n)
+    top_s, top_i = torch.topk(scores, min(k + 1, n), dim=1)
+    if k == n:
+        return sort_by_score_then_id(top_s, top_i, k)
+    top_s, top_i, nxt = top_s[:, :k].contiguous(), top_i[:, :k].contiguous(), top_s[:, k]
+    cut_tie = (nxt == top_s[:, -1]).nonzero().squeeze(1)
+    if cut_tie.numel():
+        rows = scores[cut_tie]  # (T, n) only the rows with a tie across the cut
+        kth = top_s[cut_tie, -1:]
+        above, tied = rows > kth, rows == kth
+        need = k - above.sum(dim=1, keepdim=True)  # tied columns to take, smallest ids first
+        keep = above | (tied & (torch.cumsum(tied, dim=1) <= need))
+        ids = keep.nonzero()[:, 1].view(len(cut_tie), k)  # row-major: ids ascend in each row
+        top_i[cut_tie] = ids
+        top_s[cut_tie] = rows.gather(1, ids)
+    return sort_by_score_then_id(top_s, top_i, k)
 
 
 def sort_by_score_then_id(

@@ -226,9 +226,9 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
 
     ``isolated_laplacian``: ``identity`` (the pipeline's documented ``L[i, i] = 1``) or
     ``networkx`` (``L[i, i] = 0``) for isolated candidates in heat mode.
-    ``bm25_ids``: use this BM25 list (best first) instead of sorting the BM25 row here; the
-    tests use it to check everything downstream when the engine's BM25 list keeps other chunks
-    of a tie at the k-th score than the smaller ids (a difference they report separately).
+    ``bm25_ids``: use this BM25 list (best first) instead of sorting the BM25 row here (the
+    benchmark uses it to check everything downstream of a BM25 list that differs from this
+    one only by which chunks tied at the k-th score it keeps).
 
     Returns a dict:
         ``mode``; ``seeds`` and ``seed_weights`` (the mode's seed list; for graph modes the
