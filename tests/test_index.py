@@ -195,3 +195,17 @@ def test_build_rejects_bad_input(tmp_path, index_config):
     bad_model = IndexConfig(embed=EmbedConfig(model=str(tmp_path / "no-model")))
     with pytest.raises(ConfigError, match="neither all-MiniLM-L6-v2 nor an existing model folder"):
         build_index(tmp_path / "corpus", tmp_path / "out3", bad_model, skip_empty=True)
+
+
+def test_dense_results_do_not_depend_on_batch_size():
+    # FAISS uses a BLAS kernel once B * d is large; its rounding must not reorder near-ties
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2000, 64)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x[7] = x[3]  # an exact tie
+    index = DenseIndex(x)
+    queries = np.tile(x[3:4] + 0.001, (2500, 1)).astype(np.float32)
+    _, big = index.search(queries, 12)
+    _, one = index.search(queries[:1], 12)
+    assert (big == one[0]).all()
+    assert one[0][:2].tolist() == [3, 7]

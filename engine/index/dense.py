@@ -81,8 +81,21 @@ class DenseIndex:
                 self._torch_db = torch.tensor(np.asarray(self.vectors), device=self.device)  # copy off the read-only map
             s, i = tiled_topk_ip(torch.as_tensor(xq, device=self.device), self._torch_db, k)
             return s.cpu().numpy(), i.cpu().numpy()
-        scores, ids = self._index().search(xq, k)
-        return scores, ids.astype(np.int64)
+        # FAISS switches to a BLAS kernel for large batches, whose rounding can swap near-equal
+        # scores; re-scoring a few extra hits in float64 and sorting by (score, id) makes the
+        # result independent of the batch size
+        extra = min(k + 16, len(self.vectors))
+        _, ids = self._index().search(xq, extra)
+        return self._rescore(xq, ids.astype(np.int64), k)
+
+    def _rescore(self, xq: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact float64 scores of candidate ``ids [B, m]``, sorted by score then id, cut to ``k``."""
+        safe = np.where(ids >= 0, ids, 0)
+        vecs = np.asarray(self.vectors)[safe.ravel()].reshape(*safe.shape, self.dim).astype(np.float64)
+        exact = np.einsum("bmd,bd->bm", vecs, xq.astype(np.float64))
+        exact[ids < 0] = -np.inf
+        order = np.lexsort((ids, -exact), axis=1)[:, :k]
+        return np.take_along_axis(exact, order, 1).astype(np.float32), np.take_along_axis(ids, order, 1)
 
     def save(self, folder: Path) -> None:
         faiss = _faiss()
