@@ -29,6 +29,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the model hub
 
+from _common import cpu_model
 import numpy as np
 import torch
 
@@ -89,14 +90,6 @@ def load_texts(n: int | None) -> tuple[list[str], str]:
     return texts, source
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def load_average() -> str:

@@ -58,18 +58,12 @@ import tempfile
 import time
 
 # thread counts must be fixed before numpy/scipy/torch/faiss load their libraries
-_THREADS = "2"
-for _i, _a in enumerate(sys.argv):
-    if _a == "--threads" and _i + 1 < len(sys.argv):
-        _THREADS = sys.argv[_i + 1]
-    elif _a.startswith("--threads="):
-        _THREADS = _a.split("=", 1)[1]
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = _THREADS
+from _common import pin_threads  # noqa: E402  (before numpy: sets thread counts)
+
+_THREADS = pin_threads("2", passive=True)
 # Idle OpenMP workers sleep instead of spinning. On this shared 2-core machine (other jobs keep
 # the load average at 3-6) spinning workers made torch's 2-thread SpMV 10-30x slower than one
 # thread (e.g. 33 ms vs 1 ms at n = 10^4); with PASSIVE, 2 threads are on par or faster.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 import scipy  # noqa: E402

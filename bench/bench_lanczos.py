@@ -21,14 +21,9 @@ import sys
 import time
 
 # BLAS thread counts must be fixed before numpy/scipy/torch load their BLAS libraries.
-_THREADS = "1"
-for _i, _a in enumerate(sys.argv):
-    if _a == "--threads" and _i + 1 < len(sys.argv):
-        _THREADS = sys.argv[_i + 1]
-    elif _a.startswith("--threads="):
-        _THREADS = _a.split("=", 1)[1]
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = _THREADS
+from _common import pin_threads  # noqa: E402  (before numpy: sets thread counts)
+
+_THREADS = pin_threads("1")
 
 import numpy as np
 import scipy.sparse as sp

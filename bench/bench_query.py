@@ -57,15 +57,9 @@ import statistics
 import sys
 import time
 
-_THREADS = "1"
-for _i, _a in enumerate(sys.argv):
-    if _a == "--threads" and _i + 1 < len(sys.argv):
-        _THREADS = sys.argv[_i + 1]
-    elif _a.startswith("--threads="):
-        _THREADS = _a.split("=", 1)[1]
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = _THREADS
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from _common import cpu_model, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+
+_THREADS = pin_threads("1", passive=True)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -107,15 +101,6 @@ def log(*a) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine() -> dict:

@@ -55,7 +55,6 @@ def scipy_to_torch_csr(matrix: sp.csr_matrix, dtype: torch.dtype = torch.float64
 
 def _deflated_operator(weights: sp.csr_matrix, dtype: torch.dtype):
     """The matvec of ``L + sigma N N^T`` and the component counts."""
-    n = weights.shape[0]
     lap = normalized_laplacian(scipy_to_torch_csr(weights, dtype))
     n_comp, labels = connected_components(weights, directed=False)
     degree = np.asarray(weights.sum(axis=1)).ravel()

@@ -1,0 +1,39 @@
+"""Shared set-up of the benchmark scripts. Import it BEFORE numpy / scipy / torch / faiss:
+thread counts are read by those libraries when they load."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+
+def pin_threads(default: str, *, passive: bool = False) -> str:
+    """Set OMP/OpenBLAS/MKL threads from ``--threads N`` in argv (else ``default``); returns it.
+
+    ``passive`` lets idle OpenMP workers sleep instead of spin: on a loaded machine spinning
+    workers made 2-thread sparse products many times slower than one thread.
+    """
+    threads = default
+    for i, arg in enumerate(sys.argv):
+        if arg == "--threads" and i + 1 < len(sys.argv):
+            threads = sys.argv[i + 1]
+        elif arg.startswith("--threads="):
+            threads = arg.split("=", 1)[1]
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = threads
+    if passive:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return threads
+
+
+def cpu_model() -> str:
+    """The CPU's model name, for results tables."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
