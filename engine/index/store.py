@@ -7,6 +7,7 @@ Layout of an index directory::
     embeddings.npy    float32 [n, d], L2-normalized (memory-mapped on load)
     dense.faiss       FAISS IndexFlatIP over the same vectors
     bm25/             BM25 term x chunk score matrix (CSR as .npy) and vocabulary (JSON)
+    kg/               knowledge graph for spreading activation, when built (engine/kg/store.py)
 
 No pickle anywhere. A build writes into a hidden temporary sibling folder and renames it into
 place at the end, so an interrupted build never leaves a folder that loads. ``manifest.json``
@@ -177,6 +178,11 @@ class Index:
             from engine.graph.build import load_graph
 
             self.graph = load_graph(self.path)
+        self.kg = None  # knowledge graph for spreading activation (kg/, engine/kg/store.py)
+        if manifest.get("kg"):
+            from engine.kg.store import load_kg
+
+            self.kg = load_kg(self.path, len(self.chunks))
         self._embedder = None
 
     def __len__(self) -> int:

@@ -31,6 +31,9 @@ class Context:
     used_tokens: int
     chunks: list[ContextChunk]
     ranking: list[int]  # candidate chunk ids by final score (for ranking metrics)
+    # knowledge-graph relations used by spreading activation (modes activation, combined), best
+    # first: {"subject", "relation", "object", "text", "weight"}
+    relations: list[dict[str, Any]] = field(default_factory=list)
 
     def render(self) -> str:
         """The context grouped by source document (in order of first selection), for a prompt."""
@@ -45,6 +48,8 @@ class Context:
                 where = " > ".join(c.section)
                 body.append((f"[{where}]\n" if where else "") + c.text)
             parts.append(head + "\n" + "\n\n".join(body))
+        if self.relations:  # SA-RAG 3.6: relation texts join the documents (a sentence shared by several once)
+            parts.append("## Relations\n" + "\n".join(f"- {t}" for t in dict.fromkeys(r["text"] for r in self.relations)))
         return "\n\n".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -63,6 +68,8 @@ def build_contexts(index, queries: list[str], result) -> list[Context]:
     rel, prox, fin = (t.cpu().tolist() for t in (result.relevance, result.proximity, result.scores))
     ranking = result.ranking().cpu().tolist()
     used, budget = result.used_tokens.cpu().tolist(), result.budget.cpu().tolist()
+    sa = getattr(result, "activation", None)
+    relations = sa.relations(index.kg) if sa is not None else [[] for _ in queries]
     out = []
     for b, query in enumerate(queries):
         chunks = []
@@ -75,5 +82,6 @@ def build_contexts(index, queries: list[str], result) -> list[Context]:
                 cid, c.doc_id, c.title, c.section, c.url, c.text, c.n_tokens, PHASES.get(ph, "?"),
                 {"relevance": round(rel[b][pos], 6), "proximity": round(prox[b][pos], 6), "final": round(fin[b][pos], 6)},
             ))
-        out.append(Context(query, result.mode, int(budget[b]), int(used[b]), chunks, [i for i in ranking[b] if i >= 0]))
+        out.append(Context(query, result.mode, int(budget[b]), int(used[b]), chunks, [i for i in ranking[b] if i >= 0],
+                           relations[b]))
     return out

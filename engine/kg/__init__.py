@@ -1,0 +1,9 @@
+"""Offline step 7: the knowledge graph for spreading activation (SA-RAG 3.4), in data order:
+sources (``openie``, ``extract``) -> ``graph`` (merge entities, relations as arrays) ->
+``build`` (embed) -> ``store`` (``kg/`` in the index directory)."""
+
+from engine.kg.build import build_kg
+from engine.kg.graph import Extraction, KnowledgeGraph, Triple, assemble
+from engine.kg.store import load_kg, save_kg
+
+__all__ = ["Extraction", "KnowledgeGraph", "Triple", "assemble", "build_kg", "load_kg", "save_kg"]

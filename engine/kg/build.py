@@ -1,0 +1,89 @@
+"""Offline step 7: the knowledge graph of an index (source -> merge -> embed).
+
+Sources, in order of preference (``kg.source = auto`` takes the first available):
+
+1. an OpenIE extraction file (:mod:`engine.kg.openie`, ``kg.openie_file`` / ``--openie``);
+2. the LLM-free extractor with co-occurrence relations (:mod:`engine.kg.extract`);
+3. an LLM (``kg.source = llm``): the seam is :func:`llm_extraction`; the client comes later.
+
+Entity names and relation texts are embedded with the build's embedder (content-hash cache
+included), so query vectors and KG vectors share one space.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.config import KGConfig
+from engine.errors import ConfigError
+from engine.index.chunk import Chunk
+from engine.kg.extract import acronym_aliases, extract
+from engine.kg.graph import Extraction, KnowledgeGraph, assemble
+from engine.kg.openie import load_openie
+
+
+def llm_extraction(chunks: Sequence[Chunk], config: KGConfig) -> Extraction:
+    """Entities, relations and descriptions from an LLM (paper 3.4). Not available yet: the
+    LLM client is a later issue; it will return an :class:`Extraction` like the other sources."""
+    raise ConfigError("kg.source = 'llm' needs an LLM client, which this version does not have; "
+                      "use kg.source = 'openie' with an extraction file, or 'extractor'")
+
+
+def extraction(chunks: Sequence[Chunk], config: KGConfig) -> Extraction:
+    """The configured source's entities and triples on the chunks."""
+    source = config.source
+    if source == "auto":
+        source = "openie" if config.openie_file else "extractor"
+    if source == "openie":
+        path = Path(config.openie_file)
+        if not path.is_file():
+            raise ConfigError(f"kg.openie_file {path} does not exist")
+        ext = load_openie(path, [c.text for c in chunks], [c.title for c in chunks])
+    elif source == "extractor":
+        titles = sorted({c.title for c in chunks if c.title})
+        ext = extract([c.text for c in chunks], titles, window=config.window)
+    else:
+        ext = llm_extraction(chunks, config)
+    ext.facts = {"source": source, **ext.facts}
+    return ext
+
+
+def build_kg(
+    chunks: Sequence[Chunk],
+    config: KGConfig,
+    *,
+    encode: Callable[..., np.ndarray] | None,
+    progress: bool = False,
+) -> tuple[KnowledgeGraph, dict[str, Any]]:
+    """The knowledge graph of ``chunks`` with embeddings; the dict is the manifest's ``kg``
+    entry (source facts, counts, drops, seconds). ``encode`` is the build's
+    ``Embedder.encode`` (texts -> float32 ``[n, d]``, L2-normalized)."""
+    if encode is None:
+        raise ConfigError("kg.enabled needs the embedding model, but this build was given precomputed "
+                          "embeddings; set kg.enabled = false (or embed with the model)")
+    seconds: dict[str, float] = {}
+    tick = time.perf_counter()
+    ext = extraction(chunks, config)
+    aliases, ambiguous = acronym_aliases([c.text for c in chunks]) if config.acronym_aliases else ({}, 0)
+    kg, drops = assemble(ext, len(chunks), aliases)
+    seconds["extract"] = round(time.perf_counter() - tick, 3)
+    tick = time.perf_counter()
+    texts = kg.names + kg.texts
+    vectors = encode(texts, show_progress=progress) if texts else np.zeros((0, 1), np.float32)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    kg.entity_emb, kg.text_emb = vectors[: kg.n_entities], vectors[kg.n_entities :]
+    seconds["embed"] = round(time.perf_counter() - tick, 3)
+    facts = {
+        **ext.facts,
+        **kg.counts(),
+        "dropped": drops,
+        "acronym_aliases": {"defined": len(aliases), "ambiguous": ambiguous},
+        "embedded": {"entity": "name", "relation": "relation text (subject relation object, or the sentence)"},
+        "seconds": seconds,
+    }
+    return kg, facts

@@ -1,0 +1,247 @@
+"""Online step 3 with the knowledge graph: spreading activation (SA-RAG 3.5-3.6) for a batch,
+turned into chunk candidates, a proximity signal and the relations used.
+
+    seeds, subgraphs, spreading    kernels.spreading_activation            flat (query, entity) pairs
+    active entities                activation >= tau_a
+    chunks                         chunks describing an active entity       flat (query, chunk) pairs
+                                   chunk activation = max over them         in [0, 1]
+    activation-mode pool           those with cos(q, chunk) >= tau_d,       [B, P]
+                                   best (1 - alpha) r + alpha a first
+    relations                      both ends active and cos(q, relation) >= tau_r, best first
+
+Modes (``engine/query/pipeline.py``): ``activation`` ranks that pool by ``(1 - alpha) r +
+alpha a`` and fills the budget with the token-budget selector; ``combined`` adds the chunk
+activation as a third proximity beside PPR and spectral proximity (``(ppr + spectral + a) / 3``)
+and adds the activation pool to the expanded candidates. The relation weight compared with
+``tau_r`` is the raw cosine (the paper: "its weight, determined based on cosine similarity at
+the beginning"). All steps are flat tensor operations over the batch: no loop over queries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.errors import SpectragError
+from kernels.activation import LAYOUTS, ActivationResult, spreading_activation
+
+KG_MODES = ("activation", "combined")
+
+
+@dataclass(frozen=True)
+class ActivationConfig:
+    """Spreading-activation settings (SA-RAG 3.5-3.6; the paper's values as defaults).
+
+    k: seed entities per query, top-k by cosine with the entity embeddings; the paper uses
+        3 (MuSiQue) to 10 (2Wiki) (default: 3).
+    hops: subgraph radius and spreading rounds n; the paper uses 4 (MuSiQue) and 3 (default: 4).
+    c: edge-weight rescaling w' = max(0, (w - c) / (1 - c)) (default: 0.4).
+    tau_a: activation at or above which an entity is active (default: 0.5).
+    tau_d: smallest cosine(query, chunk) of a retrieved chunk (default: 0.45).
+    tau_r: smallest cosine(query, relation) of a relation given as context (default: 0.5).
+    max_relations: relations kept per query, best first (default: 20).
+    layout: ``auto`` | ``ragged`` | ``dense``, see :mod:`kernels.activation` (default: auto).
+    """
+
+    k: int = 3
+    hops: int = 4
+    c: float = 0.4
+    tau_a: float = 0.5
+    tau_d: float = 0.45
+    tau_r: float = 0.5
+    max_relations: int = 20
+    layout: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.hops < 0 or self.max_relations < 0:
+            raise SpectragError(
+                f"activation needs k >= 1, hops >= 0, max_relations >= 0; got k={self.k}, hops={self.hops}, "
+                f"max_relations={self.max_relations}"
+            )
+        if not 0 <= self.c < 1:
+            raise SpectragError(f"activation.c must be in [0, 1), got {self.c}")
+        if self.layout not in LAYOUTS:
+            raise SpectragError(f"activation.layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+
+
+@dataclass
+class KGState:
+    """The KG as tensors on one device. Shapes: ``entity_emb [n_ent, d]``, ``text_emb
+    [n_text, d]``; adjacency CSR over entities (``adj_indptr [n_ent + 1]``, ``adj_indices``,
+    ``adj_text`` (relation-text row), ``adj_relation [2 n_rel]``); entity -> chunk CSR
+    (``chunk_indptr [n_ent + 1]``, ``chunk_ids [links]``)."""
+
+    n_chunks: int
+    n_relations: int
+    entity_emb: torch.Tensor
+    text_emb: torch.Tensor
+    adj_indptr: torch.Tensor
+    adj_indices: torch.Tensor
+    adj_text: torch.Tensor
+    adj_relation: torch.Tensor
+    chunk_indptr: torch.Tensor
+    chunk_ids: torch.Tensor
+
+    @classmethod
+    def from_index(cls, index, device: torch.device) -> "KGState":
+        kg = index.kg
+        if kg is None:
+            raise SpectragError(
+                f"{index.path}: modes {' and '.join(KG_MODES)} need the knowledge graph, but this index was built "
+                "without it; rebuild it with `spectrag index ... --openie FILE` or kg.enabled = true"
+            )
+        if kg.n_entities == 0:
+            raise SpectragError(f"{index.path}: the knowledge graph has no entities; spreading activation has no seeds")
+        def t(a, dtype=np.int64) -> torch.Tensor:  # a copy off the memory map, on the device
+            return torch.from_numpy(np.array(a, dtype=dtype)).to(device)
+
+        rel_text = np.asarray(kg.rel_text)
+        to_chunks = kg.incidence.T.tocsr()
+        to_chunks.sort_indices()
+        return cls(
+            n_chunks=len(index.chunks),
+            n_relations=kg.n_relations,
+            entity_emb=t(kg.entity_emb, np.float32),
+            text_emb=t(kg.text_emb, np.float32),
+            adj_indptr=t(kg.adj_indptr),
+            adj_indices=t(kg.adj_indices),
+            adj_text=t(rel_text[np.asarray(kg.adj_relation)]),
+            adj_relation=t(kg.adj_relation),
+            chunk_indptr=t(to_chunks.indptr),
+            chunk_ids=t(to_chunks.indices),
+        )
+
+
+@dataclass
+class ActivationBatch:
+    """What spreading activation gives one batch. Shapes: ``candidates/scores [B, P]`` (chunk
+    ids, -1 padded; ``P >= 1``); flat ``chunk_key [C]`` (sorted ``b * n_chunks + chunk``) with
+    ``chunk_act [C]`` for every chunk describing an active entity; flat relations used
+    ``rel_query/rel_id/rel_cos [R]`` (query ascending, cosine descending)."""
+
+    result: ActivationResult
+    n_chunks: int
+    candidates: torch.Tensor
+    chunk_key: torch.Tensor
+    chunk_act: torch.Tensor
+    rel_query: torch.Tensor
+    rel_id: torch.Tensor
+    rel_cos: torch.Tensor
+
+    def proximity(self, candidates: torch.Tensor) -> torch.Tensor:
+        """Chunk activation of each candidate (0 when it describes no active entity). ``[B, P]``."""
+        b = torch.arange(candidates.shape[0], device=candidates.device)[:, None]
+        keys = (b * self.n_chunks + candidates.clamp(min=0)).reshape(-1)
+        if self.chunk_key.numel() == 0:
+            return torch.zeros(candidates.shape, dtype=self.chunk_act.dtype, device=candidates.device)
+        at = torch.searchsorted(self.chunk_key, keys).clamp(max=self.chunk_key.numel() - 1)
+        hit = (self.chunk_key[at] == keys) & (candidates.reshape(-1) >= 0)
+        return torch.where(hit, self.chunk_act[at], torch.zeros_like(self.chunk_act[at])).reshape(candidates.shape)
+
+    def merge(self, candidates: torch.Tensor) -> torch.Tensor:
+        """``candidates [B, P]`` followed by this batch's pool members not already in them (in
+        pool order), -1 padded. Shapes: -> ``[B, P + P_sa]`` trimmed to the longest row."""
+        extra = self.candidates
+        dup = (extra[:, :, None] == candidates[:, None, :]).any(dim=2) | (extra < 0)
+        extra = extra.masked_fill(dup, -1)
+        # stable compaction of the kept extras to the left
+        order = torch.argsort(dup.to(torch.int8), dim=1, stable=True)
+        merged = torch.cat([candidates, extra.gather(1, order)], dim=1)
+        # real ids first in every row (candidates may be -1 padded before the extras)
+        order = torch.argsort((merged < 0).to(torch.int8), dim=1, stable=True)
+        merged = merged.gather(1, order)
+        width = max(1, int((merged >= 0).sum(dim=1).max()))
+        return merged[:, :width]
+
+    def relations(self, kg) -> list[list[dict]]:
+        """Per query: the relations used, best first, as ``{"subject", "relation", "object",
+        "text", "weight"}`` (``text`` is what was embedded: ``subject relation object`` or the
+        sentence)."""
+        out: list[list[dict]] = [[] for _ in range(self.candidates.shape[0])]
+        for b, r, w in zip(self.rel_query.tolist(), self.rel_id.tolist(), self.rel_cos.tolist()):
+            out[b].append({
+                "subject": kg.names[int(kg.rel_subject[r])],
+                "relation": kg.predicates[int(kg.rel_predicate[r])],
+                "object": kg.names[int(kg.rel_object[r])],
+                "text": kg.texts[int(kg.rel_text[r])],
+                "weight": round(w, 6),
+            })
+        return out
+
+
+def _group_rank(query: torch.Tensor, batch: int) -> torch.Tensor:
+    """Position of each element inside its query's run (``query`` sorted ascending). ``[M]``."""
+    counts = torch.bincount(query, minlength=batch)
+    first = torch.cumsum(counts, 0) - counts
+    return torch.arange(query.numel(), device=query.device) - first[query]
+
+
+def activate(
+    kg: KGState,
+    q: torch.Tensor,
+    chunk_emb: torch.Tensor,
+    config: ActivationConfig,
+    *,
+    alpha: float,
+    max_candidates: int,
+) -> ActivationBatch:
+    """Spreading activation and its chunks and relations for ``q [B, d]`` (see the module
+    docstring). ``chunk_emb [n_chunks, d]`` are the index's chunk embeddings on the KG's device."""
+    batch, n_chunks = q.shape[0], kg.n_chunks
+    res = spreading_activation(q, kg.entity_emb, kg.text_emb, kg.adj_indptr, kg.adj_indices, kg.adj_text,
+                               k=config.k, hops=config.hops, c=config.c, layout=config.layout)
+    active = res.value >= config.tau_a
+    a_query, a_node, a_val = res.query[active], res.node[active], res.value[active]
+
+    # chunks describing active entities: (query, chunk) pairs, activation = max over its entities
+    start = kg.chunk_indptr[a_node]
+    deg = kg.chunk_indptr[a_node + 1] - start
+    owner = torch.repeat_interleave(torch.arange(a_node.numel(), device=q.device), deg)
+    pos = start[owner] + torch.arange(owner.numel(), device=q.device) - (torch.cumsum(deg, 0) - deg)[owner]
+    keys = a_query[owner] * n_chunks + kg.chunk_ids[pos]
+    chunk_key, inverse = torch.unique(keys, return_inverse=True)
+    chunk_act = torch.zeros(chunk_key.numel(), dtype=q.dtype, device=q.device)
+    chunk_act = chunk_act.scatter_reduce(0, inverse, a_val[owner], reduce="amax", include_self=False)
+
+    # the activation-mode pool: cos(q, chunk) >= tau_d, best first, at most P per query
+    c_query, c_id = chunk_key // n_chunks, chunk_key % n_chunks
+    rel = (q[c_query] * chunk_emb[c_id]).sum(1)
+    keep = rel >= config.tau_d
+    c_query, c_id, score = c_query[keep], c_id[keep], ((1 - alpha) * rel + alpha * chunk_act)[keep]
+    order = _lexsort(c_query, -score, c_id)
+    c_query, c_id = c_query[order], c_id[order]
+    rank = _group_rank(c_query, batch)
+    width = max(1, min(max_candidates, int(rank.max()) + 1 if rank.numel() else 1))
+    fit = rank < width
+    candidates = torch.full((batch, width), -1, dtype=torch.int64, device=q.device)
+    candidates[c_query[fit], rank[fit]] = c_id[fit]
+
+    # relations used: both ends active, raw cosine >= tau_r; each relation once (the CSR holds both directions)
+    e_ok = active[res.edge_src] & active[res.edge_dst] & (res.edge_cos >= config.tau_r)
+    n_rel = max(1, kg.n_relations)
+    rel_keys, first = _unique_first(res.edge_query[e_ok] * n_rel + kg.adj_relation[res.edge[e_ok]])
+    r_cos = res.edge_cos[e_ok][first]
+    r_query, r_id = rel_keys // n_rel, rel_keys % n_rel
+    order = _lexsort(r_query, -r_cos, r_id)
+    r_query, r_id, r_cos = r_query[order], r_id[order], r_cos[order]
+    top = _group_rank(r_query, batch) < config.max_relations
+    return ActivationBatch(res, n_chunks, candidates, chunk_key, chunk_act, r_query[top], r_id[top], r_cos[top])
+
+
+def _lexsort(*keys: torch.Tensor) -> torch.Tensor:
+    """The order sorting by the first key, then the second, ... (stable sorts from the last
+    key, on the keys' device). ``[M]`` each -> ``[M]``."""
+    order = torch.argsort(keys[-1], stable=True)
+    for key in reversed(keys[:-1]):
+        order = order[torch.argsort(key[order], stable=True)]
+    return order
+
+
+def _unique_first(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted unique keys and the index of one occurrence of each. ``[M]`` -> ``[U]``, ``[U]``."""
+    uniq, inverse = torch.unique(keys, return_inverse=True)
+    first = torch.full((uniq.numel(),), keys.numel(), dtype=torch.int64, device=keys.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(keys.numel(), device=keys.device), reduce="amin")
+    return uniq, first

@@ -1,0 +1,369 @@
+r"""Batched spreading activation over a knowledge graph (SA-RAG, sections 3.5-3.6, Algorithm 1)
+for ``B`` queries at once.
+
+Per query ``b``: the seeds are the top-``k`` entities by cosine with the query; each edge
+``e`` (a relation) gets the weight :math:`w_{eb} = \cos(q_b, r_e)` rescaled by
+
+.. math::
+    w'_{eb} = \max\Bigl(0, \frac{w_{eb} - c}{1 - c}\Bigr)
+
+and activation spreads for ``n`` synchronous rounds from 1 on the seeds:
+
+.. math::
+    a^{(0)} = \mathbb{1}_{\text{seeds}}, \qquad
+    a^{(t)}_j = \min\Bigl(1,\; a^{(0)}_j + \sum_{e:\,i \to j} w'_{eb}\, a^{(t-1)}_i\Bigr).
+
+This is the paper's update :math:`a_j \leftarrow \min(1, a_j + \sum_i a_i w_{ij})` with each
+node forwarding only the activation it *gained* in the previous round (so every unit of
+activation crosses an edge once, as in the paper's BFS where a node fires once): with
+non-negative gains, capping every round equals capping the running sum, which telescopes to the
+formula above. Re-sending the whole ``a_i`` every round instead would let a seed push ``w``
+again each round (a path ``s -> x`` gives ``x = t w`` after ``t`` rounds), which no BFS does.
+
+**Synchronous vs the paper's BFS.** The paper's code visits nodes in BFS order and each node
+fires once, with whatever activation it holds when dequeued, so a node of BFS level ``L`` may
+or may not have received the contribution of another level-``L`` node depending on the queue
+order. Here all nodes update together from the previous round, which is order-free, monotone
+(in the seeds, in every weight, hence non-increasing in ``c``), stays in ``[0, 1]`` and batches
+as one gather-multiply-scatter per round. Both agree wherever the BFS order cannot matter:
+on directed trees and on layered DAGs (every edge from level ``L`` to ``L + 1``), and on
+undirected trees with one seed for ``n <= 3``; on undirected graphs the synchronous rounds
+also let activation come back along an edge (``x -> y -> x``) up to ``n`` times, where the BFS
+lets each node send once (``tests/kernels/test_activation.py`` shows both the agreement and
+a case of the difference).
+
+**Subgraph.** Activation that starts on the seeds reaches only nodes within ``t`` hops after
+``t`` rounds, so ``n`` rounds on the whole graph equal ``n`` rounds on each query's ``n``-hop
+neighbourhood (the paper's subgraph): no per-query masking is needed, and only edges leaving
+nodes within ``n - 1`` hops can ever carry activation. Those are the edges used.
+
+**Layouts** (same results): ``ragged`` -- every query's own neighbourhood as flat
+``(query, node)`` pairs and ``(query, edge)`` pairs, spread as one ``[pairs, 1]`` column (work
+proportional to the sum of the neighbourhood sizes); ``dense`` -- the union of the
+neighbourhoods with an ``[E_union, B]`` weight block (one matrix product for the weights; wins
+when the neighbourhoods overlap). ``auto`` takes ``dense`` when its block is at most twice the
+ragged pair count and under ``dense_max`` entries.
+
+Both rounds use :func:`kernels.edge_propagate.edge_propagate` (``Y[dst, b] += W[e, b] X[src,
+b]``), so a faster backend there speeds this up too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels.edge_propagate import edge_propagate
+from kernels.topk import topk_smallest_id_ties
+
+__all__ = ["ActivationResult", "khop_pairs", "rescale_weights", "spread", "spreading_activation", "top_k_nodes"]
+
+LAYOUTS = ("auto", "ragged", "dense")
+
+
+def rescale_weights(w: torch.Tensor, c: float = 0.4) -> torch.Tensor:
+    """``max(0, (w - c) / (1 - c))`` elementwise (paper 3.6), ``0 <= c < 1``. Any shape."""
+    if not 0.0 <= c < 1.0:
+        raise ValueError(f"c must be in [0, 1), got {c}")
+    return ((w - c) / (1.0 - c)).clamp(min=0.0)
+
+
+def spread(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    weight: torch.Tensor,
+    a0: torch.Tensor,
+    hops: int,
+    *,
+    backend: str = "auto",
+) -> torch.Tensor:
+    r"""``hops`` synchronous rounds :math:`a \leftarrow \min(1, a_0 + P_W a)` from ``a0``.
+
+    Args:
+        src, dst: directed edges ``i -> j``, int64 ``[E]`` (an undirected link is two edges).
+        weight: rescaled weights in ``[0, 1]``, ``[E, B]`` (or ``[E]`` shared by all columns).
+        a0: initial activation in ``[0, 1]``, ``[N, B]`` (1 on the seeds).
+        hops: rounds ``n >= 0``.
+        backend: passed to :func:`edge_propagate` (default: auto).
+
+    Shapes: -> ``[N, B]`` in ``a0``'s dtype, values in ``[0, 1]``.
+    """
+    if hops < 0:
+        raise ValueError(f"hops must be >= 0, got {hops}")
+    if not a0.is_floating_point() or a0.ndim != 2:
+        raise ValueError(f"a0 must be a floating [N, B] tensor, got {a0.dtype} {tuple(a0.shape)}")
+    if a0.numel() and (bool(torch.isnan(a0).any()) or float(a0.min()) < 0 or float(a0.max()) > 1):
+        raise ValueError("a0 must hold values in [0, 1] (no NaN)")
+    if weight.numel() and (bool(torch.isnan(weight).any()) or float(weight.min()) < 0):
+        raise ValueError("weight must be non-negative and not NaN (rescale cosines with rescale_weights)")
+    a = a0
+    for _ in range(hops):
+        a = (a0 + edge_propagate(src, dst, weight, a, a0.shape[0], backend=backend)).clamp_(max=1.0)
+    return a
+
+
+def _take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``x[idx]`` along dim 0 (``index_select``: several times faster than advanced indexing on
+    the CPU)."""
+    return x.index_select(0, idx)
+
+
+def _expand(indptr: torch.Tensor, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every CSR entry of every node. Shapes: ``nodes [M]`` -> owner (index into nodes) and
+    CSR position, both ``[sum of degrees]``, grouped by owner in order."""
+    start = _take(indptr, nodes)
+    deg = _take(indptr, nodes + 1) - start
+    owner = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
+    first = torch.cumsum(deg, 0) - deg
+    pos = _take(start - first, owner) + torch.arange(owner.numel(), device=nodes.device)
+    return owner, pos
+
+
+def top_k_nodes(q: torch.Tensor, node_emb: torch.Tensor, k: int, *, tile: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact top-``k`` nodes by inner product, ties to the smaller id (the result of
+    :func:`kernels.topk.tiled_topk_ip`), for the few seeds spreading activation needs.
+
+    Tiles of ``tile`` rows are scanned in id order against each query's running k-th best
+    score: only entries strictly above it can enter (an equal one has a larger id than every
+    kept one, so it loses the tie), and after the first tiles almost none do. So a tile costs
+    its matrix product and one comparison, not a full-width top-k (which cost more than the
+    product). ``tile`` defaults to about 2^19 / B rows in [2048, 65536] (a score tile that stays
+    in cache; few tiles for few queries). Shapes: ``q [B, d]``, ``node_emb [N, d]`` -> scores,
+    ids ``[B, min(k, N)]``.
+    """
+    batch, n = q.shape[0], node_emb.shape[0]
+    k = min(k, n)
+    tile = tile or min(1 << 16, max(2048, (1 << 19) // batch))
+    first = max(tile, k)
+    best_s, best_i = topk_smallest_id_ties(q @ node_emb[:first].to(q.dtype).T, k)  # (B, k)
+    owner = torch.arange(batch, device=q.device).repeat_interleave(k)
+    for lo in range(first, n, tile):
+        scores = q @ node_emb[lo : lo + tile].to(q.dtype).T  # (B, t)
+        rows = torch.nonzero(scores.amax(dim=1) > best_s[:, k - 1]).squeeze(1)  # one reduction pass
+        if rows.numel() == 0:
+            continue
+        sub = _take(scores, rows)  # the few rows with an entry above their k-th best
+        r, j = torch.nonzero(sub > _take(best_s[:, k - 1], rows)[:, None], as_tuple=True)
+        b = _take(rows, r)
+        cand_b = torch.cat([owner, b])
+        cand_s = torch.cat([best_s.reshape(-1), sub[r, j]])
+        cand_i = torch.cat([best_i.reshape(-1), j + lo])
+        order = torch.argsort(cand_i, stable=True)  # then by score, then by query: (b, -s, id)
+        order = _take(order, torch.argsort(_take(-cand_s, order), stable=True))
+        order = _take(order, torch.argsort(_take(cand_b, order), stable=True))
+        counts = torch.bincount(cand_b, minlength=batch)
+        starts = torch.cumsum(counts, 0) - counts
+        keep = _take(order, (starts[:, None] + torch.arange(k, device=q.device)).reshape(-1))
+        best_s, best_i = _take(cand_s, keep).view(batch, k), _take(cand_i, keep).view(batch, k)
+    return best_s, best_i
+
+
+def khop_pairs(
+    indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, hops: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each query's ``hops``-hop neighbourhood of its seeds, for all queries at once.
+
+    A frontier of ``(query, node)`` keys ``b * N + node`` is expanded through the CSR once per
+    hop (no loop over queries).
+
+    Args:
+        indptr, indices: the graph as CSR over ``N`` nodes (int64 ``[N + 1]``, ``[nnz]``).
+        seeds: seed node ids per query, ``-1`` for none, int64 ``[B, k]``.
+        hops: radius ``n >= 0``.
+
+    Shapes: -> keys ``[P]`` (int64, sorted, ``b * N + node``) and BFS depth ``[P]`` (0 on seeds).
+    """
+    n = indptr.numel() - 1
+    batch = seeds.shape[0]
+    rows = torch.arange(batch, device=seeds.device).repeat_interleave(seeds.shape[1])
+    flat = seeds.reshape(-1)
+    keys = torch.unique(rows[flat >= 0] * n + flat[flat >= 0])
+    depth = torch.zeros_like(keys)
+    frontier = keys
+    for h in range(1, hops + 1):
+        if frontier.numel() == 0:
+            break
+        owner, pos = _expand(indptr, frontier % n)
+        cand = torch.unique(_take(frontier // n * n, owner) + _take(indices, pos))
+        at = torch.searchsorted(keys, cand).clamp(max=max(keys.numel() - 1, 0))
+        frontier = cand[_take(keys, at) != cand]
+        keys, order = torch.sort(torch.cat([keys, frontier]))
+        depth = _take(torch.cat([depth, torch.full_like(frontier, h)]), order)
+    return keys, depth
+
+
+@dataclass(frozen=True)
+class ActivationResult:
+    """Spreading activation of ``B`` queries, as flat pairs (sparse ``[B, N]`` in COO form).
+
+    Shapes:
+        seeds, seed_scores: ``[B, k]`` seed node ids (by cosine, descending) and their cosines.
+        query, node, depth, value: ``[P]`` every node of each query's ``n``-hop neighbourhood,
+            sorted by (query, node); ``value`` the final activation in ``[0, 1]``.
+        edge_query, edge, edge_src, edge_dst, edge_cos, edge_weight: ``[Ep]`` every edge leaving
+            a node within ``n - 1`` hops, per query: its CSR position, endpoints (indices into
+            the ``P`` pairs), raw cosine ``w`` and rescaled weight ``w'``.
+        layout: the layout that ran (``ragged`` or ``dense``).
+    """
+
+    seeds: torch.Tensor
+    seed_scores: torch.Tensor
+    query: torch.Tensor
+    node: torch.Tensor
+    depth: torch.Tensor
+    value: torch.Tensor
+    edge_query: torch.Tensor
+    edge: torch.Tensor
+    edge_src: torch.Tensor
+    edge_dst: torch.Tensor
+    edge_cos: torch.Tensor
+    edge_weight: torch.Tensor
+    layout: str
+
+    def to_dense(self, n_nodes: int) -> torch.Tensor:
+        """Activation as a dense ``[B, N]`` block (for small graphs and tests)."""
+        out = torch.zeros(self.seeds.shape[0], n_nodes, dtype=self.value.dtype, device=self.value.device)
+        out[self.query, self.node] = self.value
+        return out
+
+
+def _check_inputs(q, node_emb, edge_emb, indptr, indices, edge_index, k, hops, c, layout) -> None:
+    for name, t in (("q", q), ("node_emb", node_emb), ("edge_emb", edge_emb)):
+        if not isinstance(t, torch.Tensor) or t.ndim != 2 or not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating 2-D tensor, got {getattr(t, 'shape', type(t))}")
+    if not (q.shape[1] == node_emb.shape[1] == edge_emb.shape[1]):
+        raise ValueError(
+            f"q, node_emb and edge_emb must share d, got {q.shape[1]}, {node_emb.shape[1]}, {edge_emb.shape[1]}"
+        )
+    if q.shape[0] < 1 or node_emb.shape[0] < 1:
+        raise ValueError(f"need at least one query and one node, got q {tuple(q.shape)}, node_emb {tuple(node_emb.shape)}")
+    if bool(torch.isnan(q).any()):
+        raise ValueError("q holds NaN")
+    for name, t in (("indptr", indptr), ("indices", indices), ("edge_index", edge_index)):
+        if t.dtype != torch.int64 or t.ndim != 1:
+            raise ValueError(f"{name} must be 1-D int64, got {t.dtype} {tuple(t.shape)}")
+    if indptr.numel() != node_emb.shape[0] + 1:
+        raise ValueError(f"indptr must have N + 1 = {node_emb.shape[0] + 1} entries, got {indptr.numel()}")
+    if indices.numel() != edge_index.numel() or int(indptr[-1]) != indices.numel():
+        raise ValueError(
+            f"indices ({indices.numel()}), edge_index ({edge_index.numel()}) and indptr[-1] ({int(indptr[-1])}) must agree"
+        )
+    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= edge_emb.shape[0]):
+        raise ValueError(f"edge_index must be in [0, {edge_emb.shape[0]}), got [{int(edge_index.min())}, {int(edge_index.max())}]")
+    devices = {t.device for t in (q, node_emb, edge_emb, indptr, indices, edge_index)}
+    if len(devices) > 1:
+        raise ValueError(f"all inputs must share one device, got {sorted(map(str, devices))}")
+    if k < 1 or hops < 0:
+        raise ValueError(f"need k >= 1 and hops >= 0, got k={k}, hops={hops}")
+    if not 0.0 <= c < 1.0:
+        raise ValueError(f"c must be in [0, 1), got {c}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+
+
+def _pair_cos(q: torch.Tensor, rows: torch.Tensor, edge_emb: torch.Tensor, cols: torch.Tensor,
+              *, ratio: int = 32, tile: int = 1 << 16) -> torch.Tensor:
+    """``<q[rows[i]], edge_emb[cols[i]]>`` for every pair. ``[M]``.
+
+    When the distinct rows of ``edge_emb`` times ``B`` are at most ``ratio`` x the pairs, one
+    matrix product ``[U, d] x [d, B]`` and a gather (a GEMM does a multiply-add far cheaper than
+    a gathered row does); otherwise a gathered dot product per pair, in tiles (bounded memory).
+    """
+    batch = q.shape[0]
+    used, inverse = torch.unique(cols, return_inverse=True)
+    if used.numel() * batch <= ratio * cols.numel():
+        block = _take(edge_emb, used).to(q.dtype) @ q.T  # (U, B)
+        return block.reshape(-1).index_select(0, inverse * batch + rows)
+    out = torch.empty(rows.numel(), dtype=q.dtype, device=q.device)
+    for lo in range(0, rows.numel(), tile):
+        out[lo : lo + tile] = (_take(q, rows[lo : lo + tile]) * _take(edge_emb, cols[lo : lo + tile]).to(q.dtype)).sum(1)
+    return out
+
+
+def spreading_activation(
+    q: torch.Tensor,
+    node_emb: torch.Tensor,
+    edge_emb: torch.Tensor,
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    edge_index: torch.Tensor,
+    *,
+    k: int = 3,
+    hops: int = 4,
+    c: float = 0.4,
+    layout: str = "auto",
+    dense_max: int = 1 << 24,
+    backend: str = "auto",
+    seeds: torch.Tensor | None = None,
+) -> ActivationResult:
+    """Seeds, ``n``-hop subgraphs, per-query edge weights and synchronous spreading for ``B``
+    queries (see the module docstring for the update and the layouts).
+
+    Args:
+        q: query vectors, L2-normalized, ``[B, d]``.
+        node_emb: entity (description or name) embeddings, L2-normalized, ``[N, d]``.
+        edge_emb: relation-text embeddings, L2-normalized, ``[T, d]``.
+        indptr, indices: directed adjacency as CSR over the ``N`` entities (an undirected link
+            appears in both rows), int64 ``[N + 1]``, ``[nnz]``.
+        edge_index: row of ``edge_emb`` for each CSR entry, int64 ``[nnz]``.
+        k: seeds per query, the top-``k`` entities by cosine; ties go to the smaller id
+            (default: 3).
+        hops: rounds and subgraph radius ``n`` (default: 4).
+        c: weight rescaling offset (default: 0.4).
+        layout: ``auto`` | ``ragged`` | ``dense`` (default: auto).
+        dense_max: largest ``[E_union, B]`` block ``auto`` may take (default: 2^24 entries).
+        backend: :func:`edge_propagate` backend (default: auto).
+        seeds: seed entity ids ``[B, k']`` (-1 for none) to use instead of the top-``k`` search
+            (``seed_scores`` are then their cosines) (default: None).
+
+    Shapes: -> :class:`ActivationResult` (pairs in ``q``'s dtype and device).
+    """
+    _check_inputs(q, node_emb, edge_emb, indptr, indices, edge_index, k, hops, c, layout)
+    n, batch, dev = node_emb.shape[0], q.shape[0], q.device
+    if seeds is None:
+        seed_scores, seeds = top_k_nodes(q, node_emb, k)  # (B, k)
+    else:
+        if seeds.ndim != 2 or seeds.shape[0] != batch or seeds.dtype != torch.int64 or (seeds.numel() and int(seeds.max()) >= n):
+            raise ValueError(f"seeds must be int64 [B={batch}, k'] with ids < {n} (-1 for none), got {seeds.dtype} {tuple(seeds.shape)}")
+        seed_scores = (_take(node_emb, seeds.clamp(min=0).reshape(-1)).to(q.dtype).reshape(*seeds.shape, -1) * q[:, None, :]).sum(2)
+        seed_scores = seed_scores.masked_fill(seeds < 0, float("-inf"))
+    keys, depth = khop_pairs(indptr, indices, seeds, hops)  # (P,)
+    query, node = keys // n, keys % n
+
+    # edges leaving nodes within hops - 1 (the only ones that can carry activation in n rounds)
+    sources = torch.nonzero(depth < hops).squeeze(1)
+    owner, edge = _expand(indptr, _take(node, sources))
+    edge_src = _take(sources, owner)
+    edge_query = _take(query, edge_src)
+    edge_dst = torch.searchsorted(keys, edge_query * n + _take(indices, edge))  # always present: depth <= n
+
+    a0_pairs = (depth == 0).to(q.dtype)
+    n_union_edges = int(torch.unique(edge).numel()) if layout != "ragged" else 0
+    dense = layout == "dense" or (
+        layout == "auto" and n_union_edges * batch <= min(2 * edge.numel(), dense_max)
+    )
+    if not dense:
+        cos = _pair_cos(q, edge_query, edge_emb, _take(edge_index, edge))
+        weight = rescale_weights(cos, c)
+        value = spread(edge_src, edge_dst, weight, a0_pairs[:, None], hops, backend=backend)[:, 0]
+    else:
+        # union of the neighbourhoods: nodes U, edges E_u, one [E_u, B] weight block
+        union_nodes, node_u = torch.unique(node, return_inverse=True)
+        union_edges, edge_u = torch.unique(edge, return_inverse=True)
+        src_u = torch.zeros(union_edges.numel(), dtype=torch.int64, device=dev)
+        dst_u = torch.zeros_like(src_u)
+        src_u[edge_u] = _take(node_u, edge_src)
+        dst_u[edge_u] = _take(node_u, edge_dst)
+        block = _take(edge_emb, _take(edge_index, union_edges)).to(q.dtype) @ q.T  # (E_u, B)
+        a0 = torch.zeros(union_nodes.numel(), batch, dtype=q.dtype, device=dev)
+        a0[node_u, query] = a0_pairs
+        act = spread(src_u, dst_u, rescale_weights(block, c), a0, hops, backend=backend)  # (U, B)
+        value = act[node_u, query]
+        cos = block[edge_u, edge_query]
+        weight = rescale_weights(cos, c)
+    return ActivationResult(
+        seeds=seeds, seed_scores=seed_scores, query=query, node=node, depth=depth, value=value,
+        edge_query=edge_query, edge=edge, edge_src=edge_src, edge_dst=edge_dst, edge_cos=cos,
+        edge_weight=weight, layout="dense" if dense else "ragged",
+    )
