@@ -1,0 +1,74 @@
+"""Signal ablations: the fused chunk graph rebuilt in memory without one edge signal.
+
+The index stores each signal's undirected edges (``graph/signals/<name>.{rows,cols,weights}.npy``,
+upper triangle) beside the fused ``W``, so a variant graph is a re-fusion of the stored signals
+(:func:`engine.graph.fuse.fuse_signals` with the index's weights, tau and degree cap) plus a new
+spectrum and clusters (:func:`engine.graph.spectrum.spectral_coordinates`). No signal is
+re-extracted, so the variant differs from the stored graph only by the dropped signal, and the
+stored index is never touched. Fusing every stored signal reproduces the stored ``W`` (the same
+edges; weights within float32 rounding, as the signals are stored in float32) and its clusters
+(tested).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from engine.errors import SpectragError
+from engine.graph.fuse import fuse_signals
+from engine.graph.spectrum import spectral_coordinates
+
+
+def stored_signals(index) -> dict[str, sp.csr_matrix]:
+    """Each stored signal as an ``[n, n]`` CSR holding its upper-triangle edges."""
+    folder = index.path / "graph" / "signals"
+    if index.graph is None or not folder.is_dir():
+        raise SpectragError(f"{index.path}: the index has no stored graph signals (built with graph.enabled = false?)")
+    n = len(index.chunks)
+    out = {}
+    for rows_file in sorted(folder.glob("*.rows.npy")):
+        name = rows_file.name.removesuffix(".rows.npy")
+        rows = np.load(rows_file)
+        cols = np.load(folder / f"{name}.cols.npy")
+        data = np.load(folder / f"{name}.weights.npy")
+        out[name] = sp.csr_matrix((data, (rows, cols)), shape=(n, n))
+    return out
+
+
+def rebuild_graph(index, drop: tuple[str, ...] = (), signals: dict[str, sp.csr_matrix] | None = None) -> dict[str, Any]:
+    """The index's graph fused without the signals in ``drop``: a dict with the keys of
+    :func:`engine.graph.build.load_graph` that :meth:`QueryState.from_index` reads (``signals``
+    holds the kept signals' edges as ``(rows, cols, weights)``), plus ``facts`` (edges,
+    components, spectrum report). ``signals`` reuses :func:`stored_signals`."""
+    signals = stored_signals(index) if signals is None else signals
+    unknown = set(drop) - set(signals)
+    if unknown:
+        raise SpectragError(f"cannot drop signal(s) {sorted(unknown)}: the index stores {sorted(signals)}")
+    keep = {k: v for k, v in signals.items() if k not in drop}
+    if not keep:
+        raise SpectragError(f"dropping {sorted(drop)} leaves no edge signal")
+    cfg = index.config.graph
+    fused = fuse_signals(keep, cfg.signal_weights(), tau=cfg.tau, max_degree=cfg.max_degree)
+    spectrum = spectral_coordinates(fused.weights, cfg.spectral_dim, tol=cfg.lanczos_tol,
+                                    clusters=cfg.clusters, seed=cfg.seed)
+    facts = {"dropped": list(drop), "edges": int(fused.weights.nnz // 2), "components": spectrum.components,
+             "isolated_nodes": spectrum.isolated, "spectrum": spectrum.report}
+    kept_edges = {}  # the stored layout (rows, cols, weights), for state built from the signals
+    for name, upper in keep.items():
+        coo = upper.tocoo()
+        kept_edges[name] = (coo.row.astype(np.int64), coo.col.astype(np.int64), coo.data.astype(np.float32))
+    return {"weights": fused.weights, "coordinates": spectrum.coordinates, "eigenvalues": spectrum.eigenvalues,
+            "clusters": spectrum.clusters, "signals": kept_edges, "facts": facts}
+
+
+def with_graph(retriever, graph: dict[str, Any]):
+    """A copy of ``retriever`` (same index and config) whose query state uses ``graph``."""
+    from engine.query.state import QueryState
+
+    other = copy.copy(retriever)
+    other.state = QueryState.from_index(retriever.index, retriever.state.device, graph=graph)
+    return other

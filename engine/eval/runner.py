@@ -1,0 +1,269 @@
+"""``evaluate``: build or reuse an index, run every method on all questions in batches, score.
+
+Query vectors are embedded once and shared by every method, ablation, sweep point and budget;
+each batch goes through :meth:`Retriever.score_batch`, and the scoring is tensor work over all
+questions at once (:mod:`engine.eval.score`, :mod:`engine.eval.metrics`). Ablations and the
+sweep are in :mod:`engine.eval.variants`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.config import IndexConfig
+from engine.errors import SpectragError
+from engine.eval.datasets import Dataset, load_dataset
+from engine.eval.score import Run, make_scorer
+
+# --- index ---------------------------------------------------------------------------------
+
+
+def _fingerprint(path: Path) -> list[Any]:
+    """Size and mtime of the corpus file(s): a changed corpus gets a new cache folder."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return [[p.relative_to(path).as_posix() if p != path else p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+
+
+def cache_folder(ds: Dataset, config: IndexConfig, cache_dir: str | Path | None = None) -> Path:
+    """``<cache>/eval/<dataset>-<hash of corpus path, corpus files, format and config>``."""
+    from engine.index.embed import default_cache_dir
+
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "eval"
+    key = json.dumps({"corpus": str(ds.corpus.resolve()), "files": _fingerprint(ds.corpus), "format": ds.fmt,
+                      "config": config.to_dict()}, sort_keys=True)
+    return root / f"{ds.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def find_openie(ds: Dataset) -> Path | None:
+    """The one ``openie_*.json`` beside a HippoRAG-layout corpus (HippoRAG ships its LLM
+    extractions so), else None."""
+    if ds.name not in ("musique", "2wiki", "hotpotqa"):
+        return None
+    found = sorted(ds.corpus.parent.glob("openie_*.json"))
+    return found[0] if len(found) == 1 else None
+
+
+def with_openie(config: IndexConfig, path: Path) -> IndexConfig:
+    """What ``spectrag index --openie`` does: the knowledge graph (modes activation, combined) from
+    the OpenIE file, and the entity edge signal too unless ``graph.entities_file`` is set."""
+    if not path.is_file():
+        raise SpectragError(f"--openie {path}: no such file")
+    if not hasattr(config, "kg"):  # an engine without the knowledge graph
+        return config
+    graph = config.graph if config.graph.entities_file else replace(config.graph, entities_file=str(path))
+    return replace(config, graph=graph, kg=replace(config.kg, enabled=True, source="openie", openie_file=str(path)))
+
+
+def resolve_index(ds: Dataset, index=None, config: IndexConfig | None = None, cache_dir: str | Path | None = None,
+                  log: Callable[[str], None] = lambda _: None):
+    """The index to evaluate: ``index`` (an :class:`Index` or a folder) when given, else the cache
+    folder's, built there first when absent (atomically, by :func:`build_index`)."""
+    from engine.index.build import build_index
+    from engine.index.store import Index, load_index
+
+    if isinstance(index, Index):
+        return index, {"path": str(index.path), "built": False}
+    if index is not None:
+        path = Path(index)
+        if not path.exists():
+            raise SpectragError(f"--index {path}: no such index folder")
+        return load_index(path), {"path": str(path), "built": False}
+    folder = cache_folder(ds, config or IndexConfig(), cache_dir)
+    if (folder / "manifest.json").is_file():
+        log(f"reusing index {folder}")
+        return load_index(folder), {"path": str(folder), "built": False}
+    log(f"building index of {ds.corpus} into {folder}")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    built = build_index(ds.corpus, folder, config or IndexConfig(), fmt=ds.fmt)
+    return built, {"path": str(folder), "built": True, "seconds": round(time.perf_counter() - start, 1)}
+
+
+# --- running ---------------------------------------------------------------------------------
+
+
+def _pad_cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    width = max(1, max(p.shape[1] for p in parts))
+    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]), value=-1) for p in parts])
+
+
+def run_method(retriever, texts: list[str], qvecs: torch.Tensor, mode: str, budget: int | None,
+               batch_size: int) -> Run:
+    """``retriever.score_batch`` over the questions in batches of ``batch_size``."""
+    ranks, sels, used = [], [], []
+    seconds = 0.0
+    for lo in range(0, len(texts), batch_size):
+        start = time.perf_counter()
+        res = retriever.score_batch(texts[lo : lo + batch_size], budget=budget, mode=mode, qvecs=qvecs[lo : lo + batch_size])
+        seconds += time.perf_counter() - start
+        pos = res.selected
+        chosen = torch.where(pos >= 0, res.candidates.gather(1, pos.clamp(min=0)), torch.full_like(pos, -1))
+        ranks.append(res.ranking().cpu())
+        sels.append(chosen.cpu())
+        used.append(res.used_tokens.cpu())
+    return Run(_pad_cat(ranks), _pad_cat(sels), torch.cat(used), seconds)
+
+
+def with_config(retriever, **overrides: Any):
+    """A copy of ``retriever`` sharing its state, with ``RetrieverConfig`` fields replaced."""
+    other = copy.copy(retriever)
+    other.config = replace(retriever.config, **overrides)
+    return other
+
+
+# --- methods ---------------------------------------------------------------------------------
+
+
+def available_modes() -> tuple[str, ...]:
+    """Every retrieval mode of the pipeline as it is now (``MODES`` plus ``KG_MODES`` where the
+    knowledge-graph modes exist)."""
+    from engine.query import pipeline
+
+    return tuple(dict.fromkeys(tuple(pipeline.MODES) + tuple(getattr(pipeline, "KG_MODES", ()))))
+
+
+def resolve_methods(spec: str | Sequence[str], modes: Sequence[str]) -> tuple[list[str], bool]:
+    """Method names and whether they came from ``all`` (then a method this index cannot run is
+    skipped with its reason instead of failing the evaluation)."""
+    if isinstance(spec, str):
+        if spec.strip() == "all":
+            return list(modes), True
+        spec = [s.strip() for s in spec.split(",") if s.strip()]
+    names = list(dict.fromkeys(spec))
+    bad = [m for m in names if m not in modes]
+    if bad or not names:
+        raise SpectragError(f"--methods: unknown method(s) {', '.join(bad) or '(none given)'}; "
+                            f"choose all or a comma-separated list of {', '.join(modes)}")
+    return names, False
+
+
+def _try(run: Callable[[], Run], name: str, lenient: bool, skipped: dict[str, str]) -> Run | None:
+    try:
+        return run()
+    except SpectragError as exc:
+        if not lenient:
+            raise
+        skipped[name] = str(exc)
+        return None
+
+
+def evaluate(
+    dataset: str,
+    data: str | Path | None = None,
+    *,
+    index=None,
+    methods: str | Sequence[str] = "all",
+    ablations: bool = False,
+    sweep: bool = False,
+    budget: int | None = None,
+    budgets: Sequence[int] = (),
+    batch_size: int = 256,
+    config: IndexConfig | None = None,
+    openie: str | Path | None = "auto",
+    retriever_config=None,
+    cache_dir: str | Path | None = None,
+    out: str | Path | None = None,
+    trec_dir: str | Path | None = None,
+    plots: bool = True,
+    command: str | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Evaluate retrieval methods on ``dataset`` (see :mod:`engine.eval.datasets`) and return
+    the results as a JSON-ready dict; with ``out``, also write ``eval_<dataset>.json`` / ``.md``,
+    TREC runs and qrels (in ``trec_dir``, default ``out/eval_<dataset>_trec``), and (``plots``) PNG
+    plots there.
+
+    ``methods``: ``all`` (every mode of the pipeline at run time, :func:`available_modes`) or a
+    list / comma-separated string; under ``all`` a mode this index cannot run is reported in
+    ``skipped`` with the reason. ``openie``: when an index is built, an OpenIE file to build it
+    with (as ``spectrag index --openie``), ``None`` for none, or ``auto`` (default): the dataset
+    folder's own ``openie_*.json`` (HippoRAG layout), if any. ``ablations``: the full pipeline
+    (``spectral``) with one stage or one edge signal switched off at a time. ``sweep``: one
+    parameter at a time around the defaults (:data:`SWEEP`). ``budget``: context tokens per
+    question (default: the retriever's). ``budgets``: more budgets at which every method's context
+    P / R / F1 is also reported (ranking metrics do not depend on the budget).
+    """
+    from engine.query import pipeline
+
+    if batch_size < 1:
+        raise SpectragError(f"--batch-size must be >= 1, got {batch_size}")
+    for b in ([budget] if budget is not None else []) + list(budgets):
+        if b < 1:
+            raise SpectragError(f"--budget and --budgets must be >= 1 token, got {b}")
+    ds = load_dataset(dataset, data)
+    names, lenient = resolve_methods(methods, available_modes())
+    config = config or IndexConfig()
+    openie_file = None if index is not None else find_openie(ds) if openie == "auto" else openie
+    if openie_file is not None:
+        log(f"knowledge graph and entity signal from {openie_file}")
+        config = with_openie(config, Path(openie_file))
+    idx, index_info = resolve_index(ds, index, config, cache_dir, log)
+    if openie_file is not None:
+        index_info["openie"] = str(openie_file)
+    scorer, table = make_scorer(ds, idx)
+    index_info.update(chunks=len(idx.chunks), source=idx.manifest.get("source", {}))
+    if gold_gap := scorer.gold.report["unmapped"]:
+        log(f"warning: {gold_gap} of {scorer.gold.report['gold_items']} gold items could not be mapped to the corpus")
+
+    retriever = pipeline.Retriever(idx, retriever_config)
+    texts = [q.text for q in ds.questions]
+    start = time.perf_counter()
+    qvecs = torch.cat([retriever.embed(texts[lo : lo + batch_size]) for lo in range(0, len(texts), batch_size)])
+    embed_seconds = time.perf_counter() - start
+    eff_budget = retriever.config.select.budget if budget is None else budget
+
+    result: dict[str, Any] = {
+        "command": command,
+        "dataset": {"name": ds.name, "corpus": str(ds.corpus), "questions_file": str(ds.questions_file),
+                    "questions": len(ds.questions),
+                    "groups": {g: {v: vals.count(v) for v in sorted(set(vals))} for g, vals in scorer.groups.items()}},
+        "gold": scorer.gold.report,
+        "index": index_info,
+        "settings": {"budget": eff_budget, "batch_size": batch_size, "device": str(retriever.state.device),
+                     "retriever": asdict(retriever.config), "query_embedding_seconds": round(embed_seconds, 2)},
+        "methods": {},
+        "skipped": {},
+    }
+    runs: dict[str, Run] = {}
+    for name in names:
+        log(f"method {name}")
+        run = _try(lambda: run_method(retriever, texts, qvecs, name, budget, batch_size), name, lenient, result["skipped"])
+        if run is not None:
+            runs[name] = run
+            result["methods"][name] = scorer.summary(run)
+    if budgets:
+        result["budgets"] = {}
+        for b in sorted(set(int(b) for b in budgets)):
+            log(f"budget {b}")
+            result["budgets"][str(b)] = {
+                name: {k: v for k, v in scorer.summary(run_method(retriever, texts, qvecs, name, b, batch_size),
+                                                       detail=False).items() if k in ("overall", "context")}
+                for name in runs}
+            for row in result["budgets"][str(b)].values():
+                row["overall"] = {k: row["overall"][k] for k in ("P", "R", "F1")}
+    if ablations:
+        from engine.eval.variants import run_ablations
+
+        result["ablations"] = run_ablations(retriever, texts, qvecs, budget, batch_size, scorer, runs, log)
+    if sweep:
+        from engine.eval.variants import run_sweep
+
+        result["sweep"] = run_sweep(retriever, texts, qvecs, budget, batch_size, scorer, log)
+    if out is not None:
+        from engine.eval.report import write_outputs
+
+        result["outputs"] = write_outputs(Path(out), result, runs, scorer, ds, plots=plots, log=log,
+                                          trec_dir=Path(trec_dir) if trec_dir is not None else None)
+    return result
+
+
+__all__ = ["available_modes", "cache_folder", "evaluate", "resolve_index", "run_method", "with_config"]
