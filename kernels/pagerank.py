@@ -42,6 +42,7 @@ from typing import Optional, Union
 import torch
 
 from kernels._checks import check_dense_blocks
+from kernels.heat import block_diagonal_csr, check_sparse_dtype, csr_int32, use_sparse_blocks
 
 __all__ = [
     "PageRankNotConverged",
@@ -218,7 +219,7 @@ def random_walk_operator(A: torch.Tensor, dtype: torch.dtype = torch.float64) ->
     PT = torch.sparse_coo_tensor(
         torch.stack([col.long(), row.long()]), w, (n, n), device=dev, check_invariants=False
     ).coalesce().to_sparse_csr()
-    return RandomWalkOperator(PT=PT, dangling=dangling)
+    return RandomWalkOperator(PT=csr_int32(PT), dangling=dangling)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,6 +277,8 @@ def personalized_pagerank(
     if op is None:
         op = random_walk_operator(A, dtype=X.dtype)
     PT = op.PT if op.PT.dtype == X.dtype else op.PT.to(X.dtype)
+    check_sparse_dtype(PT, "A")
+    PT = csr_int32(PT)  # no-op for an operator from random_walk_operator
     dang_idx = op.dangling.nonzero().flatten()
     has_dangling = dang_idx.numel() > 0
 
@@ -362,6 +365,7 @@ def personalized_pagerank_dense_batched(
     tol: float = 1e-8,
     max_iter: int = 100,
     raise_on_failure: bool = True,
+    spmm: str = "auto",
 ) -> PageRankResult:
     """Personalized PageRank on ``B`` padded induced subgraphs at once with ``bmm``.
 
@@ -377,6 +381,9 @@ def personalized_pagerank_dense_batched(
             start ``1/n_b``, convergence threshold ``n_b * tol``).  Without ``mask`` all ``P``
             nodes are real.
         damping, tol, max_iter, raise_on_failure: as in :func:`personalized_pagerank`.
+        spmm: ``dense`` (``bmm``), ``sparse`` (one block-diagonal CSR) or ``auto`` (sparse on
+            the CPU for blocks at most 25% nonzero; :func:`kernels.heat.use_sparse_blocks`)
+            (default: auto). Same result up to rounding.
 
     Returns:
         :class:`PageRankResult` with ``scores`` shaped like ``X``; ``residual``,
@@ -417,6 +424,16 @@ def personalized_pagerank_dense_batched(
     dangling = (deg == 0) & m
     inv = torch.where(deg > 0, 1.0 / torch.where(deg > 0, deg, torch.ones_like(deg)), torch.zeros_like(deg))
     PT = (A * inv.to(dt).unsqueeze(2)).transpose(1, 2).contiguous()  # [B, P, P]
+    if use_sparse_blocks(PT, spmm):
+        check_sparse_dtype(PT, "A_blocks")
+        PTs = block_diagonal_csr(PT)  # [B P, B P]
+
+        def walk(v: torch.Tensor) -> torch.Tensor:
+            return torch.sparse.mm(PTs, v.reshape(Bn * P, -1)).reshape(v.shape)
+    else:
+
+        def walk(v: torch.Tensor) -> torch.Tensor:
+            return torch.bmm(PT, v)
     dang = dangling.to(dt).unsqueeze(1)  # [B, 1, P]
 
     C = X3.shape[2]
@@ -431,7 +448,7 @@ def personalized_pagerank_dense_batched(
     for it in range(1, max_iter + 1):
         n_iter = it
         scale = torch.bmm(dang, x).mul_(damping).add_(1.0 - damping)  # [B, 1, C]
-        xn = torch.bmm(PT, x).mul_(damping).addcmul_(p, scale)
+        xn = walk(x).mul_(damping).addcmul_(p, scale)
         err = (xn - x).abs_().sum(dim=1)  # [B, C]
         residual = torch.where(active, err, residual)
         col_iters = torch.where(active, torch.full_like(col_iters, it), col_iters)
