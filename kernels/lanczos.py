@@ -243,6 +243,7 @@ def lanczos_eigsh(
     n: Optional[int] = None,
     dtype: Optional[torch.dtype] = None,
     device: Optional[Union[str, torch.device]] = None,
+    v0: Optional[Tensor] = None,
 ) -> LanczosResult:
     r"""A few extreme eigenpairs of a symmetric operator by thick-restart Lanczos.
 
@@ -341,6 +342,12 @@ def lanczos_eigsh(
             (default: :obj:`None`, i.e. ``torch.float64``)
         device (torch.device, optional): Device for a callable ``A``.
             (default: :obj:`None`, i.e. CPU)
+        v0 (torch.Tensor, optional): Warm start, ``[n]`` or a block ``[n, p]`` (e.g. the
+            eigenvectors of a slightly different operator). A block is orthonormalized and its
+            columns summed, so the start vector holds every column's direction with equal
+            weight (when the columns span an invariant subspace, ``p`` Lanczos steps span it).
+            Ignored by the dense path. (default: :obj:`None`, a random start drawn with
+            ``seed``)
 
     Returns:
         LanczosResult: ``eigenvalues`` :math:`(k,)`, ``eigenvectors`` :math:`(n, k)`,
@@ -382,10 +389,11 @@ def lanczos_eigsh(
     if not isinstance(probe, bool):
         raise ValueError(f"probe must be a bool, got probe={probe!r}")
 
+    start = None if v0 is None else _start_vector(v0, n, op.dtype, op.device)
     if n <= DENSE_MAX_N or ncv >= n:
         result, msg = _dense_solve(op, k, which, tol)
     else:
-        result, msg = _thick_restart(op, k, which, tol, max_iter, ncv, seed, probe)
+        result, msg = _thick_restart(op, k, which, tol, max_iter, ncv, seed, probe, start)
     if not result.converged and raise_on_failure:
         raise LanczosNotConverged(
             f"lanczos_eigsh did not converge (k={k}, which={which!r}, ncv={ncv}, "
@@ -393,6 +401,25 @@ def lanczos_eigsh(
             result,
         )
     return result
+
+
+def _start_vector(v0: Tensor, n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The warm-start vector of a block ``v0 [n] | [n, p]``: the sum of its orthonormalized
+    (independent) columns, in the working dtype and device."""
+    if not isinstance(v0, Tensor):
+        raise ValueError(f"v0 must be a torch.Tensor [n] or [n, p] or None, got {type(v0).__name__}")
+    V = v0.detach().to("cpu", torch.float64)
+    V = V.unsqueeze(1) if V.dim() == 1 else V
+    if V.dim() != 2 or V.shape[0] != n or V.shape[1] < 1:
+        raise ValueError(f"v0 must have shape [n] or [n, p] with n={n}, got shape={tuple(v0.shape)}")
+    if not bool(torch.isfinite(V).all()):
+        raise ValueError("v0 has NaN or infinite entries")
+    Qv, R = torch.linalg.qr(V)
+    diag = R.diagonal().abs()
+    independent = diag > 1e-10 * float(diag.max())
+    if not bool(independent.any()):
+        raise ValueError("v0 is zero: it gives no start direction")
+    return _to(Qv[:, independent].sum(dim=1), dtype, device)
 
 
 def _orthonormalize_against(
@@ -427,6 +454,7 @@ def _thick_restart(
     m: int,
     seed: int,
     probe: bool,
+    start: Optional[Tensor] = None,
 ) -> tuple[LanczosResult, str]:
     n, wd, dev = op.n, op.dtype, op.device
     eps = torch.finfo(wd).eps
@@ -441,7 +469,7 @@ def _thick_restart(
     # Basis stored as rows: Q[j] is the j-th Lanczos vector (contiguous per vector).
     Q = torch.empty(m + 1, n, dtype=wd, device=dev)
     H = torch.zeros(m + 1, m, dtype=torch.float64)  # projection coefficients (CPU, float64)
-    v = random_vector()
+    v = random_vector() if start is None else start
     Q[0] = v / torch.linalg.vector_norm(v)
     j0 = 0
     anorm = 0.0  # running lower bound on ||A||

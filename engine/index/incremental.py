@@ -1,0 +1,410 @@
+"""Adding documents to an existing index (issue 7): the new version equals a full build of the
+old corpus followed by the new documents. Only the new chunks are chunked, embedded and searched
+for neighbours; what depends on the whole corpus (BM25, entity and citation signals, fusion,
+spectrum) is recomputed, and those stages dominate the cost (``bench/results/incremental_cpu.md``).
+
+New chunks get ids ``n_old .. n_old + m - 1``, in the order the added corpus gives them: the
+order a full build of "old documents, then new documents" gives. (A full build of one folder
+orders its files by path: unless the new files sort after the old ones, it is the same index
+modulo that permutation of chunk ids, except where a top-k cut breaks a tie by chunk id.) A
+document id already in the index is an error: ids must stay unique for adjacency, section and
+citation edges, and a corpus whose ids are list positions (musique, 2wiki, multihop-rag, a JSON
+list without ``id``) collides with itself.
+
+Stage by stage, what is reused and what is recomputed:
+
+==========  ==============================  ==================================================
+stage       reused                          recomputed
+==========  ==============================  ==================================================
+chunks      the old chunk table             the new documents, chunked
+embed       the old embeddings              the new chunks only
+dense       the old FAISS IndexFlatIP       the new vectors appended (``add``)
+bm25        --                              all: IDF and the mean chunk length are global
+semantic    each old row's k nearest        new rows against all; each old row's list merged
+            (from the stored signal)        with its k nearest among the new rows (exact)
+adjacency,  the old edges                   the new documents' edges (they stay inside a
+section                                     document)
+entity      --                              all: IDF weights and the df cap depend on n
+citation    --                              all: old chunks may mention a new title, and a new
+                                            longer title hides a shorter one inside it
+utility     --                              all (only with ``graph.questions_file``)
+fuse        --                              all: threshold, degree cap, symmetrization, O(nnz)
+spectrum    the old eigenvectors            Lanczos started from them; k-means; RCM order
+kg          --                              all, when the index has one (entity merging is
+                                            global; names already embedded hit the cache)
+==========  ==============================  ==================================================
+
+The kNN update is exact. When the configuration would give the union an approximate (IVF)
+kNN (``graph.knn = "ivf"``, or ``"auto"`` above ``graph.knn_exact_max_n`` chunks), a rebuild
+differs from the add by that approximation; the manifest's ``graph.knn`` says which was used.
+
+Why an old row's stored edges give its neighbour list: the stored semantic signal is the
+symmetrized kNN graph, so row i holds i's own k nearest plus the rows that have i among theirs,
+which are no nearer; its k strongest entries are i's list (up to exact ties).
+
+The new version is written into a temporary folder beside the index and swapped in
+(:func:`engine.index.store.atomic_directory`): an interrupted add leaves the old index as it was.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from engine.config import GraphConfig
+from engine.errors import CorpusError, SpectragError
+from engine.index.build import BuildReport, _check_documents, _versions, embedding_text
+from engine.index.chunk import Chunk, chunk_document
+from engine.index.dense import DenseIndex, _faiss
+from engine.index.lexical import BM25Index
+from engine.index.load import Document, detect_format, iter_documents
+from engine.index.store import (
+    CHUNKS,
+    EMBEDDINGS,
+    MANIFEST,
+    Index,
+    atomic_directory,
+    load_index,
+    write_chunks,
+    write_manifest,
+)
+
+SIGNAL_ORDER = ("semantic", "adjacency", "section", "entity", "citation", "utility")  # as build_signals
+# formats whose document ids are list positions, so that any second file collides
+_POSITION_IDS = "musique, 2wiki and multihop-rag files and JSON lists without 'id' number documents from 0"
+
+
+@dataclass
+class AddReport(BuildReport):
+    """What an add did: the added documents, chunks and tokens, seconds per stage, and the
+    warm-started Lanczos run (``cycles``, ``matvecs``)."""
+
+    lanczos: dict[str, Any] = field(default_factory=dict)
+
+
+def add_documents(
+    index_dir: str | Path,
+    source: str | Path,
+    *,
+    fmt: str = "auto",
+    skip_empty: bool = False,
+    progress: bool = False,
+    embeddings: np.ndarray | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> Index:
+    """Add the documents of the corpus at ``source`` to the index at ``index_dir``; returns the
+    new version, loaded.
+
+    ``embeddings`` (float32 ``[m, d]``, one row per new chunk) is required exactly when the index
+    was built from supplied embeddings. Raises :class:`SpectragError` subclasses for a missing
+    or corrupt index, a document id already in it, or an empty addition.
+    """
+    index_dir, source = Path(index_dir), Path(source)
+    report = AddReport()
+    tick = time.perf_counter()
+
+    def stage(name: str) -> None:
+        nonlocal tick
+        now = time.perf_counter()
+        report.seconds[name] = round(now - tick, 3)
+        tick = now
+        if on_stage is not None:
+            on_stage(name)
+
+    old = load_index(index_dir)  # format version and every checksum: a corrupt index is refused
+    manifest_bytes = (index_dir / MANIFEST).read_bytes()
+    config, n_old = old.config, len(old)
+    stage("verify")
+
+    fmt = detect_format(source) if fmt == "auto" else fmt
+    docs, report.skipped_empty = _check_documents(list(iter_documents(source, fmt)), source, skip_empty)
+    _check_new_ids(docs, old.chunks, source, index_dir)
+    report.documents = len(docs)
+    stage("load")
+
+    new_chunks: list[Chunk] = []
+    for doc in _progress(docs, progress, "chunk"):
+        new_chunks.extend(chunk_document(doc, config.chunk))
+    report.chunks, report.tokens = len(new_chunks), sum(c.n_tokens for c in new_chunks)
+    chunks = old.chunks + new_chunks
+    texts = [embedding_text(c, config.embed.include_title) for c in chunks]
+    stage("chunk")
+
+    embedder, new_vectors = _embed(old, texts[n_old:], embeddings, report, progress)
+    encode = embedder.encode if embedder is not None else None
+    try:
+        vectors = np.concatenate([np.asarray(old.embeddings, dtype=np.float32), new_vectors])
+        stage("embed")
+
+        dense = _faiss().read_index(str(index_dir / DenseIndex.FILE))
+        dense.add(new_vectors)  # IndexFlatIP: exactly the index a full build makes of all vectors
+        stage("dense")
+        bm25 = BM25Index.build(texts, config.bm25)
+        stage("bm25")
+
+        graph = None
+        if old.manifest.get("graph"):
+            graph = update_graph(old.graph, chunks, vectors, n_old, config.graph, dense, encode=encode)
+            report.lanczos = {k: graph[2]["spectrum"].get(k) for k in ("method", "n_iter", "n_matvec", "converged")}
+            stage("graph")
+        kg = None
+        if old.manifest.get("kg"):  # no incremental path yet (entity merging is global): rebuilt in full
+            from engine.kg.build import build_kg
+
+            kg = build_kg(chunks, config.kg, encode=encode, progress=progress)
+            stage("kg")
+    finally:
+        if embedder is not None:
+            embedder.close()
+
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    manifest = {k: v for k, v in old.manifest.items() if k not in ("format", "format_version", "files")}
+    counts = dict(manifest["counts"])
+    counts.update(
+        documents=counts["documents"] + report.documents,
+        chunks=len(chunks),
+        tokens=counts["tokens"] + report.tokens,
+        skipped_empty_documents=counts.get("skipped_empty_documents", 0) + report.skipped_empty,
+        embedding_cache_hits=report.cache_hits,
+    )
+    addition = {"path": str(source), "format": fmt, "created": created, "documents": report.documents,
+                "chunks": report.chunks, "first_chunk": n_old, "seconds": report.seconds}
+    manifest.update(counts=counts, additions=[*manifest.get("additions", []), addition], versions=_versions())
+    with atomic_directory(index_dir, overwrite=True) as tmp:
+        np.save(tmp / EMBEDDINGS, vectors)
+        _faiss().write_index(dense, str(tmp / DenseIndex.FILE))
+        bm25.save(tmp)
+        write_chunks(tmp / CHUNKS, chunks)
+        if graph is not None:
+            from engine.graph.build import save_graph
+
+            fused, spectrum, facts = graph
+            manifest["graph"] = {**facts, "order": save_graph(tmp, fused, spectrum)}
+        if kg is not None:
+            from engine.kg.store import save_kg
+
+            save_kg(tmp, kg[0])
+            manifest["kg"] = kg[1]
+        write_manifest(tmp, manifest)
+        if (index_dir / MANIFEST).read_bytes() != manifest_bytes:
+            raise SpectragError(f"{index_dir} changed while documents were being added; nothing was written")
+        stage("write")
+    del old
+    index = load_index(index_dir, verify=False)
+    index.report = report
+    return index
+
+
+def _progress(items: list, progress: bool, desc: str):
+    if not progress:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit="doc")
+
+
+def _check_new_ids(docs: list[Document], old_chunks: list[Chunk], source: Path, index_dir: Path) -> None:
+    existing = {c.doc_id for c in old_chunks}
+    clash = [d.doc_id for d in docs if d.doc_id in existing]
+    if clash:
+        raise CorpusError(
+            f"{source}: document id {clash[0]!r} is already in the index {index_dir} ({len(clash)} of "
+            f"{len(docs)} ids clash); ids must be unique ({_POSITION_IDS}: give the records ids in a JSONL file)"
+        )
+
+
+def _embed(old: Index, texts: list[str], supplied: np.ndarray | None, report: AddReport, progress: bool):
+    """The new chunks' vectors ``[m, d]`` (and the embedder, kept open for the utility signal)."""
+    info = old.manifest["embedding"]
+    if info.get("fingerprint") == "supplied":
+        if supplied is None:
+            raise SpectragError(
+                f"{old.path} was built from embeddings supplied by the caller: pass embeddings "
+                f"(float32 [{len(texts)}, {info['dim']}]) for the new chunks"
+            )
+        vectors = np.ascontiguousarray(supplied, dtype=np.float32)
+        if vectors.shape != (len(texts), info["dim"]):
+            raise CorpusError(
+                f"embeddings has shape {vectors.shape}, expected [{len(texts)} new chunks, {info['dim']}]"
+            )
+        return None, vectors
+    if supplied is not None:
+        raise SpectragError(
+            f"embeddings: {old.path} embeds with the model {info['model']!r}; supplied vectors would not "
+            "match its queries (pass embeddings only to an index built from supplied embeddings)"
+        )
+    from engine.index.embed import Embedder
+
+    embedder = Embedder(old.config.embed)
+    if embedder.fingerprint != info.get("fingerprint"):
+        embedder.close()
+        raise SpectragError(
+            f"{old.path} was embedded by a model with fingerprint {info.get('fingerprint')}, but "
+            f"{old.config.embed.model!r} now has {embedder.fingerprint}; rebuild the index"
+        )
+    try:
+        vectors = embedder.encode(texts, show_progress=progress)
+    except BaseException:
+        embedder.close()
+        raise
+    report.cache_hits = embedder.last_cache_hits
+    return embedder, vectors
+
+
+# --------------------------------------------------------------------------------------- graph
+
+
+def update_graph(
+    old_graph: dict[str, Any],
+    chunks: list[Chunk],
+    vectors: np.ndarray,
+    n_old: int,
+    config: GraphConfig,
+    dense,
+    *,
+    encode: Callable[[list[str]], np.ndarray] | None = None,
+):
+    """The chunk graph of ``chunks`` whose first ``n_old`` have the graph ``old_graph``
+    (:func:`engine.graph.build.load_graph`), as :func:`engine.graph.build.build_graph` returns
+    it. ``dense`` is the FAISS index of all ``vectors [n, d]``."""
+    from engine.graph import signals as sig
+    from engine.graph.build import _doc_codes, _record, build_signals, graph_facts
+    from engine.graph.fuse import fuse_signals
+    from engine.index import usage
+
+    n = len(chunks)
+    weights = config.signal_weights()
+    new = chunks[n_old:]
+    parts, info = build_signals(chunks, vectors, config, encode=encode, only=("entity", "citation", "utility"))
+    rebuild_knn = info["knn"]["method"]
+    info["knn"] = {"method": "exact", "incremental": True, "a rebuild would use": rebuild_knn}
+
+    def timed(name: str, make: Callable[[], sp.csr_matrix]) -> None:
+        if weights.get(name, 0) > 0:
+            mark = usage.begin()
+            parts[name] = make()
+            _record(info, name, mark)
+
+    old = lambda name, size: stored_signal(old_graph, name, n_old, size)  # noqa: E731
+    new_sections = lambda: sig.section_edges(  # noqa: E731
+        [c.doc_id for c in new], [c.section for c in new], band=config.section_band
+    )
+    timed("semantic", lambda: semantic_update(old("semantic", n_old), vectors, n_old, config.k_semantic,
+                                              min_cos=config.min_cos, index=dense))
+    timed("adjacency", lambda: old("adjacency", n) + shift(sig.adjacency_edges(_doc_codes(new)), n_old, n))
+    timed("section", lambda: old("section", n) + shift(new_sections(), n_old, n))
+    signals = {name: parts[name] for name in SIGNAL_ORDER if name in parts}  # fusion sums in this order
+    info["seconds"] = {name: info["seconds"][name] for name in SIGNAL_ORDER if name in info["seconds"]}
+
+    mark = usage.begin()
+    fused = fuse_signals(signals, weights, tau=config.tau, max_degree=config.max_degree)
+    _record(info, "fuse", mark)
+    mark = usage.begin()
+    spectrum = warm_spectrum(fused.weights, np.asarray(old_graph["coordinates"]), config)
+    _record(info, "spectrum", mark)
+    return fused, spectrum, graph_facts(info, fused, spectrum, config)
+
+
+def stored_signal(old_graph: dict[str, Any], name: str, n_old: int, n: int) -> sp.csr_matrix:
+    """The old index's symmetric signal ``name`` as CSR ``[n, n]`` (zero past ``n_old``)."""
+    if name not in old_graph["signals"]:
+        raise SpectragError(f"the index has no stored {name!r} signal (graph/signals/{name}.*.npy)")
+    rows, cols, w = (np.asarray(a) for a in old_graph["signals"][name])
+    if rows.size and max(rows.max(), cols.max()) >= n_old:
+        raise SpectragError(f"graph/signals/{name}: edges reach chunk {max(rows.max(), cols.max())} of {n_old}")
+    upper = sp.csr_matrix((w.astype(np.float32), (rows, cols)), shape=(n, n))
+    return (upper + upper.T).tocsr()
+
+
+def shift(matrix: sp.csr_matrix, offset: int, n: int) -> sp.csr_matrix:
+    """``matrix [m, m]`` placed at rows and columns ``offset .. offset + m`` of an ``[n, n]``."""
+    coo = matrix.tocoo()
+    return sp.csr_matrix((coo.data, (coo.row + offset, coo.col + offset)), shape=(n, n))
+
+
+def _knn_rows(index, queries: np.ndarray, k: int, first: int, offset: int, min_cos: float, tile: int):
+    """Edges (row, col, weight) of the ``k`` nearest entries of ``index`` to each query row, as
+    :func:`engine.graph.signals.semantic_edges` keeps them (no self, above ``min_cos``, at most 1).
+    Query ``i`` is row ``first + i``; result ids are shifted by ``offset``."""
+    rows, cols, weights = [], [], []
+    for lo in range(0, len(queries), tile):
+        block = np.ascontiguousarray(queries[lo : lo + tile], dtype=np.float32)
+        scores, ids = index.search(block, k)  # (tile, k)
+        r = np.repeat(np.arange(first + lo, first + lo + len(block)), k)
+        c, w = ids.ravel().astype(np.int64), scores.ravel()
+        keep = (c >= 0) & (c + offset != r) & (w > max(min_cos, 0.0))
+        rows.append(r[keep])
+        cols.append(c[keep] + offset)
+        weights.append(np.minimum(w[keep], 1.0))
+    return rows, cols, weights
+
+
+def semantic_update(
+    old_sym: sp.csr_matrix,
+    vectors: np.ndarray,
+    n_old: int,
+    k: int,
+    *,
+    min_cos: float = 0.0,
+    index=None,
+    tile: int = 16_384,
+) -> sp.csr_matrix:
+    """The exact cosine kNN graph of ``vectors [n, d]``, given that of its first ``n_old`` rows.
+
+    ``old_sym [n_old, n_old]`` is the stored, symmetrized semantic signal; ``index`` a FAISS
+    IndexFlatIP of all ``vectors`` (built here when None). New rows are searched against all
+    rows, as :func:`engine.graph.signals.semantic_edges` does; each old row keeps the ``k``
+    strongest of its old list and its ``k`` nearest new rows. Cost ``O((n + n_old) m d)`` for
+    ``m = n - n_old`` new rows, against ``O(n^2 d)`` for a rebuild. Shapes: -> ``[n, n]``.
+    """
+    from engine.graph.signals import coo, top_k_per_row
+
+    faiss = _faiss()
+    n, d = vectors.shape
+    if index is None:
+        index = faiss.IndexFlatIP(d)
+        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    old = top_k_per_row(old_sym, k).tocoo()  # each old row's own list
+    rows, cols, weights = [old.row.astype(np.int64)], [old.col.astype(np.int64)], [old.data]
+    r, c, w = _knn_rows(index, vectors[n_old:], min(k + 1, n), n_old, 0, min_cos, tile)
+    rows += r
+    cols += c
+    weights += w
+    if n_old:
+        new_index = faiss.IndexFlatIP(d)
+        new_index.add(np.ascontiguousarray(vectors[n_old:], dtype=np.float32))
+        r, c, w = _knn_rows(new_index, vectors[:n_old], min(k, n - n_old), 0, n_old, min_cos, tile)
+        rows += r
+        cols += c
+        weights += w
+    return top_k_per_row(coo(np.concatenate(rows), np.concatenate(cols), np.concatenate(weights), n), k)
+
+
+def warm_start(weights: sp.csr_matrix, previous: np.ndarray) -> np.ndarray:
+    """The previous coordinates ``[n_old, m]`` extended to all ``n`` nodes: a new node gets the
+    weighted mean of its old neighbours' rows (zero without any). Shapes: -> ``[n, m]``."""
+    n_old = previous.shape[0]
+    block = weights[n_old:, :n_old]  # (m_new, n_old)
+    degree = np.asarray(block.sum(axis=1)).ravel()
+    new = (block @ previous.astype(np.float64)) / np.where(degree > 0, degree, 1.0)[:, None]
+    return np.vstack([previous.astype(np.float64), new])
+
+
+def warm_spectrum(weights: sp.csr_matrix, previous: np.ndarray, config: GraphConfig):
+    """:func:`engine.graph.spectrum.spectral_coordinates` of ``weights`` with the settings
+    ``build_graph`` uses, Lanczos started from the previous coordinates ``[n_old, m]``
+    (:func:`warm_start`) instead of a random vector: the same eigenpairs to ``tol``."""
+    from engine.graph.spectrum import spectral_coordinates
+
+    v0 = warm_start(weights, previous) if previous.shape[1] else None
+    spectrum = spectral_coordinates(weights, config.spectral_dim, tol=config.lanczos_tol, clusters=config.clusters,
+                                    seed=config.seed, dtype=config.lanczos_dtype, reorder=config.lanczos_reorder, v0=v0)
+    spectrum.report["warm_start"] = v0 is not None
+    return spectrum
