@@ -39,23 +39,95 @@ def coo(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, n: int) -> sp.c
 
 
 def top_k_per_row(matrix: sp.csr_matrix, k: int) -> sp.csr_matrix:
-    """Keep the ``k`` largest entries of each row (ties: smaller column), vectorized."""
+    """Keep the ``k`` largest entries of each row (ties: smaller column), vectorized.
+
+    Only rows with more than ``k`` entries are sorted. For non-negative float32 weights (every
+    signal here) the sort is one stable argsort of an int64 key ``row << 31 | (bits(+inf) -
+    bits(w))`` (float32 bit patterns order like the values), over entries already in column
+    order; other dtypes use a three-key lexsort. Both give the same entries.
+    """
     matrix = matrix.tocsr()
-    matrix.sum_duplicates()
-    rows = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
-    order = np.lexsort((matrix.indices, -matrix.data, rows))
-    rank = np.arange(order.size) - matrix.indptr[rows[order]]
-    keep = order[rank < k]
-    return sp.csr_matrix((matrix.data[keep], (rows[keep], matrix.indices[keep])), shape=matrix.shape)
+    matrix.sum_duplicates()  # canonical: columns ascending within each row
+    n_rows = matrix.shape[0]
+    counts = np.diff(matrix.indptr)
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), counts)
+    keep = np.ones(matrix.nnz, dtype=bool)
+    big = np.flatnonzero(counts[rows] > k)  # entries of rows that must be cut
+    if big.size:
+        r, w = rows[big], matrix.data[big]
+        if w.dtype == np.float32 and bool(np.all(w >= 0)):  # (NaN fails the test)
+            bits = np.where(w == 0, np.float32(0), w).view(np.int32).astype(np.int64)  # -0.0 -> 0.0
+            order = np.argsort((r << 31) | (0x7F800000 - bits), kind="stable")
+        else:
+            order = np.lexsort((matrix.indices[big], -w, r))
+        sorted_rows = r[order]
+        first = np.searchsorted(sorted_rows, sorted_rows, side="left")  # start of each row's run
+        rank = np.arange(order.size) - first
+        keep[big[order[rank >= k]]] = False
+    kept_counts = np.bincount(rows[keep], minlength=n_rows)
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(kept_counts, out=indptr[1:])
+    return sp.csr_matrix((matrix.data[keep], matrix.indices[keep], indptr), shape=matrix.shape)
 
 
-def semantic_edges(embeddings: np.ndarray, k: int, *, min_cos: float = 0.0, tile: int = 16_384) -> sp.csr_matrix:
-    """Exact cosine kNN graph of L2-normalized ``embeddings [n, d]``, queried in tiles of rows."""
+KNN_METHODS = ("exact", "ivf")
+#: IVF training sample per list (FAISS warns below 39) and k-means iterations
+IVF_TRAIN_PER_LIST = 40
+IVF_TRAIN_ITER = 10
+
+
+def ivf_nlist(n: int) -> int:
+    """Default IVF list count: ``4 sqrt(n)`` (4,000 lists at 10^6 vectors), at most
+    ``n / IVF_TRAIN_PER_LIST``."""
+    return max(1, min(n // IVF_TRAIN_PER_LIST, int(round(4 * np.sqrt(n)))))
+
+
+def _knn_index(embeddings: np.ndarray, method: str, nlist: int, nprobe: int, seed: int, tile: int):
+    """A FAISS inner-product index over ``embeddings [n, d]``, filled tile by tile (a memory-
+    mapped input is read once, never copied whole)."""
     import faiss
 
+    n, d = embeddings.shape
+    if method == "exact":
+        index = faiss.IndexFlatIP(d)
+    elif method == "ivf":
+        nlist = nlist or ivf_nlist(n)
+        if not 1 <= nlist <= n:
+            raise ValueError(f"nlist must be in [1, n={n}] for the IVF kNN, got {nlist}")
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.cp.seed, index.cp.niter, index.cp.spherical = seed, IVF_TRAIN_ITER, True
+        sample = np.sort(np.random.default_rng(seed).choice(n, min(n, IVF_TRAIN_PER_LIST * nlist), replace=False))
+        index.train(np.ascontiguousarray(embeddings[sample], dtype=np.float32))
+        index.nprobe = max(1, min(nprobe, nlist))
+    else:
+        raise ValueError(f"method must be one of {KNN_METHODS}, got {method!r}")
+    for lo in range(0, n, tile):
+        index.add(np.ascontiguousarray(embeddings[lo : lo + tile], dtype=np.float32))
+    return index
+
+
+def semantic_edges(
+    embeddings: np.ndarray,
+    k: int,
+    *,
+    min_cos: float = 0.0,
+    tile: int = 16_384,
+    method: str = "exact",
+    nlist: int = 0,
+    nprobe: int = 8,
+    seed: int = 0,
+) -> sp.csr_matrix:
+    """Cosine kNN graph of L2-normalized ``embeddings [n, d]``, queried in tiles of rows.
+
+    ``method="exact"``: FAISS ``IndexFlatIP`` (brute force, O(n^2 d)). ``method="ivf"``:
+    FAISS ``IndexIVFFlat``, ``nlist`` lists (0: :func:`ivf_nlist`) from spherical k-means
+    (``IVF_TRAIN_ITER`` iterations on ``IVF_TRAIN_PER_LIST * nlist`` sampled rows, ``seed``),
+    each query scanning its ``nprobe`` nearest lists: about ``n * nprobe / nlist`` vectors per
+    row instead of ``n``, approximate (recall measured in ``bench/bench_scale.py``).
+    Memory: the index (one float32 copy of the vectors) plus one tile of results.
+    """
     n = embeddings.shape[0]
-    index = faiss.IndexFlatIP(embeddings.shape[1])
-    index.add(np.ascontiguousarray(embeddings, dtype=np.float32))
+    index = _knn_index(embeddings, method, nlist, nprobe, seed, tile)
     kk = min(k + 1, n)
     rows, cols, weights = [], [], []
     for lo in range(0, n, tile):
@@ -109,28 +181,46 @@ def section_edges(doc_ids: Sequence[str], sections: Sequence[tuple[str, ...]], *
     return result.tocsr()
 
 
-def entity_edges(incidence: sp.csr_matrix, idf: np.ndarray, *, top_k: int = 10, row_tile: int = 50_000) -> sp.csr_matrix:
-    """Cosine of IDF-weighted entity indicator rows: ``X X^T`` with ``X = normalize(C diag(idf))``.
+def entity_edges(
+    incidence: sp.csr_matrix,
+    idf: np.ndarray,
+    *,
+    top_k: int = 10,
+    row_tile: int = 50_000,
+    max_products: int = 20_000_000,
+) -> sp.csr_matrix:
+    """Cosine of IDF-weighted entity indicator rows: ``X X^T`` with ``X = normalize(C diag(idf))``,
+    the ``top_k`` strongest per row.
 
-    Computed in row tiles (each tile's product is pruned to ``top_k`` per row before the next),
-    so memory stays bounded by the tile and the frequent-entity cap of the incidence.
+    Computed in row tiles, each pruned to ``top_k`` per row before the next, so memory is
+    bounded by the tile: a tile holds at most ``row_tile`` rows and, when rows allow, at most
+    ``max_products`` scalar products (row ``i`` costs ``sum of df(e)`` over its entities ``e``;
+    the total, ``sum_e df(e)^2``, is what the entity document-frequency cap bounds: at most
+    ``cap * nnz(C)``). Shapes: incidence ``[n, V]``, idf ``[V]`` -> ``[n, n]``.
     """
     x = (incidence @ sp.diags(idf.astype(np.float32))).tocsr()
     norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
     x = (sp.diags(np.where(norms > 0, 1.0 / np.maximum(norms, 1e-30), 0.0).astype(np.float32)) @ x).tocsr()
+    n = x.shape[0]
     xt = x.T.tocsr()
+    df = np.diff(xt.indptr)  # chunks per entity
+    row_work = np.bincount(np.repeat(np.arange(n), np.diff(x.indptr)), weights=df[x.indices], minlength=n)
+    work = np.zeros(n + 1, dtype=np.int64)  # products of rows 0 .. i-1
+    np.cumsum(row_work.astype(np.int64), out=work[1:])
     parts = []
-    for lo in range(0, x.shape[0], row_tile):
-        block = (x[lo : lo + row_tile] @ xt).tocoo()  # (tile, n)
-        rows = block.row + lo
-        keep = rows != block.col
-        pruned = top_k_per_row(
-            sp.csr_matrix((block.data[keep], (rows[keep], block.col[keep])), shape=(x.shape[0], x.shape[0])), top_k
-        )
-        parts.append(pruned)
-    out = sum(parts[1:], parts[0]) if parts else sp.csr_matrix((x.shape[0],) * 2)
+    lo = 0
+    while lo < n:
+        hi = int(np.searchsorted(work, work[lo] + max_products, side="right")) - 1
+        hi = min(n, max(hi, lo + 1), lo + row_tile)
+        block = (x[lo:hi] @ xt).tocoo()  # (tile, n)
+        keep = block.row + lo != block.col  # no self-loops
+        parts.append(top_k_per_row(
+            sp.csr_matrix((block.data[keep], (block.row[keep], block.col[keep])), shape=(hi - lo, n)), top_k
+        ))
+        lo = hi
+    out = sp.vstack(parts, format="csr") if parts else sp.csr_matrix((n, n), dtype=np.float32)
     out.data = np.minimum(out.data, 1.0)
-    return out.tocsr()
+    return out
 
 
 def utility_edges(question_vectors: np.ndarray, has_questions: np.ndarray, k: int) -> sp.csr_matrix:
