@@ -251,6 +251,22 @@ def synthetic(index_dir: str, n_chunks: int, dim: int, n_queries: int, seed: int
     return index, texts, torch.from_numpy(qv.astype(np.float32)), info
 
 
+def prebuilt(spec: str):
+    """``INDEX_DIR:CORPUS_DIR``: an index built by ``bench/bench_scale.py`` from a corpus of
+    ``bench/make_synthetic.py``, queried with that corpus's query set."""
+    from engine.index.store import load_index
+    from make_synthetic import load_queries
+
+    index_dir, corpus_dir = spec.split(":", 1)
+    index = load_index(index_dir, verify=False)
+    texts, qv, _ = load_queries(corpus_dir)
+    info = {"name": f"scale-{len(index.chunks)}", "path": index_dir, "dim": int(qv.shape[1]), "build": "reused",
+            "queries": f"{len(texts)} queries of bench/make_synthetic.py (vector near a topic centre, text of "
+                       "two topic words and a topic name)"}
+    build_facts(index, info)
+    return index, texts, torch.from_numpy(np.ascontiguousarray(qv, dtype=np.float32)), info
+
+
 # --------------------------------------------------------------------------------------------
 # comparison (as tests/query/test_reference.py)
 # --------------------------------------------------------------------------------------------
@@ -503,7 +519,8 @@ def save(record: dict, args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--indexes", default="musique,synthetic", help="comma-separated: musique, synthetic")
+    ap.add_argument("--indexes", default="musique,synthetic",
+                    help="comma-separated: musique, synthetic, or prebuilt:INDEX_DIR:CORPUS_DIR (bench_scale.py)")
     ap.add_argument("--sizes", default="1,16,256,1024", help="batch sizes B (default: 1,16,256,1024)")
     ap.add_argument("--modes", default="hybrid,ppr,spectral", help="modes (default: hybrid,ppr,spectral)")
     ap.add_argument("--synthetic-n", type=int, default=100_000, help="synthetic chunks (default: 100000)")
@@ -547,6 +564,8 @@ def main() -> None:
             got = musique(args.index_dir)
         elif name == "synthetic":
             got = synthetic(args.index_dir, args.synthetic_n, args.dim, max(args.sizes))
+        elif name.startswith("prebuilt:"):
+            got = prebuilt(name[len("prebuilt:"):])
         else:
             raise SystemExit(f"unknown index {name!r}")
         if got is None:
@@ -555,7 +574,7 @@ def main() -> None:
         index, texts, qvecs, info = got
         record["indexes"].append(info)
         bench_index(index, texts, qvecs, info, args, record)
-        if name == "synthetic" and args.synthetic_n < 1_000_000:
+        if name == "synthetic" and args.synthetic_n < 1_000_000 and "prebuilt:" not in args.indexes:
             g = info.get("graph_stages_s", {})
             record["notes"].append(
                 f"10^6 chunks: not run. The {args.synthetic_n:,}-chunk index took {info['build_total_s']:.0f} s to build "

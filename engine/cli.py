@@ -1,4 +1,4 @@
-"""The ``spectrag`` command line: ``index``, ``info``, ``demo``.
+"""The ``spectrag`` command line: ``index``, ``add``, ``info``, ``retrieve``, ``demo``.
 
 User errors (:class:`engine.errors.SpectragError`) print one ``error:`` line and exit with
 status 2; ``--debug`` shows the traceback instead.
@@ -55,6 +55,7 @@ def _summary(manifest: dict[str, Any], path: Path) -> dict[str, Any]:
         "seconds": manifest.get("seconds", {}),
         "bytes": sum(f["bytes"] for f in manifest["files"].values()),
         "graph": _graph_summary(manifest.get("graph")),
+        "kg": manifest.get("kg"),
     }
 
 
@@ -89,6 +90,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
                 f"Lanczos {'converged' if sp.get('converged') else 'NOT converged'} in {sp.get('n_iter')} cycles, "
                 f"max residual {sp.get('max_residual', 0):.1e}" if sp["dim"] else "none") + f", {sp['clusters']} clusters"),
         ]
+    kg = summary.get("kg")
+    if kg:
+        rows.append(("knowledge graph", f"{kg['entities']:,} entities, {kg['relations']:,} relations, "
+                                        f"{kg['describes_links']:,} chunk links ({kg['source']})"))
     rows += [(f"{stage} s", f"{secs:.2f}") for stage, secs in summary["seconds"].items()]
     click.echo(_table(rows))
 
@@ -99,23 +104,40 @@ def main() -> None:
     """SpectRAG: batched graph retrieval (spectral diffusion, PPR, spreading activation)."""
 
 
+def _with_openie(config, path: Path):
+    """``--openie``: the knowledge graph from that file, and the entity signal too unless set."""
+    from dataclasses import replace
+
+    from engine.errors import ConfigError
+
+    if not path.is_file():
+        raise ConfigError(f"--openie {path}: no such file")
+    graph = config.graph if config.graph.entities_file else replace(config.graph, entities_file=str(path))
+    return replace(config, graph=graph, kg=replace(config.kg, enabled=True, source="openie", openie_file=str(path)))
+
+
 @main.command("index")
 @click.argument("corpus", type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Index folder to create.")
 @click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]), help="Corpus format.")
 @click.option("--preset", type=click.Choice(["default", "fine"]), help="Chunking preset: default 1200/100 tokens, fine 256/64.")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [chunk], [embed], [bm25] tables.")
+@click.option("--openie", "openie_file", type=click.Path(path_type=Path),
+              help="HippoRAG OpenIE JSON: builds the knowledge graph (modes activation, combined) from it and "
+                   "feeds the entity edge signal unless graph.entities_file is set.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index folder.")
 @click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @_friendly
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
-              overwrite: bool, skip_empty: bool, as_json: bool) -> None:
+              openie_file: Path | None, overwrite: bool, skip_empty: bool, as_json: bool) -> None:
     """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
     from engine.config import load_config
     from engine.index.build import build_index
 
     config = load_config(config_file, preset=preset)
+    if openie_file is not None:
+        config = _with_openie(config, openie_file)
     index = build_index(corpus, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
                         progress=not as_json and sys.stderr.isatty())
     summary = _summary(index.manifest, out_dir)
@@ -123,6 +145,31 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
     if as_json:
         click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
+        _print_summary(summary)
+
+
+@main.command("add")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.argument("corpus", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]), help="Corpus format.")
+@click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_friendly
+def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, as_json: bool) -> None:
+    """Add the documents of CORPUS to the index at INDEX_DIR (no rebuild; the old index stays
+    until the new one is complete)."""
+    from engine.index.incremental import add_documents
+
+    index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, progress=not as_json and sys.stderr.isatty())
+    r = index.report
+    summary = _summary(index.manifest, index_dir)
+    summary["seconds"] = r.seconds
+    summary["added"] = {"documents": r.documents, "chunks": r.chunks, "tokens": r.tokens,
+                        "embedding_cache_hits": r.cache_hits, "lanczos": r.lanczos}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        click.echo(f"added {r.documents:,} documents ({r.chunks:,} chunks, {r.tokens:,} tokens)")
         _print_summary(summary)
 
 
@@ -146,7 +193,8 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.option("--queries", "query_file", type=click.Path(path_type=Path), help="Query file: .jsonl, .json list (MuSiQue/HotpotQA) or .txt lines.")
 @click.option("-q", "--query", "texts", multiple=True, help="A query (repeatable).")
-@click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid", "heat", "ppr", "spectral"]), default="spectral", show_default=True)
+@click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid", "heat", "ppr", "spectral", "activation", "combined"]),
+              default="spectral", show_default=True, help="activation and combined need a knowledge graph (index --openie).")
 @click.option("--budget", type=int, help="Token budget per query (default 12,000).")
 @click.option("--batch-size", default=256, show_default=True, help="Queries scored together.")
 @click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="JSONL results (default: stdout).")
@@ -172,6 +220,47 @@ def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
     from engine.demo import run_demo
 
     run_demo(out_dir, top_k=top_k, as_json=as_json)
+
+
+@main.command("eval")
+@click.argument("dataset", type=click.Choice(["musique", "2wiki", "hotpotqa", "multihop-rag", "beir", "sample"]))
+@click.option("--data", "data", type=click.Path(path_type=Path), help="Dataset folder or questions file (default for sample: the bundled one).")
+@click.option("--index", "index_dir", type=click.Path(path_type=Path), help="Reuse this index (default: build or reuse one in ~/.cache/spectrag/eval).")
+@click.option("--methods", default="all", show_default=True, help="all, or a comma-separated list of retrieval modes.")
+@click.option("--ablations", is_flag=True, help="Also run the full pipeline with one stage or edge signal switched off at a time.")
+@click.option("--sweep", is_flag=True, help="Also vary alpha, heat_t, damping, n_seeds, max_candidates one at a time.")
+@click.option("--budget", type=int, help="Context tokens per question (default: the retriever's, 12,000).")
+@click.option("--budgets", default="", help="More budgets (comma-separated) for a context P/R/F1 table, e.g. 500,1000,2000.")
+@click.option("--batch-size", default=256, show_default=True, help="Questions scored together.")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML index config, when the index is built.")
+@click.option("--openie", "openie_file", type=click.Path(path_type=Path),
+              help="When the index is built: OpenIE JSON for the knowledge graph and entity signal, as index --openie "
+                   "(default: the dataset folder's openie_*.json, if any).")
+@click.option("--no-openie", is_flag=True, help="Build the index without an OpenIE file.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Write eval_<dataset>.md/.json, TREC runs and plots here.")
+@click.option("--no-plots", is_flag=True, help="With --out, skip the PNG plots (no matplotlib needed).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of the Markdown report.")
+@_friendly
+def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: str, ablations: bool, sweep: bool,
+             budget: int | None, budgets: str, batch_size: int, config_file: Path | None, openie_file: Path | None, no_openie: bool,
+             out_dir: Path | None, no_plots: bool, as_json: bool) -> None:
+    """Evaluate retrieval methods on DATASET: Recall@k, MRR, nDCG@10 and context P/R/F1."""
+    import shlex
+
+    from engine.config import load_config
+    from engine.eval import evaluate
+    from engine.eval.report import markdown
+
+    try:
+        more = [int(b) for b in budgets.split(",") if b.strip()]
+    except ValueError:
+        raise SpectragError(f"--budgets must be comma-separated token counts, got {budgets!r}") from None
+    result = evaluate(dataset, data, index=index_dir, methods=methods, ablations=ablations, sweep=sweep, budget=budget,
+                      budgets=more, batch_size=batch_size, config=load_config(config_file) if config_file else None,
+                      openie=None if no_openie else openie_file or "auto", out=out_dir,
+                      plots=not no_plots, command=shlex.join(["spectrag", *sys.argv[1:]]),
+                      log=lambda m: click.echo(m, err=True))
+    click.echo(json.dumps(result, indent=2, ensure_ascii=False) if as_json else markdown(result))
 
 
 if __name__ == "__main__":  # pragma: no cover

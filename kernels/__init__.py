@@ -4,6 +4,7 @@ Every kernel takes queries as columns (``[n, B]`` blocks) or as padded ``[B, P]`
 runs on the device of its inputs, and has a plain reference implementation in the tests.
 """
 
+from kernels.activation import ActivationResult, spreading_activation
 from kernels.heat import chebyshev_heat, chebyshev_heat_dense_batched, chebyshev_heat_lowrank, heat_num_terms
 from kernels.lanczos import LanczosNotConverged, LanczosResult, lanczos_eigsh
 from kernels.laplacian import degree_vector, normalized_laplacian
@@ -16,6 +17,7 @@ from kernels.pagerank import (
 from kernels.topk import sort_by_score_then_id, tiled_topk_ip
 
 __all__ = [
+    "ActivationResult",
     "LanczosNotConverged",
     "LanczosResult",
     "PageRankNotConverged",
@@ -30,5 +32,6 @@ __all__ = [
     "personalized_pagerank",
     "personalized_pagerank_dense_batched",
     "sort_by_score_then_id",
+    "spreading_activation",
     "tiled_topk_ip",
 ]

@@ -67,11 +67,17 @@ def topk_smallest_id_ties(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, t
     cut_tie = (nxt == top_s[:, -1]).nonzero().squeeze(1)
     if cut_tie.numel():
         rows = scores[cut_tie]  # (T, n) only the rows with a tie across the cut
-        kth = top_s[cut_tie, -1:]
-        above, tied = rows > kth, rows == kth
-        need = k - above.sum(dim=1, keepdim=True)  # tied columns to take, smallest ids first
-        keep = above | (tied & (torch.cumsum(tied, dim=1) <= need))
-        ids = keep.nonzero()[:, 1].view(len(cut_tie), k)  # row-major: ids ascend in each row
+        kth = top_s[cut_tie, -1:]  # (T, 1)
+        # every column above the k-th value is already in the top-k; only the tied ones vary
+        above = top_s[cut_tie] > kth  # (T, k)
+        n_above = above.sum(dim=1)  # (T,)
+        row, col = (rows == kth).nonzero(as_tuple=True)  # row-major: ids ascend per row
+        first = torch.searchsorted(row, torch.arange(len(cut_tie), device=row.device))
+        rank = torch.arange(row.numel(), device=row.device) - first[row]
+        take = rank < (k - n_above)[row]
+        ids = torch.where(above, top_i[cut_tie], torch.full_like(top_i[cut_tie], -1))
+        ids = ids.gather(1, torch.argsort((~above).to(torch.int8), dim=1, stable=True))  # above first
+        ids[row[take], (n_above[row] + rank)[take]] = col[take]
         top_i[cut_tie] = ids
         top_s[cut_tie] = rows.gather(1, ids)
     return sort_by_score_then_id(top_s, top_i, k)
@@ -89,3 +95,39 @@ def sort_by_score_then_id(
     scores, ids = scores.gather(1, order), ids.gather(1, order)
     order = torch.argsort(scores, dim=1, descending=True, stable=True)[:, :k]
     return scores.gather(1, order), ids.gather(1, order)
+
+
+def topk_sparse_rows(
+    indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-``k`` stored entries of each row of a CSR matrix, ties by the smaller column.
+
+    The rows are laid out as a padded ``[B, max row length]`` block (column order kept, so a
+    smaller position is a smaller column) and cut by :func:`topk_smallest_id_ties`: O(nnz) work,
+    never a dense ``[B, n]`` matrix. Column indices must be sorted within each row.
+
+    Shapes: indptr ``[B + 1]``, indices/values ``[nnz]`` -> scores ``[B, k]`` (float32, 0 on empty
+    slots) and ids ``[B, k]`` (int64, -1 on empty slots, i.e. rows with fewer than ``k`` entries).
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    batch = indptr.numel() - 1
+    device = values.device
+    scores = torch.zeros((batch, k), dtype=torch.float32, device=device)
+    ids = torch.full((batch, k), -1, dtype=torch.int64, device=device)
+    if values.numel() == 0:
+        return scores, ids
+    indptr = indptr.to(torch.int64)
+    lengths = indptr.diff()
+    width = int(lengths.max())
+    rows = torch.repeat_interleave(torch.arange(batch, device=device), lengths)
+    pos = torch.arange(values.numel(), device=device) - indptr[rows]
+    padded = torch.full((batch, width), float("-inf"), dtype=torch.float32, device=device)  # (B, width)
+    padded[rows, pos] = values.to(torch.float32)
+    top_s, top_pos = topk_smallest_id_ties(padded, min(k, width))
+    real = torch.isfinite(top_s)
+    flat = (indptr[:-1, None] + top_pos).masked_fill(~real, 0)
+    cut = top_s.shape[1]
+    ids[:, :cut] = torch.where(real, indices.to(torch.int64)[flat], torch.full_like(flat, -1))
+    scores[:, :cut] = torch.where(real, top_s, torch.zeros_like(top_s))
+    return scores, ids

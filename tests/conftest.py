@@ -3,9 +3,15 @@ embedding cache kept in the pytest temp folder (so tests never touch ~/.cache)."
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# Triton decides between compiled and interpreted kernels partly when it is first imported, and
+# any test may import it first: without a GPU, run every Triton kernel in its CPU interpreter.
+if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not Path("/dev/nvidia0").exists():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

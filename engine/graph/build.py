@@ -16,8 +16,7 @@ graph where it pays (its effect on SpMM is measured in ``bench/``).
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from engine.errors import ConfigError, CorpusError
 from engine.graph import signals as sig
 from engine.graph.fuse import FusedGraph, fuse_signals
 from engine.graph.spectrum import Spectrum, spectral_coordinates
+from engine.index import usage
 from engine.index.chunk import Chunk
 
 FOLDER = "graph"
@@ -88,30 +88,40 @@ def build_signals(
     config: GraphConfig,
     *,
     encode: Callable[[list[str]], np.ndarray] | None = None,
+    only: Collection[str] | None = None,
 ) -> tuple[dict[str, sp.csr_matrix], dict[str, Any]]:
-    """Every enabled edge signal as a directed sparse ``[n, n]`` matrix, and build facts."""
+    """Every enabled edge signal (or those named in ``only``) as a directed sparse ``[n, n]``
+    matrix, and build facts."""
     from engine.graph.citations import citation_edges
     from engine.graph.entities import entity_incidence
 
     n = len(chunks)
     weights = config.signal_weights()
-    info: dict[str, Any] = {"seconds": {}}
+    if only is not None:  # an incremental add recomputes only the signals that change globally
+        weights = {name: w for name, w in weights.items() if name in only}
+    info: dict[str, Any] = {"seconds": {}, "cpu_seconds": {}, "peak_rss_mib": {}}
     out: dict[str, sp.csr_matrix] = {}
 
     def timed(name: str, make: Callable[[], sp.csr_matrix]) -> None:
         if weights.get(name, 0) <= 0:
             return
-        start = time.perf_counter()
+        mark = usage.begin()
         out[name] = make()
-        info["seconds"][name] = round(time.perf_counter() - start, 3)
+        _record(info, name, mark)
 
-    timed("semantic", lambda: sig.semantic_edges(np.asarray(embeddings), config.k_semantic, min_cos=config.min_cos))
+    knn = config.knn if config.knn != "auto" else ("exact" if n <= config.knn_exact_max_n else "ivf")
+    info["knn"] = {"method": knn}
+    if knn == "ivf":
+        info["knn"].update(nlist=config.knn_nlist or sig.ivf_nlist(n), nprobe=config.knn_nprobe)
+    timed("semantic", lambda: sig.semantic_edges(np.asarray(embeddings), config.k_semantic, min_cos=config.min_cos,
+                                                 method=knn, nlist=config.knn_nlist, nprobe=config.knn_nprobe,
+                                                 seed=config.seed))
     timed("adjacency", lambda: sig.adjacency_edges(_doc_codes(chunks)))
     timed("section", lambda: sig.section_edges([c.doc_id for c in chunks], [c.section for c in chunks], band=config.section_band))
 
     def entity() -> sp.csr_matrix:
         lists, facts = _entities(chunks, config)
-        inc = entity_incidence(lists, max_df=config.entity_max_df)
+        inc = entity_incidence(lists, max_df=config.entity_max_df, max_count=config.entity_max_count or None)
         info["entities"] = {**facts, "kept": len(inc.vocab), "dropped_frequent": inc.dropped_frequent,
                             "mentions": int(inc.matrix.nnz)}
         return sig.entity_edges(inc.matrix, inc.idf, top_k=config.entity_top_k)
@@ -125,12 +135,20 @@ def build_signals(
         return sig.coo(edges.rows, edges.cols, edges.weights, n)
 
     timed("citation", citation)
-    if config.questions_file:
+    if config.questions_file and weights.get("utility", 0) > 0:
         if encode is None:
             raise ConfigError("graph.questions_file needs the embedding model to embed the questions")
         q_vectors, has = _questions(chunks, config, encode)
         timed("utility", lambda: sig.utility_edges(q_vectors, has, config.k_semantic))
     return out, info
+
+
+def _record(info: dict[str, Any], name: str, mark: usage.Mark) -> None:
+    """Wall seconds, CPU seconds and peak RSS of one graph stage into ``info``."""
+    wall, cpu, peak = usage.end(mark)
+    info["seconds"][name] = wall
+    info.setdefault("cpu_seconds", {})[name] = cpu
+    info.setdefault("peak_rss_mib", {})[name] = peak
 
 
 def build_graph(
@@ -142,13 +160,20 @@ def build_graph(
 ) -> tuple[FusedGraph, Spectrum, dict[str, Any]]:
     """Signals, fusion and spectrum for one index; the dict is the manifest's ``graph`` entry."""
     signals, info = build_signals(chunks, embeddings, config, encode=encode)
-    start = time.perf_counter()
+    mark = usage.begin()
     fused = fuse_signals(signals, config.signal_weights(), tau=config.tau, max_degree=config.max_degree)
-    info["seconds"]["fuse"] = round(time.perf_counter() - start, 3)
-    start = time.perf_counter()
+    del signals  # fused.signals keeps each signal's upper triangle
+    _record(info, "fuse", mark)
+    mark = usage.begin()
     spectrum = spectral_coordinates(fused.weights, config.spectral_dim, tol=config.lanczos_tol,
-                                    clusters=config.clusters, seed=config.seed)
-    info["seconds"]["spectrum"] = round(time.perf_counter() - start, 3)
+                                    clusters=config.clusters, seed=config.seed, dtype=config.lanczos_dtype,
+                                    reorder=config.lanczos_reorder)
+    _record(info, "spectrum", mark)
+    return fused, spectrum, graph_facts(info, fused, spectrum, config)
+
+
+def graph_facts(info: dict[str, Any], fused: FusedGraph, spectrum: Spectrum, config: GraphConfig) -> dict[str, Any]:
+    """``info`` (signal facts and seconds) completed with the graph's counts: the manifest entry."""
     w = fused.weights
     info.update(
         nodes=int(w.shape[0]),
@@ -164,7 +189,7 @@ def build_graph(
         signal_weights=config.signal_weights(),
         normalization="none: every signal is in [0, 1] by construction (see engine/graph/fuse.py)",
     )
-    return fused, spectrum, info
+    return info
 
 
 def _bandwidth(matrix: sp.csr_matrix) -> int:
@@ -187,7 +212,9 @@ def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum) -> dict[str,
     np.save(out / "coordinates.npy", spectrum.coordinates)
     np.save(out / "eigenvalues.npy", spectrum.eigenvalues)
     np.save(out / "clusters.npy", spectrum.clusters)
-    order = reverse_cuthill_mckee(w, symmetric_mode=True).astype(np.int64)
+    order = spectrum.order  # the order the spectrum was solved in, when it was reordered
+    if order is None or len(order) != w.shape[0]:
+        order = reverse_cuthill_mckee(w, symmetric_mode=True).astype(np.int64)
     np.save(out / "rcm_order.npy", order)
     return {"bandwidth": _bandwidth(w), "rcm_bandwidth": _bandwidth(w[order][:, order])}
 
@@ -199,8 +226,14 @@ def load_graph(folder: Path) -> dict[str, Any]:
     indptr = load("weights.indptr.npy")
     n = len(indptr) - 1
     weights = sp.csr_matrix((load("weights.data.npy"), load("weights.indices.npy"), indptr), shape=(n, n))
+    signals = {}
+    for path in sorted((src / "signals").glob("*.rows.npy")):
+        name = path.name[: -len(".rows.npy")]
+        signals[name] = (load(f"signals/{name}.rows.npy"), load(f"signals/{name}.cols.npy"),
+                         load(f"signals/{name}.weights.npy"))
     return {
         "weights": weights,
+        "signals": signals,  # name -> (rows, cols, weights): each signal's undirected edges, i < j
         "coordinates": load("coordinates.npy"),
         "eigenvalues": load("eigenvalues.npy"),
         "clusters": load("clusters.npy"),

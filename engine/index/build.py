@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -14,7 +13,8 @@ import numpy as np
 
 from engine.config import IndexConfig
 from engine.errors import CorpusError
-from engine.index.chunk import Chunk, chunk_document
+from engine.index import usage
+from engine.index.chunk import Chunk, chunk_corpus
 from engine.index.dense import DenseIndex
 from engine.index.embed import Embedder
 from engine.index.lexical import BM25Index
@@ -44,6 +44,8 @@ class BuildReport:
     skipped_empty: int = 0
     cache_hits: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)  # this process + finished children
+    peak_rss_mib: dict[str, float] = field(default_factory=dict)  # per stage (engine/index/usage.py)
 
 
 def embedding_text(chunk: Chunk, include_title: bool) -> str:
@@ -100,13 +102,12 @@ def build_index(
     source, out_dir = Path(source), Path(out_dir)
     refuse_existing(out_dir, overwrite=overwrite)  # before any work, not only at the end
     report = BuildReport()
-    tick = time.perf_counter()
+    mark = usage.begin()
 
     def stage(name: str) -> None:
-        nonlocal tick
-        now = time.perf_counter()
-        report.seconds[name] = round(now - tick, 3)
-        tick = now
+        nonlocal mark
+        report.seconds[name], report.cpu_seconds[name], report.peak_rss_mib[name] = usage.end(mark)
+        mark = usage.begin()
         if on_stage is not None:
             on_stage(name)
 
@@ -115,14 +116,8 @@ def build_index(
     report.documents = len(docs)
     stage("load")
 
-    chunks: list[Chunk] = []
-    iterator = docs
-    if progress:
-        from tqdm import tqdm
-
-        iterator = tqdm(docs, desc="chunk", unit="doc")
-    for doc in iterator:
-        chunks.extend(chunk_document(doc, config.chunk))
+    chunks = chunk_corpus(docs, config.chunk, progress=progress)  # a process pool for large corpora
+    del docs  # chunk texts are copies: the documents are no longer needed
     report.chunks = len(chunks)
     report.tokens = sum(c.n_tokens for c in chunks)
     stage("chunk")
@@ -147,6 +142,12 @@ def build_index(
 
         graph = build_graph(chunks, vectors, config.graph, encode=embedder.encode if embedder else None)
         stage("graph")
+    kg = None
+    if config.kg.enabled:  # offline step 7, before the embedder closes: it embeds names and relations
+        from engine.kg.build import build_kg
+
+        kg = build_kg(chunks, config.kg, encode=embedder.encode if embedder else None, progress=progress)
+        stage("kg")
     if embedder is not None:
         embedder.close()
 
@@ -163,6 +164,10 @@ def build_index(
 
             fused, spectrum, graph_facts = graph
             graph_facts = {**graph_facts, "order": save_graph(tmp, fused, spectrum)}
+        if kg is not None:
+            from engine.kg.store import save_kg
+
+            save_kg(tmp, kg[0])
         write_manifest(
             tmp,
             {
@@ -186,11 +191,16 @@ def build_index(
                     "embedding_cache_hits": report.cache_hits,
                 },
                 "seconds": report.seconds,
+                "cpu_seconds": report.cpu_seconds,
+                "memory": {"peak_rss_mib": report.peak_rss_mib, "per_stage": usage.exact(),
+                           "largest_worker_mib": usage.children_peak_mib()},
                 "graph": graph_facts,
+                "kg": kg[1] if kg is not None else None,
                 "versions": _versions(),
             },
         )
         stage("write")
+    chunks = texts = graph = kg = None  # type: ignore[assignment]  # freed before the index loads its own copies
     index = load_index(out_dir, verify=False)
     index.report = report
     return index

@@ -14,11 +14,18 @@ import numpy as np
 from engine.errors import ConfigError
 
 
+BLAS_THRESHOLD = 20  # queries per search from which FAISS uses sgemm (FAISS's historical default)
+
+
 def _faiss():
     try:
         import faiss
     except ImportError:
         raise ConfigError("FAISS is not installed: pip install faiss-cpu (or faiss-gpu-cu12 on a GPU)") from None
+    # Recent faiss-cpu builds only switch a flat search to the BLAS kernel from 128,000 queries
+    # on; below that a 256 x 10^5 x 128 search ran 9x slower (2.8 s vs 0.31 s, one thread).
+    # The BLAS path's rounding is absorbed by the float64 re-scoring in ``search``.
+    faiss.cvar.distance_compute_blas_threshold = BLAS_THRESHOLD
     return faiss
 
 

@@ -102,15 +102,18 @@ class BM25Index:
         """
         import torch
 
-        from kernels.topk import topk_smallest_id_ties
+        from kernels.topk import topk_sparse_rows
 
         k = min(k, self.n)
         scores = np.empty((len(queries), k), dtype=np.float32)
         ids = np.empty((len(queries), k), dtype=np.int64)
         for lo in range(0, len(queries), tile):
-            dense = torch.from_numpy(self.score(queries[lo : lo + tile]).toarray())  # (tile, n)
-            s, i = topk_smallest_id_ties(dense, k)
-            i[s <= 0] = -1
+            rows = self.score(queries[lo : lo + tile])  # (tile, n) sparse: only chunks sharing a term
+            rows.data[rows.data < 0] = 0  # BM25 scores are >= 0; keep only positive ones
+            rows.eliminate_zeros()
+            rows.sort_indices()
+            s, i = topk_sparse_rows(torch.from_numpy(rows.indptr), torch.from_numpy(rows.indices),
+                                    torch.from_numpy(rows.data), k)
             scores[lo : lo + tile] = s.numpy()
             ids[lo : lo + tile] = i.numpy()
         return scores, ids

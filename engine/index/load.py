@@ -60,7 +60,8 @@ def read_text(path: Path) -> str:
         ) from None
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """Parsed JSON of ``path``; :class:`CorpusError` names the file, line and column when invalid."""
     try:
         return json.loads(read_text(path))
     except json.JSONDecodeError as exc:
@@ -94,7 +95,7 @@ def detect_format(path: str | Path) -> str:
             return "beir" if "_id" in record else "jsonl"
         raise CorpusError(f"{path}: empty corpus (no records)")
     if path.suffix.lower() == ".json":
-        data = _read_json(path)
+        data = read_json(path)
         if isinstance(data, dict):
             values = list(data.values())[:5]
             if values and all(isinstance(v, list) for v in values):
@@ -214,7 +215,7 @@ def _read_jsonl(path: Path) -> Iterator[Document]:
 
 
 def _json_list(path: Path) -> list[Any]:
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, list):
         raise CorpusError(f"{path}: expected a JSON list of records, got a {type(data).__name__}")
     return data
@@ -235,7 +236,7 @@ def _read_passages(path: Path) -> Iterator[Document]:
 
 
 def _read_hotpotqa(path: Path) -> Iterator[Document]:
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise CorpusError(f"{path}: expected HotpotQA's JSON object title -> [sentences]")
     for title, sentences in data.items():

@@ -16,6 +16,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from kernels.topk import topk_sparse_rows
+
 SEED_BONUS = 2.0
 
 
@@ -29,18 +31,10 @@ def seed_matrix(seed_ids: torch.Tensor, seed_weights: torch.Tensor, n: int) -> s
 
 def _top_per_row(priority: sp.csr_matrix, p: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``p`` highest entries per row (ties: smaller column) as padded ids/values ``[B, p]``."""
-    priority.sum_duplicates()
-    batch = priority.shape[0]
-    rows = np.repeat(np.arange(batch), np.diff(priority.indptr))
-    order = np.lexsort((priority.indices, -priority.data, rows))
-    rank = np.arange(order.size) - priority.indptr[rows[order]]
-    keep = order[rank < p]
-    ids = np.full((batch, p), -1, dtype=np.int64)
-    vals = np.zeros((batch, p), dtype=np.float32)
-    r, k = rows[keep], (np.arange(order.size) - priority.indptr[rows[order]])[rank < p]
-    ids[r, k] = priority.indices[keep]
-    vals[r, k] = priority.data[keep]
-    return ids, vals
+    priority.sum_duplicates()  # also sorts the column indices of each row
+    vals, ids = topk_sparse_rows(torch.from_numpy(priority.indptr), torch.from_numpy(priority.indices),
+                                 torch.from_numpy(priority.data), p)
+    return ids.numpy(), vals.numpy()
 
 
 def expand(

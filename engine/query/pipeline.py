@@ -4,12 +4,15 @@
     expand   two hops over W from the top seeds, capped at P     [B, P]    (graph modes)
     blocks   induced candidate subgraphs                          [B, P, P]
     score    r = cos(q, c);  p = heat | PPR | spectral proximity  [B, P]
-             s2 = (1 - alpha) r + alpha p                         (Algorithm 1, line 7)
+    bridge   x = r carried along relational edges (max-plus)      [B, P]    (engine.query.bridge)
+             s2 = (1 - alpha) x + alpha p                         (Algorithm 1, line 7)
     select   token-budgeted greedy selection                      [B, K_sel]
 
 Modes: ``dense``, ``bm25``, ``hybrid`` (baselines: rank by that score, fill the budget in score
 order), ``heat``, ``ppr`` (one proximity), ``spectral`` (the full pipeline: PPR and spectral
-proximity averaged). No stage loops over queries.
+proximity averaged); with a knowledge graph (``engine/query/activation.py``): ``activation``
+(spreading activation alone, SA-RAG) and ``combined`` (``spectral`` with the chunk activation as
+a third proximity and the activation pool added to the candidates). No stage loops over queries.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from engine.errors import SpectragError
+from engine.query.activation import KG_MODES, ActivationBatch, ActivationConfig, KGState, activate
+from engine.query.bridge import bridge_relevance
 from engine.query.context import Context, build_contexts
 from engine.query.expand import candidate_blocks, expand
 from engine.query.fuse import reciprocal_rank_fusion
@@ -29,6 +34,7 @@ from kernels.select import SelectConfig, budget_select
 
 MODES = ("dense", "bm25", "hybrid", "heat", "ppr", "spectral")
 GRAPH_MODES = ("heat", "ppr", "spectral")
+PROPAGATION_MODES = GRAPH_MODES + ("combined",)  # expand over W and re-score with proximity
 
 
 @dataclass(frozen=True)
@@ -41,10 +47,17 @@ class RetrieverConfig:
     n_seeds: fused seeds the expansion starts from, S0 (default: 20).
     max_candidates: pool size per query after expansion, P (default: 200).
     hops: expansion radius (default: 2).
-    alpha: weight of graph proximity in s2 = (1 - alpha) r + alpha p (default: 0.3).
+    alpha: weight of graph proximity in s2 = (1 - alpha) x + alpha p, x the bridged relevance
+        (default: 0.01, chosen on MuSiQue: Recall@5 is 69.8 at 0 and 0.01, 67.3 at 0.05 and lower
+        above; so proximity only breaks near-ties of x; see bench/results/eval_musique*.md).
     heat_t: diffusion time of the heat kernel (default: 1.0).
     damping: PPR damping (default: 0.85).
+    bridge_rounds: rounds of query-aware bridging over relational edges, 0 = off (default: 1).
+    bridge_sources, bridge_lambda, bridge_gamma: its ``m``, ``lambda`` and ``gamma``
+        (default: 5, 0.3, 0.05); see :mod:`engine.query.bridge`.
     select: token-budget selection settings, including the budget (default: 12,000 tokens).
+    activation: spreading-activation settings of modes activation and combined (default: the
+        SA-RAG paper's values, :class:`engine.query.activation.ActivationConfig`).
     device: ``auto`` (CUDA when present) or a torch device string (default: auto).
     """
 
@@ -55,15 +68,20 @@ class RetrieverConfig:
     n_seeds: int = 20
     max_candidates: int = 200
     hops: int = 2
-    alpha: float = 0.3
+    alpha: float = 0.01
     heat_t: float = 1.0
     damping: float = 0.85
+    bridge_rounds: int = 1
+    bridge_sources: int = 5
+    bridge_lambda: float = 0.3
+    bridge_gamma: float = 0.05
     select: SelectConfig = field(default_factory=SelectConfig)
+    activation: ActivationConfig = field(default_factory=ActivationConfig)
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise SpectragError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.mode not in MODES + KG_MODES:
+            raise SpectragError(f"mode must be one of {', '.join(MODES + KG_MODES)}, got {self.mode!r}")
         if not 0 <= self.alpha <= 1:
             raise SpectragError(f"alpha must be in [0, 1], got {self.alpha}")
         for name in ("k_dense", "k_bm25", "n_seeds", "max_candidates"):
@@ -85,6 +103,7 @@ class BatchResult:
     used_tokens: torch.Tensor
     budget: torch.Tensor
     seconds: dict[str, float]
+    activation: ActivationBatch | None = None  # modes activation and combined: SA pairs and relations used
 
     def ranking(self) -> torch.Tensor:
         """Candidate chunk ids by descending score (ties: smaller id), -1 padded. ``[B, P]``."""
@@ -104,6 +123,7 @@ class Retriever:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.state = QueryState.from_index(index, device)
+        self.kg: KGState | None = None  # the knowledge graph as tensors, on first use of an activation mode
 
     def retrieve(self, queries: list[str], budget: int | None = None, mode: str | None = None) -> list[Context]:
         """One context per query, in query order."""
@@ -127,7 +147,7 @@ class Retriever:
         budget = cfg.select.budget if budget is None else int(budget)
         if budget < 1:
             raise SpectragError(f"budget must be >= 1 token, got {budget}")
-        if cfg.mode in GRAPH_MODES:
+        if cfg.mode in PROPAGATION_MODES:
             self.state.require_graph(cfg.mode)
         seconds: dict[str, float] = {}
         tick = time.perf_counter()
@@ -143,23 +163,42 @@ class Retriever:
         stage("embed")
         seeds, seed_scores = self._seed(queries, q, cfg)
         stage("seed")
-        if cfg.mode in GRAPH_MODES:
+        sa = None
+        if cfg.mode in KG_MODES:
+            sa = self._activate(q, cfg)
+            stage("activate")
+        if cfg.mode in PROPAGATION_MODES:
             top = seeds[:, : cfg.n_seeds]
             weight = seed_scores[:, : cfg.n_seeds]
             weight = weight / weight[:, :1].clamp(min=1e-30)
             candidates, _ = expand(top, weight, st.weights, max_candidates=cfg.max_candidates, hops=cfg.hops)
+            if sa is not None:  # combined: the activation pool joins the expanded candidates
+                candidates = sa.merge(candidates)
             stage("expand")
+        elif cfg.mode == "activation":
+            candidates = sa.candidates
         else:
             candidates = seeds[:, : cfg.max_candidates]
         mask = candidates >= 0
         emb = st.embeddings[candidates.clamp(min=0)]  # (B, P, d)
         relevance = torch.bmm(emb, q[:, :, None]).squeeze(2).masked_fill(~mask, 0.0)
         proximity = torch.zeros_like(relevance)
-        if cfg.mode in GRAPH_MODES:
+        if cfg.mode in PROPAGATION_MODES:
             blocks = candidate_blocks(candidates, st.weights)
             stage("blocks")
             proximity = self._proximity(cfg, blocks, candidates, top, weight, relevance, mask)
+            if sa is not None:  # combined: (ppr + spectral + activation) / 3
+                proximity = (2 * proximity + sa.proximity(candidates)) / 3
             stage("propagate")
+            bridged = relevance
+            if cfg.bridge_rounds > 0 and st.relations is not None:
+                bridged = bridge_relevance(candidate_blocks(candidates, st.relations), relevance, candidates,
+                                           sources=cfg.bridge_sources, lam=cfg.bridge_lambda,
+                                           gamma=cfg.bridge_gamma, rounds=cfg.bridge_rounds)
+                stage("bridge")
+            scores = (1 - cfg.alpha) * bridged + cfg.alpha * proximity
+        elif cfg.mode == "activation":
+            proximity = sa.proximity(candidates)
             scores = (1 - cfg.alpha) * relevance + cfg.alpha * proximity
         elif cfg.mode == "dense":
             scores = relevance
@@ -170,7 +209,7 @@ class Retriever:
         sel = self._select(cfg, budget, scores, proximity, candidates, mask, emb)
         stage("select")
         return BatchResult(cfg.mode, candidates, scores, relevance, proximity, sel.order, sel.phase,
-                           sel.used_tokens, torch.full((len(queries),), budget), seconds)
+                           sel.used_tokens, torch.full((len(queries),), budget), seconds, sa)
 
     def _seed(self, queries: list[str], q: torch.Tensor, cfg: RetrieverConfig) -> tuple[torch.Tensor, torch.Tensor]:
         """Seed list per query by the mode's ranking. Shapes: -> ids, scores ``[B, K]``."""
@@ -185,6 +224,13 @@ class Retriever:
             [torch.from_numpy(dense_i), torch.from_numpy(bm_i)], k=cfg.rrf_k, top=max(cfg.k_dense, cfg.k_bm25)
         )
         return fused_i.to(device), fused_s.to(device)
+
+    def _activate(self, q: torch.Tensor, cfg: RetrieverConfig) -> ActivationBatch:
+        """Spreading activation over the knowledge graph for ``q [B, d]``."""
+        if self.kg is None:
+            self.kg = KGState.from_index(self.index, self.state.device)
+        return activate(self.kg, q, self.state.embeddings, cfg.activation, alpha=cfg.alpha,
+                        max_candidates=cfg.max_candidates)
 
     def _proximity(self, cfg, blocks, candidates, seeds, seed_w, relevance, mask) -> torch.Tensor:
         # restart mass on the seeds, located in each pool (seeds come first in the pool)
@@ -203,7 +249,7 @@ class Retriever:
         st = self.state
         ids = candidates.clamp(min=0)
         select = cfg.select
-        if cfg.mode not in GRAPH_MODES:  # baselines: fill the budget in score order
+        if cfg.mode not in PROPAGATION_MODES + ("activation",):  # baselines: fill the budget in score order
             select = replace(select, core_size=0, a=1.0, b=0.0, c=0.0, d=0.0, lam=0.0, rho=0.0, precision_floor=0.0)
         finite = torch.where(mask, scores, torch.zeros_like(scores))
         return budget_select(finite, proximity, st.tokens[ids].masked_fill(~mask, 1), mask, emb,

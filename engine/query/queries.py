@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine.errors import CorpusError
-from engine.index.load import read_text
+from engine.index.load import read_json, read_text
 
 TEXT_FIELDS = ("query", "question", "text")
 
@@ -41,10 +41,7 @@ def iter_queries(path: str | Path) -> Iterator[tuple[str, str]]:
                     raise CorpusError(f"{path}: invalid JSON on line {lineno}: {exc.msg}") from None
                 yield _record(path, f"line {lineno}", record, lineno - 1)
     elif suffix == ".json":
-        try:
-            data = json.loads(read_text(path))
-        except json.JSONDecodeError as exc:
-            raise CorpusError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+        data = read_json(path)
         if not isinstance(data, list):
             raise CorpusError(f"{path}: expected a JSON list of queries")
         for i, record in enumerate(data):

@@ -163,7 +163,7 @@ def test_openie_bad_files(tmp_path, content, message):
 
 
 def test_openie_missing_file(tmp_path):
-    with pytest.raises(CorpusError, match="cannot read file"):
+    with pytest.raises(CorpusError, match="no such OpenIE file"):
         load_openie_entities(tmp_path / "absent.json", [], [])
 
 

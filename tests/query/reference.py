@@ -21,7 +21,11 @@ subgraph     a ``networkx.Graph`` on the pool with the ``W`` edges between pool 
 ppr          ``networkx.pagerank(G, alpha=damping, personalization=seed weights, tol=1e-8)``
 heat         ``scipy.linalg.expm(-t L) r+`` with ``L`` the normalized Laplacian of the subgraph
 spectral     numpy loop over the seeds: max cosine of row-normalized spectral coordinates
-score        ``s2 = (1 - alpha) r + alpha p``; ranking by ``s2`` (ties: smaller chunk id)
+bridge       dict of dicts of the relational signals (``graph["signals"]`` without semantic,
+             ``sum alpha_r w_r / sum alpha_r``); per round, a loop over the top-``m`` candidates
+             and their relational neighbours in the pool
+score        ``s2 = (1 - alpha) x + alpha p`` (``x`` bridged relevance); ranking by ``s2``
+             (ties: smaller chunk id)
 select       :func:`kernels.select.budget_select_reference` on the pool in pool order
 ============ ===================================================================================
 
@@ -86,6 +90,7 @@ class ReferenceIndex:
             norms = np.sqrt((z * z).sum(axis=1))
             self.coords = z / np.maximum(norms, 1e-12)[:, None]
             self.clusters = [int(c) for c in np.asarray(graph["clusters"])]
+            self.relations = relational_dicts(graph.get("signals", {}), index.config.graph.signal_weights())
         else:
             self.clusters = [0] * self.n
 
@@ -93,6 +98,21 @@ class ReferenceIndex:
         """Neighbours ``j`` and weights ``W[i, j]`` of chunk ``i``."""
         lo, hi = self.indptr[i], self.indptr[i + 1]
         return zip(self.indices[lo:hi], self.data[lo:hi])
+
+
+def relational_dicts(signals: dict, alpha: dict[str, float]) -> dict[int, dict[int, float]]:
+    """``rel[i][j] = sum_r alpha_r w_r(i, j) / sum_r alpha_r`` over every stored signal except
+    semantic and those without edges (both directions of each undirected edge)."""
+    names = [name for name in signals if name != "semantic" and alpha.get(name, 0) > 0 and len(signals[name][0])]
+    total = sum(alpha[name] for name in names)
+    rel: dict[int, dict[int, float]] = {}
+    for name in names:
+        rows, cols, weights = (np.asarray(a).tolist() for a in signals[name])
+        for i, j, w in zip(rows, cols, weights):
+            for a, b in ((i, j), (j, i)):
+                rel.setdefault(a, {})
+                rel[a][b] = rel[a].get(b, 0.0) + alpha[name] / total * w
+    return rel
 
 
 _CACHE: dict[int, ReferenceIndex] = {}
@@ -215,6 +235,22 @@ def spectral(ref: ReferenceIndex, pool: list[int], seeds: list[int]) -> dict[int
     return out
 
 
+def bridge(ref: ReferenceIndex, pool: list[int], relevance: dict[int, float], cfg) -> dict[int, float]:
+    """Max-plus bridging over relational edges inside the pool (engine.query.bridge)."""
+    x = dict(relevance)
+    members = set(pool)
+    lam, gamma = cfg.bridge_lambda, cfg.bridge_gamma
+    for _ in range(cfg.bridge_rounds):
+        sources = sorted(pool, key=lambda c: (-x[c], c))[: cfg.bridge_sources]
+        new = dict(x)
+        for s in sources:
+            for c, w in ref.relations.get(s, {}).items():
+                if c in members and w > 0:
+                    new[c] = max(new[c], (1 - lam) * x[s] + lam * relevance[c] - gamma * (1 - w))
+        x = new
+    return x
+
+
 # ---------------------------------------------------------------------------------------------
 # the whole pipeline for one query
 # ---------------------------------------------------------------------------------------------
@@ -291,7 +327,8 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             else:
                 spec = spectral(ref, pool, top)
                 proximity = {c: min(max(0.5 * pr[c] + 0.5 * spec[c], 0.0), 1.0) for c in pool}
-        scores = {c: (1 - cfg.alpha) * relevance[c] + cfg.alpha * proximity[c] for c in pool}
+        bridged = bridge(ref, pool, relevance, cfg)
+        scores = {c: (1 - cfg.alpha) * bridged[c] + cfg.alpha * proximity[c] for c in pool}
     elif mode == "dense":
         scores = dict(relevance)
     else:  # bm25 / hybrid: the list's own scores
