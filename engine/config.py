@@ -168,7 +168,8 @@ class GraphConfig:
     lanczos_dtype: ``float64``, ``float32`` or ``auto``: float32 from 200,000 chunks on
         (default: auto).
     lanczos_reorder: solve on the graph relabelled by reverse Cuthill-McKee (SpMV locality) and
-        map the eigenvectors back (default: True).
+        map the eigenvectors back; it did not speed up the 10^6-chunk synthetic build, see
+        bench/results/scale_cpu.md (default: False).
     clusters: k-means clusters over the coordinates; 0 picks about sqrt(n / 2) (default: 0).
     seed: seed of Lanczos start vectors and k-means (default: 0).
     """
@@ -194,7 +195,7 @@ class GraphConfig:
     spectral_dim: int = 32
     lanczos_tol: float = 1e-6
     lanczos_dtype: str = "auto"
-    lanczos_reorder: bool = True
+    lanczos_reorder: bool = False
     clusters: int = 0
     seed: int = 0
 

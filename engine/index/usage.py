@@ -10,7 +10,9 @@ Memory: on Linux the kernel keeps a high-water mark of the resident set (``VmHWM
 it; :func:`stop` folds it again and returns the largest value seen since its :func:`start`. So
 measurements nest (a build stage and the graph sub-stages inside it) and cost two small file
 operations each, with no sampling thread. Where the reset is refused or ``/proc`` is absent,
-the value is the process's peak so far (``getrusage``), which :func:`exact` reports.
+the value is the process's peak so far (``getrusage``), which :func:`exact` reports. The
+reset also resets ``getrusage``'s ``ru_maxrss`` (the same counter): after a measured build,
+the process peak is the largest stage peak.
 
 Memory of child processes (the chunking and entity pools) is not included;
 :func:`children_peak_mib` gives the largest child.
