@@ -142,7 +142,7 @@ def knn_check(emb: np.ndarray, graph: dict, args) -> dict:
     nlist = knn.get("nlist") or sig.ivf_nlist(n)
     nprobe = knn.get("nprobe") or 8
     t0 = time.perf_counter()
-    ivf = sig._knn_index(emb, "ivf", nlist, nprobe, 0, 16_384)  # the build's seed (GraphConfig.seed = 0)
+    ivf = sig.knn_index(emb, "ivf", nlist=nlist, nprobe=nprobe, seed=0)  # as the build (GraphConfig.seed = 0)
     t_ivf_build = time.perf_counter() - t0
     t0 = time.perf_counter()
     _, approx = ivf.search(xq, k + 1)

@@ -4,7 +4,8 @@ weights in [0, 1], built with sparse / vectorized operations (no loop over chunk
 ============ ===================================================================== ==========
 signal       edge (i, j)                                                           weight
 ============ ===================================================================== ==========
-semantic     j among the ``k`` nearest neighbours of i by cosine (exact, FAISS)    max(0, cos)
+semantic     j among the ``k`` nearest neighbours of i by cosine (FAISS: exact, or  max(0, cos)
+             IVF above ``GraphConfig.knn_exact_max_n`` chunks)
 adjacency    consecutive chunks of one document                                    1
 section      chunks of one document sharing a section path prefix of depth d,      d / max depth
              each linked to its next ``band`` fellows in the group (no cliques)
@@ -82,9 +83,11 @@ def ivf_nlist(n: int) -> int:
     return max(1, min(n // IVF_TRAIN_PER_LIST, int(round(4 * np.sqrt(n)))))
 
 
-def _knn_index(embeddings: np.ndarray, method: str, nlist: int, nprobe: int, seed: int, tile: int):
-    """A FAISS inner-product index over ``embeddings [n, d]``, filled tile by tile (a memory-
-    mapped input is read once, never copied whole)."""
+def knn_index(
+    embeddings: np.ndarray, method: str = "exact", *, nlist: int = 0, nprobe: int = 8, seed: int = 0, tile: int = 16_384
+):
+    """The FAISS inner-product index :func:`semantic_edges` searches, over ``embeddings [n, d]``,
+    filled tile by tile (a memory-mapped input is read once, never copied whole)."""
     import faiss
 
     n, d = embeddings.shape
@@ -127,7 +130,7 @@ def semantic_edges(
     Memory: the index (one float32 copy of the vectors) plus one tile of results.
     """
     n = embeddings.shape[0]
-    index = _knn_index(embeddings, method, nlist, nprobe, seed, tile)
+    index = knn_index(embeddings, method, nlist=nlist, nprobe=nprobe, seed=seed, tile=tile)
     kk = min(k + 1, n)
     rows, cols, weights = [], [], []
     for lo in range(0, n, tile):
