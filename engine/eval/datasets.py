@@ -25,14 +25,13 @@ joined with or without spaces match the same passage), ``("doc", doc_id)``,
 from __future__ import annotations
 
 import csv
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.errors import CorpusError
-from engine.index.load import read_json, read_text
+from engine.index.load import iter_json_lines, read_json, read_text
 
 DATASETS = ("musique", "2wiki", "hotpotqa", "multihop-rag", "beir", "sample")
 SAMPLE = Path(__file__).resolve().parents[1] / "sample"
@@ -226,15 +225,10 @@ def _load_beir(data: Path) -> Dataset:
         raise CorpusError(f"{data}: no qrels/ folder")
     qrels = _one_of(qrels_dir, ("test.tsv", "dev.tsv", "train.tsv"), "qrels file")
     texts: dict[str, str] = {}
-    for lineno, line in enumerate(read_text(qfile).splitlines(), start=1):
-        if line.strip():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorpusError(f"{qfile}: invalid JSON on line {lineno}: {exc.msg}") from None
-            if not isinstance(r, dict) or "_id" not in r or not isinstance(r.get("text"), str):
-                raise CorpusError(f"{qfile}: line {lineno} needs '_id' and a string 'text'")
-            texts[str(r["_id"])] = r["text"]
+    for lineno, r in iter_json_lines(qfile):
+        if not isinstance(r, dict) or "_id" not in r or not isinstance(r.get("text"), str):
+            raise CorpusError(f"{qfile}: line {lineno} needs '_id' and a string 'text'")
+        texts[str(r["_id"])] = r["text"]
     gold: dict[str, list[GoldItem]] = {}
     rows = list(csv.reader(read_text(qrels).splitlines(), delimiter="\t"))
     for lineno, row in enumerate(rows, start=1):

@@ -56,7 +56,6 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from engine.errors import CorpusError
 from engine.graph.citations import COMMON_WORDS, TitleMatcher
 
 # --- normalization ---------------------------------------------------------------------------
@@ -321,10 +320,6 @@ def extract_entities(
 # --- OpenIE import -----------------------------------------------------------------------------
 
 
-def _ws(text: str) -> str:
-    return " ".join(text.split())
-
-
 def load_openie_entities(
     path: str | Path, chunk_texts: Sequence[str], chunk_titles: Sequence[str]
 ) -> tuple[list[list[str]], int]:
@@ -343,43 +338,17 @@ def load_openie_entities(
     path = Path(path)
     if len(chunk_texts) != len(chunk_titles):
         raise ValueError(f"{len(chunk_texts)} chunk texts but {len(chunk_titles)} chunk titles")
-    from engine.kg.openie import read_openie  # the one reader of the format (engine.kg imports this module)
+    # the one reader and passage matcher of the format (engine.kg imports this module)
+    from engine.kg.openie import match_chunks, read_openie
 
     docs = read_openie(path)
-
-    exact: dict[str, list[int]] = {}
-    loose: dict[str, list[int]] = {}
-    for i, text in enumerate(chunk_texts):
-        exact.setdefault(text, []).append(i)
-        loose.setdefault(_ws(text), []).append(i)
-    title_keys = [_ws(t).casefold() for t in chunk_titles]
-
     per_chunk: list[set[str] | None] = [None] * len(chunk_texts)
     unmatched = 0
-    for n, doc in enumerate(docs):
-        if not isinstance(doc, dict):
-            raise CorpusError(f"{path}: docs[{n}] is not a JSON object")
-        text, title, passage = doc.get("text"), doc.get("title", ""), doc.get("passage")
-        if text is None and isinstance(passage, str):
-            title_part, _, text = passage.partition("\n")
-            title = title or title_part
-        if not isinstance(text, str):
-            raise CorpusError(f"{path}: docs[{n}] has no string 'text' (or 'passage') field")
-        if not isinstance(title, str):
-            raise CorpusError(f"{path}: docs[{n}] field 'title' is not a string")
-        ents = doc.get("extracted_entities", [])
-        if not isinstance(ents, list):
-            raise CorpusError(f"{path}: docs[{n}] field 'extracted_entities' is not a list")
-        cands = exact.get(text) or loose.get(_ws(text))
-        if not cands and isinstance(passage, str):
-            cands = loose.get(_ws(passage))
+    for doc, cands in zip(docs, match_chunks(docs, chunk_texts, chunk_titles)):
         if not cands:
             unmatched += 1
             continue
-        if len(cands) > 1:
-            key = _ws(title).casefold()
-            same = [i for i in cands if title_keys[i] == key]
-            cands = same or cands
+        ents = doc.get("extracted_entities", [])
         keys = {normalize_entity(e) for e in ents if isinstance(e, str)}
         keys.discard("")
         for i in cands:

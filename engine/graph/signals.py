@@ -88,7 +88,9 @@ def knn_index(
 ):
     """The FAISS inner-product index :func:`semantic_edges` searches, over ``embeddings [n, d]``,
     filled tile by tile (a memory-mapped input is read once, never copied whole)."""
-    import faiss
+    from engine.index.dense import load_faiss  # the project's FAISS loader (install hint, BLAS threshold)
+
+    faiss = load_faiss()
 
     n, d = embeddings.shape
     if method == "exact":

@@ -17,7 +17,7 @@ from engine.errors import ConfigError
 BLAS_THRESHOLD = 20  # queries per search from which FAISS uses sgemm (FAISS's historical default)
 
 
-def _faiss():
+def load_faiss():
     try:
         import faiss
     except ImportError:
@@ -65,7 +65,7 @@ class DenseIndex:
 
     def _index(self):
         if self._faiss_index is None:
-            faiss = _faiss()
+            faiss = load_faiss()
             index = faiss.IndexFlatIP(self.dim)
             index.add(np.ascontiguousarray(self.vectors, dtype=np.float32))
             if self.backend == "faiss-gpu":
@@ -105,7 +105,7 @@ class DenseIndex:
         return np.take_along_axis(exact, order, 1).astype(np.float32), np.take_along_axis(ids, order, 1)
 
     def save(self, folder: Path) -> None:
-        faiss = _faiss()
+        faiss = load_faiss()
         index = self._index()
         if self.backend == "faiss-gpu":
             index = faiss.index_gpu_to_cpu(index)
@@ -115,7 +115,7 @@ class DenseIndex:
     def load(cls, folder: Path, vectors: np.ndarray, *, backend: str = "auto", device: str = "cpu") -> "DenseIndex":
         index = cls(vectors, backend=backend, device=device)
         if index.backend.startswith("faiss"):
-            faiss = _faiss()
+            faiss = load_faiss()
             cpu_index = faiss.read_index(str(folder / cls.FILE), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
             if cpu_index.ntotal != len(vectors) or cpu_index.d != index.dim:
                 raise ValueError(

@@ -62,7 +62,7 @@ from engine.config import GraphConfig
 from engine.errors import CorpusError, SpectragError
 from engine.index.build import BuildReport, _check_documents, _versions, embedding_text
 from engine.index.chunk import Chunk, chunk_document
-from engine.index.dense import DenseIndex, _faiss
+from engine.index.dense import DenseIndex, load_faiss
 from engine.index.lexical import BM25Index
 from engine.index.load import Document, detect_format, iter_documents
 from engine.index.store import (
@@ -143,7 +143,7 @@ def add_documents(
         vectors = np.concatenate([np.asarray(old.embeddings, dtype=np.float32), new_vectors])
         stage("embed")
 
-        dense = _faiss().read_index(str(index_dir / DenseIndex.FILE))
+        dense = load_faiss().read_index(str(index_dir / DenseIndex.FILE))
         dense.add(new_vectors)  # IndexFlatIP: exactly the index a full build makes of all vectors
         stage("dense")
         bm25 = BM25Index.build(texts, config.bm25)
@@ -179,7 +179,7 @@ def add_documents(
     manifest.update(counts=counts, additions=[*manifest.get("additions", []), addition], versions=_versions())
     with atomic_directory(index_dir, overwrite=True) as tmp:
         np.save(tmp / EMBEDDINGS, vectors)
-        _faiss().write_index(dense, str(tmp / DenseIndex.FILE))
+        load_faiss().write_index(dense, str(tmp / DenseIndex.FILE))
         bm25.save(tmp)
         write_chunks(tmp / CHUNKS, chunks)
         if graph is not None:
@@ -366,7 +366,7 @@ def semantic_update(
     """
     from engine.graph.signals import coo, top_k_per_row
 
-    faiss = _faiss()
+    faiss = load_faiss()
     n, d = vectors.shape
     if index is None:
         index = faiss.IndexFlatIP(d)

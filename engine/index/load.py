@@ -70,14 +70,20 @@ def read_json(path: Path) -> Any:
         ) from None
 
 
-def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed value)`` of each non-blank line; :class:`CorpusError` names the
+    file and line of invalid JSON."""
     for lineno, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            yield lineno, json.loads(line)
         except json.JSONDecodeError as exc:
             raise CorpusError(f"{path}: invalid JSON on line {lineno}: {exc.msg}") from None
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for lineno, record in iter_json_lines(path):
         if not isinstance(record, dict):
             raise CorpusError(f"{path}: line {lineno} is not a JSON object")
         yield lineno, record

@@ -41,6 +41,8 @@ def read_openie(path: str | Path) -> list[dict]:
                 raise CorpusError(f"{path}: docs[{n}] field {fld!r} is not a list")
         if not isinstance(doc.get("text", doc.get("passage")), str):
             raise CorpusError(f"{path}: docs[{n}] has no string 'text' (or 'passage') field")
+        if not isinstance(doc.get("title", ""), str):
+            raise CorpusError(f"{path}: docs[{n}] field 'title' is not a string")
     return data["docs"]
 
 

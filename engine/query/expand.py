@@ -76,27 +76,40 @@ def expand(
 def candidate_blocks(candidates: torch.Tensor, weights: sp.csr_matrix) -> torch.Tensor:
     """Induced subgraphs ``W[c_b, c_b]`` of every pool as dense blocks, all queries at once.
 
-    Rows of all ``B * P`` candidates are sliced from the CSR in one go; each edge's target is
-    found in its query's pool by one binary search over the sorted keys ``query * n + chunk``.
-
     Shapes: candidates ``[B, P]`` (-1 padded) -> ``[B, P, P]`` float32 (zero rows/cols on padding).
     """
+    return candidate_blocks_of(candidates, [weights])[0]
+
+
+def candidate_blocks_of(candidates: torch.Tensor, graphs: list[sp.csr_matrix]) -> list[torch.Tensor]:
+    """:func:`candidate_blocks` for several graphs over the same ``n`` chunks, locating the pools
+    once.
+
+    Rows of all ``B * P`` candidates are sliced from each CSR in one go; each edge's target is
+    found in its query's pool by one binary search over the sorted keys ``query * n + chunk``.
+
+    Shapes: candidates ``[B, P]`` (-1 padded) -> one ``[B, P, P]`` float32 block per graph.
+    """
     batch, p = candidates.shape
-    n = weights.shape[0]
     cand = candidates.cpu().numpy()
     flat = cand.ravel()
     valid = flat >= 0
-    rows = weights[flat[valid]]  # (V, n): the graph rows of every real candidate
-    slot = np.flatnonzero(valid)  # flat (query, position) of each sliced row
-    per_row = np.diff(rows.indptr)
-    src = np.repeat(slot, per_row)
-    query = src // p
-    edge_key = query * n + rows.indices.astype(np.int64)
-    pool_key = (np.flatnonzero(valid) // p) * n + flat[valid]
+    slot = np.flatnonzero(valid)  # flat (query, position) of each real candidate
+    n = graphs[0].shape[0]
+    if any(g.shape != (n, n) for g in graphs):
+        raise ValueError(f"graphs must all be [n, n] over the same chunks, got {[g.shape for g in graphs]}")
+    pool_key = (slot // p) * n + flat[valid]
     order = np.argsort(pool_key, kind="stable")
     sorted_key, sorted_slot = pool_key[order], slot[order]
-    at = np.minimum(np.searchsorted(sorted_key, edge_key), max(len(sorted_key) - 1, 0))
-    hit = sorted_key[at] == edge_key if len(sorted_key) else np.zeros(0, bool)
-    block = np.zeros((batch, p, p), dtype=np.float32)
-    block[query[hit], src[hit] % p, sorted_slot[at[hit]] % p] = rows.data[hit]
-    return torch.from_numpy(block).to(candidates.device)
+    out = []
+    for weights in graphs:
+        rows = weights[flat[valid]]  # (V, n): the graph rows of every real candidate
+        src = np.repeat(slot, np.diff(rows.indptr))
+        query = src // p
+        edge_key = query * n + rows.indices.astype(np.int64)
+        at = np.minimum(np.searchsorted(sorted_key, edge_key), max(len(sorted_key) - 1, 0))
+        hit = sorted_key[at] == edge_key if len(sorted_key) else np.zeros(0, bool)
+        block = np.zeros((batch, p, p), dtype=np.float32)
+        block[query[hit], src[hit] % p, sorted_slot[at[hit]] % p] = rows.data[hit]
+        out.append(torch.from_numpy(block).to(candidates.device))
+    return out

@@ -26,7 +26,7 @@ from engine.errors import SpectragError
 from engine.query.activation import KG_MODES, ActivationBatch, ActivationConfig, KGState, activate
 from engine.query.bridge import bridge_relevance
 from engine.query.context import Context, build_contexts
-from engine.query.expand import candidate_blocks, expand
+from engine.query.expand import candidate_blocks_of, expand
 from engine.query.fuse import reciprocal_rank_fusion
 from engine.query.propagate import heat_proximity, ppr_proximity, spectral_proximity
 from engine.query.state import QueryState
@@ -161,8 +161,9 @@ class Retriever:
         st = self.state
         q = self.embed(queries) if qvecs is None else qvecs.to(st.device)
         stage("embed")
-        seeds, seed_scores = self._seed(queries, q, cfg)
-        stage("seed")
+        if cfg.mode != "activation":  # activation draws its pool from the knowledge graph alone
+            seeds, seed_scores = self._seed(queries, q, cfg)
+            stage("seed")
         sa = None
         if cfg.mode in KG_MODES:
             sa = self._activate(q, cfg)
@@ -184,15 +185,17 @@ class Retriever:
         relevance = torch.bmm(emb, q[:, :, None]).squeeze(2).masked_fill(~mask, 0.0)
         proximity = torch.zeros_like(relevance)
         if cfg.mode in PROPAGATION_MODES:
-            blocks = candidate_blocks(candidates, st.weights)
+            bridging = cfg.bridge_rounds > 0 and st.relations is not None
+            graphs = [st.weights, st.relations] if bridging else [st.weights]
+            blocks, *relation_blocks = candidate_blocks_of(candidates, graphs)
             stage("blocks")
             proximity = self._proximity(cfg, blocks, candidates, top, weight, relevance, mask)
             if sa is not None:  # combined: (ppr + spectral + activation) / 3
                 proximity = (2 * proximity + sa.proximity(candidates)) / 3
             stage("propagate")
             bridged = relevance
-            if cfg.bridge_rounds > 0 and st.relations is not None:
-                bridged = bridge_relevance(candidate_blocks(candidates, st.relations), relevance, candidates,
+            if bridging:
+                bridged = bridge_relevance(relation_blocks[0], relevance, candidates,
                                            sources=cfg.bridge_sources, lam=cfg.bridge_lambda,
                                            gamma=cfg.bridge_gamma, rounds=cfg.bridge_rounds)
                 stage("bridge")
@@ -234,7 +237,6 @@ class Retriever:
 
     def _proximity(self, cfg, blocks, candidates, seeds, seed_w, relevance, mask) -> torch.Tensor:
         # restart mass on the seeds, located in each pool (seeds come first in the pool)
-        restart = torch.zeros_like(relevance)
         match = candidates[:, :, None] == seeds[:, None, :]  # (B, P, S)
         restart = (match.float() * seed_w[:, None, :].clamp(min=0)).sum(dim=2)
         if cfg.mode == "heat":

@@ -4,12 +4,11 @@ position)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 from engine.errors import CorpusError
-from engine.index.load import read_json, read_text
+from engine.index.load import iter_json_lines, read_json, read_text
 
 TEXT_FIELDS = ("query", "question", "text")
 
@@ -33,13 +32,8 @@ def iter_queries(path: str | Path) -> Iterator[tuple[str, str]]:
         raise CorpusError(f"{path}: no such query file")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        for lineno, line in enumerate(read_text(path).splitlines(), start=1):
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise CorpusError(f"{path}: invalid JSON on line {lineno}: {exc.msg}") from None
-                yield _record(path, f"line {lineno}", record, lineno - 1)
+        for lineno, record in iter_json_lines(path):
+            yield _record(path, f"line {lineno}", record, lineno - 1)
     elif suffix == ".json":
         data = read_json(path)
         if not isinstance(data, list):

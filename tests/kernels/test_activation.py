@@ -6,10 +6,7 @@ Tolerances: float32 kernel vs float64 reference, 1e-5 absolute."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,23 +14,13 @@ import scipy.sparse as sp
 import torch
 from scipy.sparse.csgraph import shortest_path
 
+from conftest import load_reference_module
 from kernels import spreading_activation
 from kernels.activation import khop_pairs, rescale_weights, spread, top_k_nodes
 from kernels.topk import tiled_topk_ip
 
 
-def _load_reference():
-    name = "spectrag_sa_reference"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "kg" / "sa_reference.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-ref = _load_reference()
+ref = load_reference_module("spectrag_sa_reference", "kg/sa_reference.py")
 TOL = 1e-5
 
 

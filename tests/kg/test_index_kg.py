@@ -5,18 +5,16 @@ reference, and ``spectrag index --openie`` / ``retrieve --mode activation`` end 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
 
+from conftest import load_reference_module
 from engine.cli import main
 from engine.config import EmbedConfig, IndexConfig, KGConfig, load_config
 from engine.demo import sample_corpus, sample_questions
@@ -30,13 +28,7 @@ QUESTIONS = [q["question"] for q in sample_questions()]
 
 
 def _reference():
-    name = "spectrag_sa_reference"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("sa_reference.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_reference_module("spectrag_sa_reference", "kg/sa_reference.py")
 
 
 @pytest.fixture(scope="module")

@@ -23,9 +23,7 @@ the BM25 list (the test checks that they do): ``BM25Index.search`` must keep the
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,21 +31,11 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import load_reference_module
 from engine.demo import sample_questions
 from engine.query.pipeline import MODES, GRAPH_MODES, Retriever, RetrieverConfig
 
-def _load_reference():
-    """tests/query/reference.py under a name no other test module can shadow."""
-    name = "spectrag_query_reference"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("reference.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-_ref = _load_reference()
+_ref = load_reference_module("spectrag_query_reference", "query/reference.py")
 bm25_list, reference_retrieve, reference_state, subgraph = (
     _ref.bm25_list, _ref.reference_retrieve, _ref.reference_state, _ref.subgraph)
 
