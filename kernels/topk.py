@@ -102,9 +102,14 @@ def topk_sparse_rows(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-``k`` stored entries of each row of a CSR matrix, ties by the smaller column.
 
-    The rows are laid out as a padded ``[B, max row length]`` block (column order kept, so a
-    smaller position is a smaller column) and cut by :func:`topk_smallest_id_ties`: O(nnz) work,
-    never a dense ``[B, n]`` matrix. Column indices must be sorted within each row.
+    Column indices need not be sorted (a sparse product leaves them unsorted, and sorting 25M
+    entries cost more than the whole search). Work is O(nnz), never a dense ``[B, n]``:
+
+    1. rows are grouped by length (within a factor of 2) and each group padded to its longest
+       row, so one long row does not pad every short one (padding < 2 nnz);
+    2. per group, ``torch.topk`` gives each row's ``k``-th largest value, and the entries at or
+       above it are kept (the top ``k`` plus any ties at the cut);
+    3. the kept entries are ordered by (row, value descending, column ascending), cut to ``k``.
 
     Shapes: indptr ``[B + 1]``, indices/values ``[nnz]`` -> scores ``[B, k]`` (float32, 0 on empty
     slots) and ids ``[B, k]`` (int64, -1 on empty slots, i.e. rows with fewer than ``k`` entries).
@@ -118,16 +123,44 @@ def topk_sparse_rows(
     if values.numel() == 0:
         return scores, ids
     indptr = indptr.to(torch.int64)
-    lengths = indptr.diff()
-    width = int(lengths.max())
-    rows = torch.repeat_interleave(torch.arange(batch, device=device), lengths)
-    pos = torch.arange(values.numel(), device=device) - indptr[rows]
-    padded = torch.full((batch, width), float("-inf"), dtype=torch.float32, device=device)  # (B, width)
-    padded[rows, pos] = values.to(torch.float32)
-    top_s, top_pos = topk_smallest_id_ties(padded, min(k, width))
-    real = torch.isfinite(top_s)
-    flat = (indptr[:-1, None] + top_pos).masked_fill(~real, 0)
-    cut = top_s.shape[1]
-    ids[:, :cut] = torch.where(real, indices.to(torch.int64)[flat], torch.full_like(flat, -1))
-    scores[:, :cut] = torch.where(real, top_s, torch.zeros_like(top_s))
+    keep = _entries_at_or_above_kth(indptr, values.to(torch.float32), k)  # (M,) positions in values
+    row = torch.searchsorted(indptr, keep, right=True) - 1
+    val, col = values[keep].to(torch.float32), indices[keep].to(torch.int64)
+    order = torch.argsort(col, stable=True)
+    order = order[torch.argsort(-val[order], stable=True)]
+    order = order[torch.argsort(row[order], stable=True)]  # (row, -value, column)
+    row, val, col = row[order], val[order], col[order]
+    counts = torch.bincount(row, minlength=batch)
+    rank = torch.arange(row.numel(), device=device) - (torch.cumsum(counts, 0) - counts)[row]
+    take = rank < k
+    scores[row[take], rank[take]] = val[take]
+    ids[row[take], rank[take]] = col[take]
     return scores, ids
+
+
+def _entries_at_or_above_kth(indptr: torch.Tensor, values: torch.Tensor, k: int) -> torch.Tensor:
+    """Positions (into ``values``) of the entries of each CSR row at or above the row's ``k``-th
+    largest value (every entry of a row with at most ``k``).
+
+    One pass per length bucket (at most log2(longest row) + 1 of them); each row is copied once
+    into its bucket's padded block. Shapes: ``[B + 1]``, ``[nnz]`` -> ``[M]`` int64, ascending
+    within each bucket.
+    """
+    lengths = indptr.diff()
+    by_length = torch.argsort(lengths, stable=True)
+    sorted_len = lengths[by_length]
+    rows = values.split(lengths.tolist())  # views, no copy
+    found, lo = [], int(torch.searchsorted(sorted_len, 1))  # skip empty rows
+    while lo < by_length.numel():
+        hi = int(torch.searchsorted(sorted_len, max(2 * int(sorted_len[lo]), k), right=True))
+        bucket = by_length[lo:hi]
+        padded = torch.nn.utils.rnn.pad_sequence(
+            [rows[r] for r in bucket.tolist()], batch_first=True, padding_value=float("-inf")
+        )  # (R, longest)
+        inside = padded > float("-inf")  # not padding (values are finite)
+        if padded.shape[1] > k:  # rows shorter than k have k-th value -inf: keep all of them
+            inside &= padded >= torch.topk(padded, k, dim=1).values[:, -1:]
+        r, pos = inside.nonzero(as_tuple=True)
+        found.append(indptr[bucket[r]] + pos)
+        lo = hi
+    return torch.cat(found) if found else torch.empty(0, dtype=torch.int64, device=values.device)

@@ -111,7 +111,6 @@ class BM25Index:
             rows = self.score(queries[lo : lo + tile])  # (tile, n) sparse: only chunks sharing a term
             rows.data[rows.data < 0] = 0  # BM25 scores are >= 0; keep only positive ones
             rows.eliminate_zeros()
-            rows.sort_indices()
             s, i = topk_sparse_rows(torch.from_numpy(rows.indptr), torch.from_numpy(rows.indices),
                                     torch.from_numpy(rows.data), k)
             scores[lo : lo + tile] = s.numpy()

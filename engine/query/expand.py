@@ -31,7 +31,7 @@ def seed_matrix(seed_ids: torch.Tensor, seed_weights: torch.Tensor, n: int) -> s
 
 def _top_per_row(priority: sp.csr_matrix, p: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``p`` highest entries per row (ties: smaller column) as padded ids/values ``[B, p]``."""
-    priority.sum_duplicates()  # also sorts the column indices of each row
+    priority.sum_duplicates()  # one entry per (row, column)
     vals, ids = topk_sparse_rows(torch.from_numpy(priority.indptr), torch.from_numpy(priority.indices),
                                  torch.from_numpy(priority.data), p)
     return ids.numpy(), vals.numpy()

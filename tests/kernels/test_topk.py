@@ -55,3 +55,48 @@ def test_ties_at_the_cut_go_to_the_smaller_id():
         s, i = topk_smallest_id_ties(x, 7)
         order = torch.argsort(-x, dim=1, stable=True)[:, :7]
         assert torch.equal(i, order)
+
+
+def _sparse_rows_reference(rows: list[list[tuple[int, float]]], k: int):
+    """Per row: (column, value) pairs sorted by value descending then column, cut to k."""
+    out = []
+    for row in rows:
+        best = sorted(row, key=lambda cv: (-cv[1], cv[0]))[:k]
+        out.append(best)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_topk_sparse_rows_matches_sorted_python(seed):
+    from kernels.topk import topk_sparse_rows
+
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 12))
+    # rows of very different lengths (empty; shorter than k yet padded beside longer rows in one
+    # length bucket; a few long ones), coarse values so ties at the cut are common, and column
+    # indices left unsorted as a sparse product leaves them
+    lengths = rng.choice([0, 1, 3, max(k - 1, 0), k, k + 1, 40, 300, 2000], size=30)
+    rows, indptr, cols, vals = [], [0], [], []
+    for length in lengths:
+        c = rng.permutation(5000)[:length]
+        v = rng.integers(0, 6, size=length).astype(np.float32) / 4
+        rows.append(list(zip(c.tolist(), v.tolist())))
+        cols.extend(c.tolist())
+        vals.extend(v.tolist())
+        indptr.append(len(cols))
+    scores, ids = topk_sparse_rows(torch.tensor(indptr), torch.tensor(cols), torch.tensor(vals, dtype=torch.float32), k)
+    for b, want in enumerate(_sparse_rows_reference(rows, k)):
+        got_ids = ids[b].tolist()
+        assert got_ids[: len(want)] == [c for c, _ in want]
+        assert scores[b, : len(want)].tolist() == [v for _, v in want]
+        assert got_ids[len(want):] == [-1] * (k - len(want))
+        assert scores[b, len(want):].tolist() == [0.0] * (k - len(want))
+
+
+def test_topk_sparse_rows_empty_and_bad_k():
+    from kernels.topk import topk_sparse_rows
+
+    s, i = topk_sparse_rows(torch.tensor([0, 0, 0]), torch.empty(0, dtype=torch.int64), torch.empty(0), 3)
+    assert i.tolist() == [[-1] * 3] * 2 and s.abs().sum() == 0
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        topk_sparse_rows(torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([1.0]), 0)
