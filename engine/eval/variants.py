@@ -15,6 +15,7 @@ question moves R@5 by 0.3-0.5 points, so small differences are within noise.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -34,7 +35,25 @@ SWEEP: dict[str, tuple[str, tuple[float, ...]]] = {
     "damping": ("spectral", (0.5, 0.7, 0.85, 0.95)),
     "n_seeds": ("spectral", (5, 10, 20, 40)),
     "max_candidates": ("spectral", (50, 100, 200, 400)),
+    # spreading activation (indexes with a knowledge graph only): seeds and the chunk filter
+    "activation.k": ("activation", (1, 3, 5, 10)),
+    "activation.tau_d": ("activation", (0.0, 0.3, 0.45, 0.6)),
 }
+
+
+def _get(config, param: str):
+    """``param`` of a RetrieverConfig, ``section.field`` for a nested settings object."""
+    for part in param.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def _with(retriever, param: str, value):
+    """``retriever`` with ``param`` (possibly ``section.field``) set to ``value``."""
+    if "." not in param:
+        return with_config(retriever, **{param: value})
+    section, field = param.split(".", 1)
+    return with_config(retriever, **{section: replace(getattr(retriever.config, section), **{field: value})})
 
 
 def run_ablations(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, runs: dict[str, Run],
@@ -99,11 +118,18 @@ def run_sweep(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, log: 
     """One parameter at a time around the defaults (:data:`SWEEP`); everything else fixed."""
     out: dict[str, Any] = {}
     for param, (mode, values) in SWEEP.items():
-        default = getattr(retriever.config, param)
+        if "." in param and not hasattr(retriever.config, param.split(".")[0]):
+            continue  # an engine without that settings section
+        default = _get(retriever.config, param)
         points, per_q = [], []
+        try:
+            run_method(retriever, texts[:1], qvecs[:1], mode, budget, 1)
+        except SpectragError as exc:  # e.g. activation on an index without a knowledge graph
+            log(f"sweep {param}: skipped ({exc})")
+            continue
         for v in sorted({type(default)(v) for v in values} | {default}):  # the default is always a point
             log(f"sweep {param} = {v}")
-            run = run_method(with_config(retriever, **{param: v}), texts, qvecs, mode, budget, batch_size)
+            run = run_method(_with(retriever, param, v), texts, qvecs, mode, budget, batch_size)
             points.append({"value": v, "default": v == default, **scorer.summary(run, detail=False)})
             per_q.append(scorer.per_question(run)[:, R5])
         base = per_q[next(i for i, p in enumerate(points) if p["default"])]

@@ -182,7 +182,9 @@ class Retriever:
             candidates = seeds[:, : cfg.max_candidates]
         mask = candidates >= 0
         emb = st.embeddings[candidates.clamp(min=0)]  # (B, P, d)
-        relevance = torch.bmm(emb, q[:, :, None]).squeeze(2).masked_fill(~mask, 0.0)
+        # a product and a sum over d, not bmm: bmm takes another kernel at B = 1 than at B > 1
+        # (differences of 1e-5), and a query's result must not depend on its batch
+        relevance = (emb * q[:, None, :]).sum(dim=2).masked_fill(~mask, 0.0)
         proximity = torch.zeros_like(relevance)
         if cfg.mode in PROPAGATION_MODES:
             bridging = cfg.bridge_rounds > 0 and st.relations is not None

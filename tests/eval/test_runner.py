@@ -174,3 +174,29 @@ def test_openie_file_beside_a_hipporag_corpus_is_found(tmp_path):
         assert config.kg.enabled and config.kg.openie_file == str(tmp_path / "openie_mq.json")
         assert config.graph.entities_file == str(tmp_path / "openie_mq.json")
     assert cache_folder(ds, config, tmp_path) != cache_folder(ds, IndexConfig(), tmp_path)
+
+
+def test_sweep_covers_activation_settings_exactly_when_the_mode_runs(evaluated):
+    result, _ = evaluated
+    activation_params = {p for p, (mode, _) in SWEEP.items() if mode == "activation"}
+    assert activation_params == {"activation.k", "activation.tau_d"}
+    if "activation" in result["methods"]:
+        assert activation_params <= set(result["sweep"])
+        for param in activation_params:
+            values = [p["value"] for p in result["sweep"][param]["points"]]
+            assert len(values) >= 4 and values == sorted(values)
+    else:
+        assert not activation_params & set(result["sweep"])
+
+
+def test_sweep_sets_nested_activation_settings():
+    from types import SimpleNamespace
+
+    from engine.eval.variants import _get, _with
+    from engine.query.pipeline import RetrieverConfig
+
+    base = SimpleNamespace(config=RetrieverConfig())
+    other = _with(base, "activation.tau_d", 0.1)
+    assert _get(other.config, "activation.tau_d") == 0.1 and other.config.activation.k == base.config.activation.k
+    assert base.config.activation.tau_d == 0.45  # the original is untouched
+    assert _get(_with(base, "alpha", 0.5).config, "alpha") == 0.5
