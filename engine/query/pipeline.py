@@ -27,6 +27,7 @@ from engine.query.activation import KG_MODES, ActivationBatch, ActivationConfig,
 from engine.query.bridge import bridge_relevance
 from engine.query.context import Context, build_contexts
 from engine.query.expand import candidate_blocks_of, expand
+from engine.query.expand_torch import candidate_blocks_torch, expand_torch
 from engine.query.fuse import reciprocal_rank_fusion
 from engine.query.propagate import heat_proximity, ppr_proximity, spectral_proximity
 from engine.query.state import QueryState
@@ -59,6 +60,9 @@ class RetrieverConfig:
     activation: spreading-activation settings of modes activation and combined (default: the
         SA-RAG paper's values, :class:`engine.query.activation.ActivationConfig`).
     device: ``auto`` (CUDA when present) or a torch device string (default: auto).
+    graph_backend: where expansion and the induced blocks run: ``scipy`` (CPU sparse products),
+        ``torch`` (tensors on the device, :mod:`engine.query.expand_torch`) or ``auto``: torch
+        when the device is not the CPU, so a GPU batch never leaves the GPU (default: auto).
     """
 
     mode: str = "spectral"
@@ -78,8 +82,11 @@ class RetrieverConfig:
     select: SelectConfig = field(default_factory=SelectConfig)
     activation: ActivationConfig = field(default_factory=ActivationConfig)
     device: str = "auto"
+    graph_backend: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.graph_backend not in ("auto", "scipy", "torch"):
+            raise SpectragError(f"graph_backend must be auto, scipy or torch, got {self.graph_backend!r}")
         if self.mode not in MODES + KG_MODES:
             raise SpectragError(f"mode must be one of {', '.join(MODES + KG_MODES)}, got {self.mode!r}")
         if not 0 <= self.alpha <= 1:
@@ -172,7 +179,11 @@ class Retriever:
             top = seeds[:, : cfg.n_seeds]
             weight = seed_scores[:, : cfg.n_seeds]
             weight = weight / weight[:, :1].clamp(min=1e-30)
-            candidates, _ = expand(top, weight, st.weights, max_candidates=cfg.max_candidates, hops=cfg.hops)
+            if self._on_device(cfg):
+                candidates, _ = expand_torch(top, weight, st.torch_graph("weights"), max_candidates=cfg.max_candidates,
+                                             hops=cfg.hops)
+            else:
+                candidates, _ = expand(top, weight, st.weights, max_candidates=cfg.max_candidates, hops=cfg.hops)
             if sa is not None:  # combined: the activation pool joins the expanded candidates
                 candidates = sa.merge(candidates)
             stage("expand")
@@ -188,8 +199,11 @@ class Retriever:
         proximity = torch.zeros_like(relevance)
         if cfg.mode in PROPAGATION_MODES:
             bridging = cfg.bridge_rounds > 0 and st.relations is not None
-            graphs = [st.weights, st.relations] if bridging else [st.weights]
-            blocks, *relation_blocks = candidate_blocks_of(candidates, graphs)
+            names = ["weights", "relations"] if bridging else ["weights"]
+            if self._on_device(cfg):
+                blocks, *relation_blocks = candidate_blocks_torch(candidates, [st.torch_graph(g) for g in names])
+            else:
+                blocks, *relation_blocks = candidate_blocks_of(candidates, [getattr(st, g) for g in names])
             stage("blocks")
             proximity = self._proximity(cfg, blocks, candidates, top, weight, relevance, mask)
             if sa is not None:  # combined: (ppr + spectral + activation) / 3
@@ -229,6 +243,10 @@ class Retriever:
             [torch.from_numpy(dense_i), torch.from_numpy(bm_i)], k=cfg.rrf_k, top=max(cfg.k_dense, cfg.k_bm25)
         )
         return fused_i.to(device), fused_s.to(device)
+
+    def _on_device(self, cfg: RetrieverConfig) -> bool:
+        """Whether expansion and blocks run as torch tensors (``graph_backend``)."""
+        return cfg.graph_backend == "torch" or (cfg.graph_backend == "auto" and self.state.device.type != "cpu")
 
     def _activate(self, q: torch.Tensor, cfg: RetrieverConfig) -> ActivationBatch:
         """Spreading activation over the knowledge graph for ``q [B, d]``."""

@@ -90,6 +90,16 @@ class QueryState:
             relations=relations,
         )
 
+    def torch_graph(self, name: str):
+        """``weights`` or ``relations`` as a :class:`engine.query.expand_torch.TorchCSR` on the
+        device, copied once on first use."""
+        from engine.query.expand_torch import TorchCSR
+
+        cache = self.__dict__.setdefault("_torch_graphs", {})
+        if name not in cache:
+            cache[name] = TorchCSR.from_scipy(getattr(self, name), self.device)
+        return cache[name]
+
     def require_graph(self, mode: str) -> None:
         if self.weights is None:
             raise SpectragError(

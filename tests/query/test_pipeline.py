@@ -40,6 +40,21 @@ def test_batch_equals_single_queries(retriever, qvecs, mode):
         assert batch.ranking()[b, :width].tolist() == one.ranking()[0].tolist()
 
 
+@pytest.mark.parametrize("mode", ["heat", "ppr", "spectral"])
+def test_torch_graph_backend_equals_scipy(sample_index, retriever, qvecs, mode):
+    """Expansion and blocks as torch tensors (what a GPU runs) give the CPU path's results."""
+    from dataclasses import replace
+
+    on_device = Retriever(sample_index, replace(retriever.config, graph_backend="torch"))
+    got = on_device.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
+    want = retriever.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
+    assert torch.equal(got.candidates, want.candidates)
+    assert torch.allclose(got.scores, want.scores, atol=1e-6)
+    assert torch.equal(got.selected, want.selected)
+    with pytest.raises(SpectragError, match="graph_backend"):
+        RetrieverConfig(graph_backend="cuda")
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("budget", [1, 300, 4000])
 def test_budget_is_never_exceeded(retriever, qvecs, mode, budget):
