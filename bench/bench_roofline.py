@@ -268,7 +268,7 @@ def diffusion(A: sp.csr_matrix, graph: str, batches: list[int], repeats: int, ce
         sec = timed(lambda: personalized_pagerank(op, R, tol=1e-8), repeats)
         by, fl = ppr_bytes(int(res.column_iters.sum()), res.n_iter, op.PT.values().numel(), n, 4, 4)
         rows.append(dict(graph=graph, n=n, nnz=op.PT.values().numel(), B=B, kernel="ppr, int32 operator",
-                         spmms=res.n_iter, ms=sec * 1e3, GFLOPs=fl / sec / 1e9, GBps=by / sec / 1e9,
+                         spmms=res.n_iter, column_iters=int(res.column_iters.sum()), ms=sec * 1e3, GFLOPs=fl / sec / 1e9, GBps=by / sec / 1e9,
                          ratio=by / sec / 1e9 / ceiling))
         print(f"  {graph:<22} B={B:>4} {'ppr, int32 operator':<24} {res.n_iter} iters {sec * 1e3:9.1f} ms  "
               f"{by / sec / 1e9:5.2f} GB/s ({by / sec / 1e9 / ceiling:4.0%})", flush=True)

@@ -56,6 +56,10 @@ from kernels.pagerank import (  # noqa: E402
 from kernels.select import SelectConfig, budget_select  # noqa: E402
 from kernels.topk import tiled_topk_ip  # noqa: E402
 
+# the engine's device expansion and blocks (these modules import neither FAISS nor sentence-transformers)
+from engine.query.expand import expand  # noqa: E402
+from engine.query.expand_torch import TorchCSR, candidate_blocks_torch, expand_torch  # noqa: E402
+
 warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
 warnings.filterwarnings("ignore", message=".*Sparse invariant checks are implicitly disabled.*")
 
@@ -174,93 +178,27 @@ def make_kg(n_ent: int, dev: torch.device, seed: int) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def _csr_expand(indptr: torch.Tensor, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every CSR entry of every node: owner (index into nodes) and CSR position, ``[sum deg]``."""
-    first = indptr[nodes]
-    deg = indptr[nodes + 1] - first
-    owner = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
-    offset = torch.cumsum(deg, 0) - deg
-    return owner, first[owner] + torch.arange(owner.numel(), device=nodes.device) - offset[owner]
-
-
-def _coalesce(keys: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    uk, inv = torch.unique(keys, return_inverse=True)
-    return uk, torch.zeros(uk.numel(), dtype=vals.dtype, device=vals.device).index_add_(0, inv, vals)
+def graph_of(data: dict) -> TorchCSR:
+    return TorchCSR(data["indptr"], data["indices"], data["values"])
 
 
 def expand_device(data: dict, seeds: torch.Tensor, seed_w: torch.Tensor, p: int = P, hops: int = 2) -> torch.Tensor:
-    """Candidate pools ``[B, p]`` (-1 padded): seeds (priority 2 + weight) then the ``hops``-hop
-    walk mass ``(F1 + 0.5 F2) / max``, ties to the smaller id; the rule of engine.query.expand,
-    on flat ``(query, node)`` keys ``b * n + node`` instead of scipy."""
-    n, dev = data["n"], seeds.device
-    B, S = seeds.shape
-    qid = torch.arange(B, device=dev).repeat_interleave(S)
-    flat, w = seeds.reshape(-1), seed_w.reshape(-1).to(torch.float32)
-    ok = flat >= 0
-    seed_keys, seed_vals = _coalesce(qid[ok] * n + flat[ok], w[ok])
-    fk, fv = seed_keys, seed_vals
-    reach_k, reach_v = [], []
-    for hop in range(hops):
-        owner, pos = _csr_expand(data["indptr"], fk % n)
-        fk, fv = _coalesce((fk // n)[owner] * n + data["indices"][pos], fv[owner] * data["values"][pos])
-        reach_k.append(fk)
-        reach_v.append(fv * 0.5**hop)
-    keys, vals = _coalesce(torch.cat(reach_k), torch.cat(reach_v))
-    q = keys // n
-    peak = torch.zeros(B, device=dev).scatter_reduce_(0, q, vals, "amax", include_self=True)
-    pr = vals / peak[q].clamp(min=1e-30)
-    # seeds replace their walk mass with 2 + weight (always above any walk priority <= 1)
-    keys, pr = torch.cat([keys, seed_keys]), torch.cat([pr, 2.0 + seed_vals])
-    keys, inv = torch.unique(keys, return_inverse=True)
-    pr = torch.zeros(keys.numel(), device=dev).scatter_reduce_(0, inv, pr, "amax", include_self=False)
-    q = keys // n
-    order = torch.argsort(-pr, stable=True)  # keys ascend, so ties keep the smaller node id
-    order = order[torch.argsort(q[order], stable=True)]
-    qs = q[order]
-    rank = torch.arange(order.numel(), device=dev) - torch.searchsorted(qs, qs)
-    take = rank < p
-    out = torch.full((B, p), -1, dtype=torch.int64, device=dev)
-    out[qs[take], rank[take]] = (keys[order] % n)[take]
-    return out
+    """Candidate pools ``[B, p]`` (-1 padded) on the device: the engine's torch expansion
+    (``engine.query.expand_torch``), what ``Retriever`` runs on a GPU."""
+    return expand_torch(seeds, seed_w, graph_of(data), max_candidates=p, hops=hops)[0]
 
 
 def expand_reference(data: dict, seeds: np.ndarray, seed_w: np.ndarray, p: int = P) -> np.ndarray:
-    """The same rule with scipy sparse products (engine.query.expand), for the check."""
+    """The same rule by the engine's CPU path (scipy sparse products), for the check."""
     n = data["n"]
     W = sp.csr_matrix((data["values"].cpu().numpy(), data["indices"].cpu().numpy(), data["indptr"].cpu().numpy()), shape=(n, n))
-    B, S = seeds.shape
-    rows = np.repeat(np.arange(B), S)
-    ok = seeds.ravel() >= 0
-    Sm = sp.csr_matrix((seed_w.ravel()[ok].astype(np.float64), (rows[ok], seeds.ravel()[ok])), shape=(B, n))
-    F1 = Sm @ W
-    reach = (F1 + 0.5 * (F1 @ W)).tocsr()
-    out = np.full((B, p), -1, dtype=np.int64)
-    for b in range(B):  # reference: one query at a time
-        lo, hi = reach.indptr[b], reach.indptr[b + 1]
-        pri = dict(zip(reach.indices[lo:hi].tolist(), (reach.data[lo:hi] / reach.data[lo:hi].max()).tolist()))
-        s_lo, s_hi = Sm.indptr[b], Sm.indptr[b + 1]
-        for node, wv in zip(Sm.indices[s_lo:s_hi].tolist(), Sm.data[s_lo:s_hi].tolist()):
-            pri[node] = 2.0 + wv
-        ranked = sorted(pri, key=lambda j: (-pri[j], j))[:p]
-        out[b, : len(ranked)] = ranked
-    return out
+    return expand(torch.from_numpy(seeds), torch.from_numpy(seed_w), W, max_candidates=p)[0].numpy()
 
 
 def blocks_device(data: dict, cand: torch.Tensor) -> torch.Tensor:
-    """Induced subgraphs ``W[c_b, c_b]`` as dense ``[B, P, P]`` (zero rows/cols on padding)."""
-    n, dev = data["n"], cand.device
-    B, p = cand.shape
-    flat = cand.reshape(-1)
-    slot = torch.nonzero(flat >= 0).squeeze(1)
-    owner, pos = _csr_expand(data["indptr"], flat[slot])
-    src_slot = slot[owner]
-    edge_key = (src_slot // p) * n + data["indices"][pos]
-    pool_key, order = torch.sort((slot // p) * n + flat[slot])
-    at = torch.searchsorted(pool_key, edge_key).clamp(max=max(pool_key.numel() - 1, 0))
-    hit = pool_key[at] == edge_key
-    blocks = torch.zeros(B, p, p, device=dev)
-    blocks[src_slot[hit] // p, src_slot[hit] % p, slot[order][at[hit]] % p] = data["values"][pos][hit]
-    return blocks
+    """Induced subgraphs ``W[c_b, c_b]`` as dense ``[B, P, P]`` (zero rows/cols on padding), by the
+    engine's ``candidate_blocks_torch``."""
+    return candidate_blocks_torch(cand, [graph_of(data)])[0]
 
 
 def proximity(blocks, cand, seeds, seed_w, coords, mask) -> torch.Tensor:
