@@ -154,7 +154,8 @@ def test_synthetic_add_equals_full_rebuild(synth):
     assert len(inc) == len(full) > 200
     assert inc.chunks == full.chunks  # same chunks, same order, same ids
     np.testing.assert_array_equal(np.asarray(inc.embeddings), np.asarray(full.embeddings))
-    for name in ("dense.faiss", "bm25/data.npy", "bm25/indices.npy", "bm25/indptr.npy", "bm25/vocab.json"):
+    for name in ("dense.faiss", "bm25/data.npy", "bm25/indices.npy", "bm25/indptr.npy", "bm25/vocab.json",
+                 "bm25/tokens.indptr.npy", "bm25/tokens.ids.npy"):
         assert inc.manifest["files"][name]["sha256"] == full.manifest["files"][name]["sha256"], name
     for name in SIGNALS:
         a, b = stored_signal_matrix(inc, name), stored_signal_matrix(full, name)

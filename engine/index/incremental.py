@@ -19,7 +19,9 @@ stage       reused                          recomputed
 chunks      the old chunk table             the new documents, chunked
 embed       the old embeddings              the new chunks only
 dense       the old FAISS IndexFlatIP       the new vectors appended (``add``)
-bm25        --                              all: IDF and the mean chunk length are global
+bm25        the old chunks' token ids       the new chunks tokenized; scores over all from
+            (``bm25/tokens.*``)             the token ids (IDF, mean chunk length are global);
+                                            an index without them is rebuilt in full
 semantic    each old row's k nearest        new rows against all; each old row's list merged
             (from the stored signal)        with its k nearest among the new rows (exact)
 adjacency,  the old edges                   the new documents' edges (they stay inside a
@@ -146,7 +148,10 @@ def add_documents(
         dense = load_faiss().read_index(str(index_dir / DenseIndex.FILE))
         dense.add(new_vectors)  # IndexFlatIP: exactly the index a full build makes of all vectors
         stage("dense")
-        bm25 = BM25Index.build(texts, config.bm25)
+        if old.bm25.tokens is not None:  # the old chunks' token ids are stored: tokenize only the new
+            bm25 = BM25Index.extend(old.bm25, texts[n_old:], config.bm25)
+        else:  # an index written before token ids were stored
+            bm25 = BM25Index.build(texts, config.bm25)
         stage("bm25")
 
         graph = None

@@ -4,18 +4,29 @@ bm25s precomputes every (term, chunk) BM25 contribution into a sparse matrix at 
 We store that matrix (CSR ``[vocab, n]``) and score a whole batch of queries as one sparse
 product ``Q @ S`` with ``Q`` the ``[B, vocab]`` query term counts, then take a tiled top-k:
 no per-query loop.
+
+Beside the matrix we keep the tokenized chunks (token ids in the index vocabulary, as a ragged
+array ``indptr [n + 1]``, ``ids [tokens]``), so that adding chunks (:meth:`BM25Index.extend`)
+tokenizes only the new ones: the scores must still be recomputed over all chunks (IDF and the
+mean chunk length are global), but from stored ids. Terms are numbered by first use in the
+corpus (old chunks before new ones), so an extended index is the very index a full build of
+the union makes, file for file. (bm25s numbers stems in the order of a Python set of strings,
+which changes with the hash seed: its files differed from run to run, ours do not.)
 """
 
 from __future__ import annotations
 
 import json
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 from engine.config import BM25Config
-from engine.errors import ConfigError
+from engine.errors import ConfigError, IndexFormatError
+
+TOKEN_FILES = ("tokens.indptr.npy", "tokens.ids.npy")  # the tokenized chunks, beside the matrix
 
 
 def _bm25s():
@@ -42,10 +53,19 @@ class BM25Index:
 
     FOLDER = "bm25"
 
-    def __init__(self, config: BM25Config, vocab: dict[str, int], matrix: sp.csr_matrix) -> None:
+    def __init__(
+        self,
+        config: BM25Config,
+        vocab: dict[str, int],
+        matrix: sp.csr_matrix,
+        tokens: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         self.config = config
         self.vocab = vocab
         self.matrix = matrix  # (vocab, n) BM25 contribution of each term to each chunk
+        # (indptr [n + 1] int64, ids [tokens] int32): chunk i's token ids are ids[indptr[i]:indptr[i + 1]];
+        # None for an index written before they were stored (an add then rebuilds in full)
+        self.tokens = tokens
         self._stem = _stemmer(config.stemmer)
 
     @property
@@ -64,21 +84,55 @@ class BM25Index:
 
     @classmethod
     def build(cls, texts: list[str], config: BM25Config) -> "BM25Index":
+        """The index of ``texts`` (chunk i is ``texts[i]``): matrix ``[vocab, len(texts)]``."""
+        ids, indptr, terms = _tokenize_ids(texts, config)
+        return cls._from_ids(config, terms, ids, indptr)
+
+    @classmethod
+    def extend(cls, old: "BM25Index", new_texts: list[str], config: BM25Config) -> "BM25Index":
+        """The index of ``old``'s chunks followed by ``new_texts``, equal to :meth:`build` of the
+        union, tokenizing only ``new_texts``. ``config`` may change k1, b and the method, not the
+        tokenization (stemmer, stopwords), which the stored token ids already carry."""
+        if old.tokens is None:
+            raise IndexFormatError(
+                f"{cls.FOLDER}/: this index has no stored token ids ({', '.join(TOKEN_FILES)}); build it in full"
+            )
+        for name in ("stemmer", "stopwords"):
+            if getattr(config, name) != getattr(old.config, name):
+                raise ConfigError(
+                    f"bm25.{name}: the index was tokenized with {getattr(old.config, name)!r}, not "
+                    f"{getattr(config, name)!r}; rebuild the index to change it"
+                )
+        old_terms = sorted(old.vocab, key=old.vocab.__getitem__)
+        if len(old_terms) != old.matrix.shape[0]:
+            raise IndexFormatError(
+                f"{cls.FOLDER}/vocab.json: {len(old_terms)} terms for a matrix of {old.matrix.shape[0]} rows"
+            )
+        new_ids, new_indptr, new_terms = _tokenize_ids(new_texts, config)
+        # new terms (already in first-use order) take the old id or the next free one, in order
+        vocab = dict(old.vocab)
+        added = [t for t in new_terms if t not in vocab]
+        vocab.update((t, len(old_terms) + j) for j, t in enumerate(added))
+        to_old = np.fromiter((vocab[t] for t in new_terms), dtype=np.int32, count=len(new_terms))
+        old_indptr, old_ids = (np.asarray(a) for a in old.tokens)
+        ids = np.concatenate([old_ids.astype(np.int32, copy=False), to_old[new_ids]])
+        indptr = np.concatenate([old_indptr.astype(np.int64, copy=False), old_indptr[-1] + new_indptr[1:]])
+        return cls._from_ids(config, old_terms + added, ids, indptr)
+
+    @classmethod
+    def _from_ids(cls, config: BM25Config, terms: list[str], ids: np.ndarray, indptr: np.ndarray) -> "BM25Index":
+        """Score matrix of the tokenized corpus (``ids [tokens]`` of ``terms``, chunk i at
+        ``indptr[i]:indptr[i + 1]``) with bm25s, which takes pre-tokenized input."""
         bm25s = _bm25s()
-        stem = _stemmer(config.stemmer)
-        tokens = bm25s.tokenize(
-            texts, lower=True, stopwords=config.stopwords or None, stemmer=stem, show_progress=False
-        )
+        docs = _TokenLists(np.asarray(ids), np.asarray(indptr))
         model = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
-        model.index(tokens, show_progress=False)
+        # a fresh dict: bm25s appends an empty-string term (no matrix row) to the one it is given
+        model.index(bm25s.tokenization.Tokenized(ids=docs, vocab={t: i for i, t in enumerate(terms)}),
+                    show_progress=False)
         s = model.scores
         # bm25s keeps a CSC matrix of shape (n_docs, vocab): exactly the CSR of (vocab, n_docs)
-        matrix = sp.csr_matrix(
-            (s["data"], s["indices"], s["indptr"]), shape=(len(s["indptr"]) - 1, s["num_docs"])
-        )
-        # bm25s may add an empty-string token for empty texts; it has no row and never matches
-        vocab = {t: i for t, i in model.vocab_dict.items() if t and i < matrix.shape[0]}
-        return cls(config, vocab, matrix)
+        matrix = sp.csr_matrix((s["data"], s["indices"], s["indptr"]), shape=(len(terms), s["num_docs"]))
+        return cls(config, {t: i for i, t in enumerate(terms)}, matrix, (indptr, ids))
 
     def query_matrix(self, queries: list[str]) -> sp.csr_matrix:
         """Term counts of the queries over the index vocabulary; unknown terms are dropped."""
@@ -126,6 +180,10 @@ class BM25Index:
         terms = sorted(self.vocab, key=self.vocab.__getitem__)
         info = {"terms": terms, "shape": list(self.matrix.shape)}
         (out / "vocab.json").write_text(json.dumps(info, ensure_ascii=False), encoding="utf-8")
+        if self.tokens is not None:
+            indptr, ids = self.tokens
+            np.save(out / TOKEN_FILES[0], np.asarray(indptr, dtype=np.int64))
+            np.save(out / TOKEN_FILES[1], np.asarray(ids, dtype=np.int32))
 
     @classmethod
     def load(cls, folder: Path, config: BM25Config) -> "BM25Index":
@@ -139,4 +197,55 @@ class BM25Index:
             ),
             shape=tuple(info["shape"]),
         )
-        return cls(config, {t: i for i, t in enumerate(info["terms"])}, matrix)
+        return cls(config, {t: i for i, t in enumerate(info["terms"])}, matrix, _load_tokens(src, matrix.shape))
+
+
+class _TokenLists:
+    """The chunks' token ids as the sequence of Python lists bm25s iterates, made one chunk at a
+    time: lists of all 10^8 tokens at once doubled the build's memory, and numpy arrays per chunk
+    made bm25s's counting loops 25-45 % slower."""
+
+    def __init__(self, ids: np.ndarray, indptr: np.ndarray) -> None:
+        self.ids, self.indptr = ids, indptr
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    def __getitem__(self, i: int) -> list[int]:
+        return self.ids[self.indptr[i] : self.indptr[i + 1]].tolist()
+
+    def __iter__(self):
+        bounds = self.indptr.tolist()
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            yield self.ids[lo:hi].tolist()
+
+
+def _tokenize_ids(texts: list[str], config: BM25Config) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Token ids of ``texts`` with terms numbered by first use: ``ids [tokens]`` int32,
+    ``indptr [len(texts) + 1]`` int64 (text i at ``ids[indptr[i]:indptr[i + 1]]``) and the terms."""
+    tokenized = _bm25s().tokenize(
+        texts, lower=True, stopwords=config.stopwords or None, stemmer=_stemmer(config.stemmer),
+        return_ids=True, show_progress=False,
+    )
+    lengths = np.fromiter(map(len, tokenized.ids), dtype=np.int64, count=len(texts))
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    ids = np.fromiter(chain.from_iterable(tokenized.ids), dtype=np.int32, count=int(indptr[-1]))
+    by_id = sorted(tokenized.vocab, key=tokenized.vocab.__getitem__)
+    used, first = np.unique(ids, return_index=True)
+    order = used[np.argsort(first)]  # bm25s ids in the order of their first use
+    renumber = np.full(len(by_id), -1, dtype=np.int32)
+    renumber[order] = np.arange(len(order), dtype=np.int32)
+    return renumber[ids], indptr, [by_id[i] for i in order]
+
+
+def _load_tokens(src: Path, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The stored token ids (memory-mapped), or None for an index written without them."""
+    if not all((src / name).exists() for name in TOKEN_FILES):
+        return None
+    indptr, ids = (np.load(src / name, mmap_mode="r") for name in TOKEN_FILES)
+    if indptr.shape != (shape[1] + 1,) or ids.shape != (int(indptr[-1]),):
+        raise IndexFormatError(
+            f"{src}/{TOKEN_FILES[0]}: {indptr.shape[0]} offsets and {ids.shape[0]} token ids do not "
+            f"describe {shape[1]} chunks ({int(indptr[-1]) if indptr.size else '?'} tokens)"
+        )
+    return indptr, ids

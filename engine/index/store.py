@@ -6,7 +6,7 @@ Layout of an index directory::
     chunks.jsonl      the chunk table, one JSON object per chunk, in chunk-id order
     embeddings.npy    float32 [n, d], L2-normalized (memory-mapped on load)
     dense.faiss       FAISS IndexFlatIP over the same vectors
-    bm25/             BM25 term x chunk score matrix (CSR as .npy) and vocabulary (JSON)
+    bm25/             BM25 term x chunk score matrix (CSR as .npy), vocabulary (JSON), chunk token ids
     kg/               knowledge graph for spreading activation, when built (engine/kg/store.py)
 
 No pickle anywhere. A build writes into a hidden temporary sibling folder and renames it into

@@ -1,0 +1,184 @@
+"""BM25Index.extend: adding chunks tokenizes only the new ones and gives the index a full build
+of the union gives (same scores, same top-k), for every bm25s method, with and without stemming
+and stopwords; an index saved without token ids still loads and an add then rebuilds in full."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine import build_index, load_index
+from engine.config import BM25Config, EmbedConfig, GraphConfig, IndexConfig
+from engine.errors import ConfigError, IndexFormatError
+from engine.index import add_documents
+from engine.index.chunk import chunk_document
+from engine.index import lexical
+from engine.index.lexical import TOKEN_FILES, BM25Index
+from engine.index.load import iter_documents
+from engine.index.store import MANIFEST
+
+METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
+TOKENIZATION = {"stemmed": {}, "plain": {"stemmer": "", "stopwords": ""}}
+WORDS = ["harbour", "harbours", "river", "rivers", "mill", "milling", "bridge", "stone", "market", "markets",
+         "tower", "ferry", "ferries", "the", "of", "and", "a", "in", "north", "northern", "salt", "saltworks"]
+NEW_ONLY = ["quillon", "zephyrine", "oxbowed"]  # terms that occur only in the added chunks
+
+
+def synthetic_texts(n: int, seed: int, extra: list[str] = ()) -> list[str]:
+    """``n`` short texts of 3..25 words drawn from WORDS (plus ``extra``); some texts are empty
+    or stopwords only, so chunk lengths and document frequencies vary."""
+    rng = np.random.default_rng(seed)
+    vocab = WORDS + list(extra)
+    texts = [" ".join(rng.choice(vocab, size=rng.integers(3, 26))) for _ in range(n)]
+    texts[1], texts[2] = "", "the of and a in"
+    return texts
+
+
+QUERIES = ["harbour ferries", "river mill bridge", "northern salt market", "the of", "quillon", "zephyrine harbour",
+           "oxbowed stone towers", "unknownword", ""]
+
+
+def assert_same_index(a: BM25Index, b: BM25Index, queries: list[str]) -> None:
+    sa, sb = a.score(queries), b.score(queries)
+    sa.eliminate_zeros()
+    sb.eliminate_zeros()
+    for q in range(len(queries)):
+        ra, rb = sa.getrow(q), sb.getrow(q)
+        np.testing.assert_array_equal(np.sort(ra.indices), np.sort(rb.indices), err_msg=queries[q])
+        np.testing.assert_allclose(ra.toarray(), rb.toarray(), atol=1e-6, rtol=0, err_msg=queries[q])
+    for k in (1, 5, 40):
+        (s1, i1), (s2, i2) = a.search(queries, k), b.search(queries, k)
+        np.testing.assert_array_equal(i1, i2)
+        np.testing.assert_allclose(s1, s2, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("tokenization", TOKENIZATION)
+def test_extend_equals_build_of_the_union(method, tokenization):
+    config = BM25Config(method=method, **TOKENIZATION[tokenization])
+    old, new = synthetic_texts(60, seed=1), synthetic_texts(25, seed=2, extra=NEW_ONLY)
+    extended = BM25Index.extend(BM25Index.build(old, config), new, config)
+    full = BM25Index.build(old + new, config)
+    assert extended.n == full.n == 85
+    assert_same_index(extended, full, QUERIES)
+    # terms are numbered by first use, so even the vocabulary, the matrix and the ids agree
+    assert extended.vocab == full.vocab
+    for x, y in zip(extended.tokens, full.tokens):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(extended.matrix.indptr, full.matrix.indptr)
+    np.testing.assert_array_equal(extended.matrix.indices, full.matrix.indices)
+    np.testing.assert_array_equal(extended.matrix.data, full.matrix.data)
+
+
+def test_extend_twice_and_after_save_load(tmp_path):
+    config = BM25Config()
+    parts = [synthetic_texts(40, seed=s, extra=NEW_ONLY[: s - 3]) for s in (3, 4, 5)]
+    first = BM25Index.build(parts[0], config)
+    first.save(tmp_path)
+    loaded = BM25Index.load(tmp_path, config)
+    assert all(isinstance(a, np.memmap) for a in loaded.tokens)
+    twice = BM25Index.extend(BM25Index.extend(loaded, parts[1], config), parts[2], config)
+    assert_same_index(twice, BM25Index.build(parts[0] + parts[1] + parts[2], config), QUERIES)
+
+
+def test_new_terms_are_searchable():
+    config = BM25Config()
+    old = synthetic_texts(30, seed=6)
+    new = ["The quillon of the northern harbour", "zephyrine ferries", "harbour mill"]
+    extended = BM25Index.extend(BM25Index.build(old, config), new, config)
+    assert "quillon" in extended.vocab and "quillon" not in BM25Index.build(old, config).vocab
+    scores, ids = extended.search(["quillon", "zephyrine ferry"], 3)
+    assert ids[0, 0] == 30 and ids[0, 1] == -1  # only the new chunk holds the term
+    assert ids[1, 0] == 31 and scores[1, 0] > 0
+
+
+def test_extend_needs_tokens_and_the_same_tokenization(tmp_path):
+    config = BM25Config()
+    index = BM25Index.build(synthetic_texts(20, seed=7), config)
+    with pytest.raises(ConfigError, match="bm25.stemmer"):
+        BM25Index.extend(index, ["harbour"], BM25Config(stemmer=""))
+    # k1, b and the method do not touch the token ids: they may change
+    BM25Index.extend(index, ["harbour"], BM25Config(method="atire", k1=1.2))
+    index.save(tmp_path)
+    for name in TOKEN_FILES:
+        (tmp_path / "bm25" / name).unlink()
+    older = BM25Index.load(tmp_path, config)
+    assert older.tokens is None
+    with pytest.raises(IndexFormatError, match="no stored token ids"):
+        BM25Index.extend(older, ["harbour"], config)
+
+
+def test_load_refuses_token_ids_that_do_not_fit(tmp_path):
+    config = BM25Config()
+    BM25Index.build(synthetic_texts(20, seed=8), config).save(tmp_path)
+    np.save(tmp_path / "bm25" / TOKEN_FILES[0], np.arange(5, dtype=np.int64))
+    with pytest.raises(IndexFormatError, match="tokens.indptr.npy"):
+        BM25Index.load(tmp_path, config)
+
+
+# --------------------------------------------------------------------------- through add_documents
+
+CONFIG = IndexConfig(embed=EmbedConfig(cache_dir=""), graph=GraphConfig(enabled=False))
+DIM = 8
+
+
+def write_corpus(path: Path, first: int, count: int, extra: list[str] = ()) -> Path:
+    rows = [{"id": f"doc{d:03d}", "title": f"Document {d}", "text": " ".join(synthetic_texts(4, seed=d, extra=extra))}
+            for d in range(first, first + count)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def vectors(corpus: Path) -> np.ndarray:
+    """One deterministic unit vector per chunk (the dense index is not under test here)."""
+    n = sum(len(chunk_document(d, CONFIG.chunk)) for d in iter_documents(corpus, "jsonl"))
+    v = np.random.default_rng(n).standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def drop_token_files(index_dir: Path) -> None:
+    """Make ``index_dir`` look like an index written before token ids were stored."""
+    manifest = json.loads((index_dir / MANIFEST).read_text(encoding="utf-8"))
+    for name in TOKEN_FILES:
+        (index_dir / "bm25" / name).unlink()
+        del manifest["files"][f"bm25/{name}"]
+    (index_dir / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+
+
+def test_add_extends_or_falls_back_to_a_full_build(tmp_path, monkeypatch):
+    old = write_corpus(tmp_path / "old.jsonl", 0, 15)
+    new = write_corpus(tmp_path / "new.jsonl", 15, 6, extra=NEW_ONLY)
+    union = tmp_path / "union.jsonl"
+    union.write_text(old.read_text() + new.read_text(), encoding="utf-8")
+    build_index(old, tmp_path / "current", CONFIG, embeddings=vectors(old))
+    shutil.copytree(tmp_path / "current", tmp_path / "legacy")
+    drop_token_files(tmp_path / "legacy")
+    assert load_index(tmp_path / "legacy").bm25.tokens is None  # an older index still loads
+    full = build_index(union, tmp_path / "full", CONFIG, embeddings=vectors(union))
+
+    tokenized = []  # how many texts each add tokenizes for BM25
+    tokenize = lexical._tokenize_ids
+
+    def counting(texts, config):
+        tokenized.append(len(texts))
+        return tokenize(texts, config)
+
+    monkeypatch.setattr(lexical, "_tokenize_ids", counting)
+    current = add_documents(tmp_path / "current", new, embeddings=vectors(new))
+    legacy = add_documents(tmp_path / "legacy", new, embeddings=vectors(new))
+    n_new = sum(c.doc_id >= "doc015" for c in full.chunks)
+    assert tokenized == [n_new, len(full)]  # with stored ids only the new chunks; without, all of them
+
+    files = ["bm25/" + f for f in ("data.npy", "indices.npy", "indptr.npy", "vocab.json", *TOKEN_FILES)]
+    for index in (current, legacy):
+        assert len(index) == len(full) and index.bm25.tokens is not None
+        for name in files:
+            assert index.manifest["files"][name]["sha256"] == full.manifest["files"][name]["sha256"], name
+        s1, i1 = index.bm25_search(QUERIES, 10)
+        s2, i2 = full.bm25_search(QUERIES, 10)
+        np.testing.assert_array_equal(i1, i2)
+        np.testing.assert_allclose(s1, s2, atol=1e-6, rtol=0)
