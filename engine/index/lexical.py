@@ -148,9 +148,16 @@ class BM25Index:
         """BM25 scores of every chunk for every query, as sparse ``[B, n]``."""
         return (self.query_matrix(queries) @ self.matrix).tocsr()
 
-    def search(self, queries: list[str], k: int, *, tile: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: list[str], k: int, *, tile: int = 256, device="cpu", backend: str = "auto"
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` chunks per query, ties by smaller chunk id; slots past the last chunk with a
         non-zero score hold id -1 and score 0 (FAISS's convention).
+
+        ``backend``: ``scipy`` (sparse products on the CPU), ``torch`` (torch sparse products on
+        ``device``; the matrix is copied there once) or ``auto``: scipy on the CPU, torch on any
+        other device, so a GPU batch is not bound by the CPU. The two sum a chunk's term scores
+        in their own order: scores agree to float32 rounding.
 
         Shapes: -> scores, ids ``[B, min(k, n)]``.
         """
@@ -158,18 +165,45 @@ class BM25Index:
 
         from kernels.topk import topk_sparse_rows
 
+        device = torch.device(device)
+        if backend not in ("auto", "scipy", "torch"):
+            raise ConfigError(f"BM25 search backend must be auto, scipy or torch, got {backend!r}")
+        on_torch = backend == "torch" or (backend == "auto" and device.type != "cpu")
         k = min(k, self.n)
         scores = np.empty((len(queries), k), dtype=np.float32)
         ids = np.empty((len(queries), k), dtype=np.int64)
         for lo in range(0, len(queries), tile):
-            rows = self.score(queries[lo : lo + tile])  # (tile, n) sparse: only chunks sharing a term
-            rows.data[rows.data < 0] = 0  # BM25 scores are >= 0; keep only positive ones
-            rows.eliminate_zeros()
-            s, i = topk_sparse_rows(torch.from_numpy(rows.indptr), torch.from_numpy(rows.indices),
-                                    torch.from_numpy(rows.data), k)
-            scores[lo : lo + tile] = s.numpy()
-            ids[lo : lo + tile] = i.numpy()
+            batch = queries[lo : lo + tile]
+            if not on_torch:
+                rows = self.score(batch)  # (tile, n) sparse: only chunks sharing a term
+                indptr, cols, vals = (torch.from_numpy(a) for a in (rows.indptr, rows.indices, rows.data))
+            else:
+                indptr, cols, vals = self._score_on(batch, device)
+            # BM25 scores are >= 0; keep only the positive ones (as FAISS-style empty slots after them)
+            indptr, cols, vals = _positive_entries(indptr, cols, vals)
+            s, i = topk_sparse_rows(indptr, cols, vals, k)
+            scores[lo : lo + tile] = s.cpu().numpy()
+            ids[lo : lo + tile] = i.cpu().numpy()
         return scores, ids
+
+    def _score_on(self, queries: list[str], device):
+        """:meth:`score` as torch sparse products on ``device``: CSR ``(indptr, cols, values)``
+        of the ``[B, n]`` scores."""
+        import torch
+
+        cache = self.__dict__.setdefault("_device_matrix", {})
+        if device not in cache:
+            m = self.matrix
+            cache[device] = torch.sparse_csr_tensor(  # copies off the read-only memory maps
+                torch.from_numpy(np.array(m.indptr, dtype=np.int64)), torch.from_numpy(np.array(m.indices, dtype=np.int64)),
+                torch.from_numpy(np.array(m.data, dtype=np.float32)), size=m.shape, check_invariants=False,
+            ).to(device)
+        q = self.query_matrix(queries)
+        q = torch.sparse_csr_tensor(torch.as_tensor(q.indptr, dtype=torch.int64), torch.as_tensor(q.indices, dtype=torch.int64),
+                                    torch.as_tensor(q.data, dtype=torch.float32), size=q.shape,
+                                    check_invariants=False).to(device)
+        rows = torch.sparse.mm(q, cache[device])
+        return rows.crow_indices(), rows.col_indices(), rows.values()
 
     def save(self, folder: Path) -> None:
         out = folder / self.FOLDER
@@ -198,6 +232,19 @@ class BM25Index:
             shape=tuple(info["shape"]),
         )
         return cls(config, {t: i for i, t in enumerate(info["terms"])}, matrix, _load_tokens(src, matrix.shape))
+
+
+def _positive_entries(indptr, cols, vals):
+    """The CSR rows without their entries <= 0 (torch tensors, any device)."""
+    import torch
+
+    keep = vals > 0
+    if bool(keep.all()):
+        return indptr, cols, vals
+    row = torch.repeat_interleave(torch.arange(indptr.numel() - 1, device=vals.device), indptr.diff())
+    out = torch.zeros_like(indptr)
+    out[1:] = torch.cumsum(torch.bincount(row[keep], minlength=indptr.numel() - 1), 0)
+    return out, cols[keep], vals[keep]
 
 
 class _TokenLists:

@@ -236,7 +236,7 @@ class Retriever:
         dense_s, dense_i = index.dense.search(q.cpu().numpy(), cfg.k_dense)
         if cfg.mode == "dense":
             return torch.from_numpy(dense_i).to(device), torch.from_numpy(dense_s).to(device)
-        bm_s, bm_i = index.bm25.search(queries, cfg.k_bm25)
+        bm_s, bm_i = index.bm25.search(queries, cfg.k_bm25, device=device)  # on a GPU: torch sparse products there
         if cfg.mode == "bm25":
             return torch.from_numpy(bm_i).to(device), torch.from_numpy(bm_s).to(device)
         fused_s, fused_i = reciprocal_rank_fusion(
