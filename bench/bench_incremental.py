@@ -295,11 +295,12 @@ def notes(result: dict) -> list[str]:
             f"{part(add, OVERHEAD):.1f} s."
         )
     out += [
-        "* BM25 is rebuilt because its IDF and mean chunk length are global (every stored score changes); the "
-        "entity signal because its IDF weights and document-frequency cap depend on n; the citation signal because "
-        "old chunks may mention a new title (and a longer new title hides a shorter one inside it). Neither the "
-        "BM25 term frequencies nor the extracted entity lists are stored in the index, so the old chunks are "
-        "re-tokenized and re-extracted: storing them would make these stages proportional to the new chunks plus "
+        "* BM25 scores are recomputed over all chunks because IDF and the mean chunk length are global (every "
+        "stored score changes), but from the token ids the index stores (`bm25/tokens.*`): only the new chunks are "
+        "tokenized, and what is left is bm25s's scoring pass. The entity signal is recomputed because its IDF "
+        "weights and document-frequency cap depend on n, the citation signal because old chunks may mention a new "
+        "title (and a longer new title hides a shorter one inside it); the extracted entity lists are not stored, so "
+        "the old chunks are re-extracted: storing them would make that stage proportional to the new chunks plus "
         "one sparse product.",
         "* Embeddings are supplied here, so the embed stage is free. With the model it dominates a rebuild "
         "(`bench/results/embed_cpu.md`: 16 passages/s on this machine), and an add embeds only the new chunks.",

@@ -59,6 +59,7 @@ from kernels.topk import tiled_topk_ip  # noqa: E402
 # the engine's device expansion and blocks (these modules import neither FAISS nor sentence-transformers)
 from engine.query.expand import expand  # noqa: E402
 from engine.query.expand_torch import TorchCSR, candidate_blocks_torch, expand_torch  # noqa: E402
+from engine.index.lexical import top_k_scores  # noqa: E402  (bm25s is imported lazily there)
 
 warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
 warnings.filterwarnings("ignore", message=".*Sparse invariant checks are implicitly disabled.*")
@@ -67,6 +68,7 @@ D = 384
 P = 200
 N_SEEDS = 20
 K_DENSE = 50
+K_BM25 = 50
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,6 +146,37 @@ def make_data(n: int, dev: torch.device, seed: int) -> dict:
         tokens=torch.randint(50, 401, (n,), generator=g, device=dev),
         docs=torch.arange(n, device=dev) // 8, coords=coords,
     )
+
+
+def make_bm25(n: int, dev: torch.device, seed: int, vocab: int = 200_000, per_doc: int = 100) -> torch.Tensor:
+    """A BM25-like score matrix ``[vocab, n]`` (sparse CSR on the device): ``per_doc`` term draws
+    per chunk from a Zipf(1.1) law over ``vocab`` terms (long posting lists for frequent terms,
+    as in real text), scores in [0.5, 5)."""
+    g = torch.Generator(device=dev).manual_seed(seed)
+    cdf = torch.cumsum(torch.arange(1, vocab + 1, device=dev, dtype=torch.float64) ** -1.1, 0)
+    term = torch.searchsorted(cdf / cdf[-1], torch.rand(n * per_doc, generator=g, device=dev, dtype=torch.float64))
+    key = torch.unique(term.clamp(max=vocab - 1) * n + torch.arange(n, device=dev).repeat_interleave(per_doc))
+    crow = torch.zeros(vocab + 1, dtype=torch.int64, device=dev)
+    crow[1:] = torch.cumsum(torch.bincount(key // n, minlength=vocab), 0)
+    vals = 0.5 + 4.5 * torch.rand(key.numel(), generator=g, device=dev)
+    return torch.sparse_csr_tensor(crow, key % n, vals, size=(vocab, n), check_invariants=False)
+
+
+def bm25_queries(B: int, vocab: int, dev: torch.device, seed: int, terms: int = 4) -> torch.Tensor:
+    """Query term counts ``[B, vocab]`` (sparse CSR): ``terms`` distinct terms of frequency rank
+    20-5,000 each (content words: posting lists of ~10^2-10^5 chunks at n = 10^6)."""
+    g = torch.Generator(device=dev).manual_seed(seed)
+    cols = torch.sort(20 + torch.randperm(4980, generator=g, device=dev)[: B * terms].reshape(B, terms), dim=1).values
+    crow = torch.arange(0, B * terms + 1, terms, device=dev)
+    return torch.sparse_csr_tensor(crow, cols.reshape(-1), torch.ones(B * terms, device=dev), size=(B, vocab),
+                                   check_invariants=False)
+
+
+def bm25_search(Q: torch.Tensor, M: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The engine's BM25 search on the device (``BM25Index.search``, backend torch): one sparse
+    product and the positive top-k per row."""
+    rows = torch.sparse.mm(Q, M)
+    return top_k_scores(rows.crow_indices(), rows.col_indices(), rows.values(), k)
 
 
 def make_queries(data: dict, B: int, seed: int) -> torch.Tensor:
@@ -419,7 +452,22 @@ def run_checks(dev: torch.device, rows: list) -> None:
         print(f"  [skip] edge_propagate triton: {rows[-1]['note']}")
     check("spreading_activation", activation, 1e-5)
     check("budget_select", select, 0.0)
-    check("expansion (device) vs scipy", expand, 0.05)  # float32 vs float64 sums: near-ties at the cut may swap
+    def bm25():
+        M, Q = make_bm25(3000, cpu, 8, vocab=5000, per_doc=40), bm25_queries(40, 5000, cpu, 9)
+        Ms = sp.csr_matrix((M.values().numpy(), M.col_indices().numpy(), M.crow_indices().numpy()), shape=M.shape)
+        Qs = sp.csr_matrix((Q.values().numpy(), Q.col_indices().numpy(), Q.crow_indices().numpy()), shape=Q.shape)
+        rows = (Qs @ Ms).tocsr()
+        s, ids = bm25_search(Q.to(dev), M.to(dev), K_BM25)
+        ids = ids.cpu()
+        differ = 0
+        for b in range(Q.shape[0]):  # reference: sort each query's row in Python
+            lo, hi = rows.indptr[b], rows.indptr[b + 1]
+            want = sorted(zip(rows.indices[lo:hi].tolist(), rows.data[lo:hi].tolist()), key=lambda t: (-t[1], t[0]))[:K_BM25]
+            differ += ids[b, : len(want)].tolist() != [c for c, _ in want]
+        return differ / Q.shape[0], "fraction of queries whose top-50 differs (float32 sums in another order may swap near-ties)"
+
+    check("expansion (device) vs scipy", expand, 0.05)
+    check("BM25 search (device) vs scipy rows sorted in Python", bm25, 0.05)  # float32 vs float64 sums: near-ties at the cut may swap
     check("induced blocks (device) vs scipy", blocks, 0.0)
 
 
@@ -485,6 +533,7 @@ def run_timings(dev, data, batches, deadline, rows, roof, args) -> None:
         print(f"  diffusion ppr n={n:,} B={B}: {res.n_iter} iterations {sec * 1e3:.1f} ms, {by / sec / 1e9:.3g} GB/s", flush=True)
         del X, R
 
+    bm25_M = make_bm25(n, dev, 12)
     kg = make_kg(max(n // 4, 1000), dev, 11)
     for B in batches:
         if not left():
@@ -511,6 +560,9 @@ def run_timings(dev, data, batches, deadline, rows, roof, args) -> None:
                 add("seed: faiss-gpu IndexFlatIP", B, sec_f, "host queries in/out")
             except Exception as e:  # noqa: BLE001
                 print(f"  faiss-gpu: {type(e).__name__}: {e}")
+        bm25_Q = bm25_queries(B, bm25_M.shape[0], dev, 200 + B)
+        sec, (bs, _) = timed(lambda: bm25_search(bm25_Q, bm25_M, K_BM25), dev)
+        add("seed: BM25 sparse product + top-50", B, sec, f"{bm25_M.values().numel():,} matrix entries")
         seeds, seed_w = ids[:, :N_SEEDS], s[:, :N_SEEDS] / s[:, :1].clamp(min=1e-30)
         sec, cand = timed(lambda: expand_device(data, seeds, seed_w), dev)
         add("expand: two hops, P = 200", B, sec)

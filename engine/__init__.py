@@ -4,11 +4,22 @@ Offline: :func:`build_index` turns a corpus into a persisted index; :func:`add_d
 documents to one; :func:`load_index` opens it.
 """
 
+import importlib
+
 from engine.config import BM25Config, ChunkConfig, EmbedConfig, IndexConfig, load_config
 from engine.errors import ConfigError, CorpusError, IndexFormatError, SpectragError
-from engine.index.build import build_index
-from engine.index.incremental import add_documents
-from engine.index.store import Index, load_index
+
+# imported on first use (PEP 562): the build pulls in tiktoken, bm25s and FAISS, which the query
+# kernels and the GPU check must not need (the GPU machine may have none of them)
+_LAZY = {"build_index": "engine.index.build", "add_documents": "engine.index.incremental",
+         "Index": "engine.index.store", "load_index": "engine.index.store"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,8 @@
 """Adding documents to an existing index (issue 7): the new version equals a full build of the
-old corpus followed by the new documents. Only the new chunks are chunked, embedded and searched
-for neighbours; what depends on the whole corpus (BM25, entity and citation signals, fusion,
-spectrum) is recomputed, and those stages dominate the cost (``bench/results/incremental_cpu.md``).
+old corpus followed by the new documents. Only the new chunks are chunked, embedded, tokenized
+and searched for neighbours; what depends on the whole corpus (BM25 scores, entity and citation
+signals, fusion, spectrum) is recomputed, and those stages dominate the cost
+(``bench/results/incremental_cpu.md``).
 
 New chunks get ids ``n_old .. n_old + m - 1``, in the order the added corpus gives them: the
 order a full build of "old documents, then new documents" gives. (A full build of one folder

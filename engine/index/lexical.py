@@ -163,8 +163,6 @@ class BM25Index:
         """
         import torch
 
-        from kernels.topk import topk_sparse_rows
-
         device = torch.device(device)
         if backend not in ("auto", "scipy", "torch"):
             raise ConfigError(f"BM25 search backend must be auto, scipy or torch, got {backend!r}")
@@ -179,9 +177,7 @@ class BM25Index:
                 indptr, cols, vals = (torch.from_numpy(a) for a in (rows.indptr, rows.indices, rows.data))
             else:
                 indptr, cols, vals = self._score_on(batch, device)
-            # BM25 scores are >= 0; keep only the positive ones (as FAISS-style empty slots after them)
-            indptr, cols, vals = _positive_entries(indptr, cols, vals)
-            s, i = topk_sparse_rows(indptr, cols, vals, k)
+            s, i = top_k_scores(indptr, cols, vals, k)
             scores[lo : lo + tile] = s.cpu().numpy()
             ids[lo : lo + tile] = i.cpu().numpy()
         return scores, ids
@@ -234,17 +230,21 @@ class BM25Index:
         return cls(config, {t: i for i, t in enumerate(info["terms"])}, matrix, _load_tokens(src, matrix.shape))
 
 
-def _positive_entries(indptr, cols, vals):
-    """The CSR rows without their entries <= 0 (torch tensors, any device)."""
+def top_k_scores(indptr, cols, vals, k: int):
+    """Top-``k`` positive entries per row of a ``[B, n]`` score CSR (torch tensors on any device),
+    ties to the smaller chunk id; BM25 scores are >= 0 and a zero is no match, so rows with fewer
+    positive entries end in id -1, score 0. Shapes: -> scores, ids ``[B, k]``."""
     import torch
 
+    from kernels.topk import topk_sparse_rows
+
     keep = vals > 0
-    if bool(keep.all()):
-        return indptr, cols, vals
-    row = torch.repeat_interleave(torch.arange(indptr.numel() - 1, device=vals.device), indptr.diff())
-    out = torch.zeros_like(indptr)
-    out[1:] = torch.cumsum(torch.bincount(row[keep], minlength=indptr.numel() - 1), 0)
-    return out, cols[keep], vals[keep]
+    if not bool(keep.all()):
+        row = torch.repeat_interleave(torch.arange(indptr.numel() - 1, device=vals.device), indptr.diff())
+        indptr = torch.zeros(indptr.numel(), dtype=torch.int64, device=vals.device)
+        indptr[1:] = torch.cumsum(torch.bincount(row[keep], minlength=indptr.numel() - 1), 0)
+        cols, vals = cols[keep], vals[keep]
+    return topk_sparse_rows(indptr, cols, vals, k)
 
 
 class _TokenLists:
