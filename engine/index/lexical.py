@@ -67,6 +67,7 @@ class BM25Index:
         # None for an index written before they were stored (an add then rebuilds in full)
         self.tokens = tokens
         self._stem = _stemmer(config.stemmer)
+        self._device_matrix: dict = {}  # torch device -> the matrix as a torch CSR there, on first use
 
     @property
     def n(self) -> int:
@@ -187,7 +188,7 @@ class BM25Index:
         of the ``[B, n]`` scores."""
         import torch
 
-        cache = self.__dict__.setdefault("_device_matrix", {})
+        cache = self._device_matrix
         if device not in cache:
             m = self.matrix
             cache[device] = torch.sparse_csr_tensor(  # copies off the read-only memory maps

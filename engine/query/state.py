@@ -6,7 +6,7 @@ afterwards only gathers from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -60,6 +60,7 @@ class QueryState:
     coords: torch.Tensor | None
     weights: sp.csr_matrix | None
     relations: sp.csr_matrix | None = None
+    _torch_graphs: dict = field(default_factory=dict, repr=False, compare=False)  # name -> TorchCSR, on first use
 
     @classmethod
     def from_index(cls, index, device: str | torch.device = "cpu", graph: dict | None = None) -> "QueryState":
@@ -95,10 +96,9 @@ class QueryState:
         device, copied once on first use."""
         from engine.query.expand_torch import TorchCSR
 
-        cache = self.__dict__.setdefault("_torch_graphs", {})
-        if name not in cache:
-            cache[name] = TorchCSR.from_scipy(getattr(self, name), self.device)
-        return cache[name]
+        if name not in self._torch_graphs:
+            self._torch_graphs[name] = TorchCSR.from_scipy(getattr(self, name), self.device)
+        return self._torch_graphs[name]
 
     def require_graph(self, mode: str) -> None:
         if self.weights is None:
