@@ -394,3 +394,21 @@ _A = to_torch(random_symmetric(100, 4, seed=15))
 def test_bad_arguments(args, kwargs, exc, match):
     with pytest.raises(exc, match=match):
         lanczos_eigsh(*args, **kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rows", [1, 2, 7, 40])
+def test_orthonormalize_against_returns_an_exact_decomposition(dtype, rows):
+    """w = Q^T h + w_orth with w_orth orthogonal to Q, whether one full pass sufficed or not
+    (a w almost inside span(Q) forces the repeat)."""
+    from kernels.lanczos import _orthonormalize_against
+
+    g = torch.Generator().manual_seed(rows)
+    Q = torch.linalg.qr(torch.randn(500, rows, generator=g, dtype=torch.float64))[0].T.to(dtype)  # orthonormal rows
+    eps = torch.finfo(dtype).eps
+    for w in (torch.randn(500, generator=g, dtype=dtype), Q.T @ torch.randn(rows, generator=g, dtype=dtype) + 1e-3 * torch.randn(500, generator=g, dtype=dtype)):
+        w_orth, h, before, after = _orthonormalize_against(Q, w.clone())
+        assert before == pytest.approx(float(w.norm()), rel=1e-6)
+        assert after == pytest.approx(float(w_orth.norm()), rel=1e-6)
+        assert float((Q @ w_orth).abs().max()) <= 50 * eps * before
+        assert float((Q.T @ h + w_orth - w).abs().max()) <= 50 * eps * before
