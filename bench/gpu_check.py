@@ -60,6 +60,9 @@ from kernels.topk import tiled_topk_ip  # noqa: E402
 from engine.query.expand import expand  # noqa: E402
 from engine.query.expand_torch import TorchCSR, candidate_blocks_torch, expand_torch  # noqa: E402
 from engine.index.lexical import top_k_scores  # noqa: E402  (bm25s is imported lazily there)
+from engine.query.bridge import bridge_relevance  # noqa: E402
+from engine.query.pipeline import RetrieverConfig  # noqa: E402
+from engine.query.propagate import ppr_proximity, spectral_proximity  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
 warnings.filterwarnings("ignore", message=".*Sparse invariant checks are implicitly disabled.*")
@@ -234,26 +237,14 @@ def blocks_device(data: dict, cand: torch.Tensor) -> torch.Tensor:
     return candidate_blocks_torch(cand, [graph_of(data)])[0]
 
 
-def proximity(blocks, cand, seeds, seed_w, coords, mask) -> torch.Tensor:
-    """``0.5 PPR + 0.5 spectral`` on the pools (engine.query.propagate, spectral mode; float32 PPR)."""
-    restart = ((cand[:, :, None] == seeds[:, None, :]).float() * seed_w[:, None, :].clamp(min=0)).sum(2)
-    restart = torch.where(mask, restart, torch.zeros_like(restart))
-    restart = torch.where((restart.sum(1, keepdim=True) <= 0) & mask, torch.ones_like(restart), restart)
-    ppr = personalized_pagerank_dense_batched(blocks, restart, mask=mask, tol=1e-6, max_iter=200,
-                                              raise_on_failure=False).scores
-    zc, zs = coords[cand.clamp(min=0)], coords[seeds.clamp(min=0)]
-    spec = torch.bmm(zc, zs.transpose(1, 2)).masked_fill((seeds < 0)[:, None, :], -1.0).amax(2).clamp(min=0)
-
-    def scale(x):
-        x = torch.where(mask, x, torch.zeros_like(x))
-        return x / x.amax(1, keepdim=True).clamp(min=1e-30)
-
-    return (0.5 * scale(ppr) + 0.5 * scale(spec)).clamp(0, 1)
-
-
 def end_to_end(data: dict, q: torch.Tensor, cfg: SelectConfig) -> tuple[torch.Tensor, dict]:
-    """One batch through every stage; returns the selection order and seconds per stage."""
+    """One batch through the engine's spectral-mode stages (``Retriever.score_batch`` with the
+    ``RetrieverConfig`` defaults) on the device: dense seeds (no BM25: the synthetic data has no
+    text), expansion, blocks of the fused and relational graphs (the one synthetic graph serves
+    as both), PPR + spectral proximity, bridging, selection. Returns the selection order and
+    seconds per stage."""
     dev = q.device
+    rc = RetrieverConfig()
     sec = {}
     t = time.perf_counter()
 
@@ -264,21 +255,26 @@ def end_to_end(data: dict, q: torch.Tensor, cfg: SelectConfig) -> tuple[torch.Te
         sec[name] = now - t
         t = now
 
-    s, ids = tiled_topk_ip(q, data["emb"], K_DENSE)
+    s, ids = tiled_topk_ip(q, data["emb"], rc.k_dense)
     stage("seed")
-    seeds, seed_w = ids[:, :N_SEEDS], s[:, :N_SEEDS]
+    seeds, seed_w = ids[:, : rc.n_seeds], s[:, : rc.n_seeds]
     seed_w = seed_w / seed_w[:, :1].clamp(min=1e-30)
-    cand = expand_device(data, seeds, seed_w)
+    cand = expand_device(data, seeds, seed_w, p=rc.max_candidates, hops=rc.hops)
     stage("expand")
-    blocks = blocks_device(data, cand)
+    blocks, relations = candidate_blocks_torch(cand, [graph_of(data), graph_of(data)])
     stage("blocks")
     mask = cand >= 0
-    ids_c = cand.clamp(min=0)
-    emb = data["emb"][ids_c]  # (B, P, d)
-    rel = torch.bmm(emb, q[:, :, None]).squeeze(2).masked_fill(~mask, 0.0)
-    prox = proximity(blocks, cand, seeds, seed_w, data["coords"], mask)
-    scores = torch.where(mask, 0.7 * rel + 0.3 * prox, torch.zeros_like(rel))
+    emb = data["emb"][cand.clamp(min=0)]  # (B, P, d)
+    relevance = (emb * q[:, None, :]).sum(dim=2).masked_fill(~mask, 0.0)
+    restart = ((cand[:, :, None] == seeds[:, None, :]).float() * seed_w[:, None, :].clamp(min=0)).sum(dim=2)
+    ppr = ppr_proximity(blocks, restart, mask, damping=rc.damping)
+    prox = (0.5 * ppr + 0.5 * spectral_proximity(data["coords"], cand, seeds, mask)).clamp(0.0, 1.0)
     stage("propagate")
+    bridged = bridge_relevance(relations, relevance, cand, sources=rc.bridge_sources, lam=rc.bridge_lambda,
+                               gamma=rc.bridge_gamma, rounds=rc.bridge_rounds)
+    scores = torch.where(mask, (1 - rc.alpha) * bridged + rc.alpha * prox, torch.zeros_like(relevance))
+    stage("bridge")
+    ids_c = cand.clamp(min=0)
     sel = budget_select(scores, prox, data["tokens"][ids_c].masked_fill(~mask, 1), mask, emb,
                         data["cluster"][ids_c], data["docs"][ids_c], cfg)
     stage("select")
@@ -467,7 +463,16 @@ def run_checks(dev: torch.device, rows: list) -> None:
         return differ / Q.shape[0], "fraction of queries whose top-50 differs (float32 sums in another order may swap near-ties)"
 
     check("expansion (device) vs scipy", expand, 0.05)
-    check("BM25 search (device) vs scipy rows sorted in Python", bm25, 0.05)  # float32 vs float64 sums: near-ties at the cut may swap
+    check("BM25 search (device) vs scipy rows sorted in Python", bm25, 0.05)
+
+    def pipeline():
+        ref, _ = end_to_end(sdata, sq, SelectConfig())
+        dev_data = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in sdata.items()}
+        out, _ = end_to_end(dev_data, sq.to(dev), SelectConfig())
+        same = (out.cpu() == ref).all(1).float().mean().item() if out.shape == ref.shape else 0.0
+        return 1.0 - same, "fraction of queries whose selection differs from the same stages on the CPU"
+
+    check("engine spectral stages end to end (device) vs CPU", pipeline, 0.05)  # float32 vs float64 sums: near-ties at the cut may swap
     check("induced blocks (device) vs scipy", blocks, 0.0)
 
 
@@ -595,7 +600,7 @@ def run_timings(dev, data, batches, deadline, rows, roof, args) -> None:
         if not left():
             return
         sec, (order, parts) = timed(lambda: end_to_end(data, q, cfg), dev)
-        add("end-to-end (spectral mode, no BM25)", B, sec,
+        add("end-to-end (engine spectral stages, no BM25)", B, sec,
             "stages ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in parts.items()))
 
 
