@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import sys
+import time
 
 
 def pin_threads(default: str, *, passive: bool = False) -> str:
@@ -37,3 +39,26 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def median_seconds(fn, repeats: int, *, warmup: bool = True, device=None):
+    """Median wall seconds of ``repeats`` calls of ``fn`` and the last call's result, after one
+    untimed warm-up call (unless ``warmup`` is false). With a CUDA ``device`` every call is
+    synchronized, so the time covers the kernels and not just their launch."""
+
+    def sync() -> None:
+        if device is not None and str(device).startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+
+    if warmup:
+        fn()
+        sync()
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out

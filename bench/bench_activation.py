@@ -46,7 +46,7 @@ import statistics
 import sys
 import time
 
-from _common import cpu_model, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import cpu_model, median_seconds, pin_threads  # noqa: E402  (before numpy: sets thread counts)
 
 _THREADS = pin_threads("1", passive=True)
 
@@ -131,16 +131,6 @@ def synthetic_kg(n: int, dim: int, n_queries: int, seed: int = 0) -> tuple[dict,
     return arrays, qv, info
 
 
-def timed(fn, repeats: int) -> tuple[float, object]:
-    fn()  # warm-up
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
-
-
 def products_only(q: torch.Tensor, node_emb: torch.Tensor) -> None:
     """The matrix products of the seed search alone, in its tiles (no top-k): the GEMM-rate
     floor under ``top_k_nodes``."""
@@ -175,11 +165,11 @@ def run_kg(name: str, arrays: dict, qv: np.ndarray, sizes: list[int], args, ref)
     for B in sizes:
         reps = -(-B // qv.shape[0])
         qb = torch.from_numpy(np.tile(qv, (reps, 1))[:B])
-        secs, res = timed(lambda: spreading_activation(qb, t["node_emb"], t["edge_emb"], t["indptr"], t["indices"],
+        secs, res = median_seconds(lambda: spreading_activation(qb, t["node_emb"], t["edge_emb"], t["indptr"], t["indices"],
                                                        t["edge_index"], layout=args.layout, **settings), args.repeats)
-        seed_secs, _ = timed(lambda: top_k_nodes(qb, t["node_emb"], args.k), args.repeats)
-        product_secs, _ = timed(lambda: products_only(qb, t["node_emb"]), args.repeats)
-        spread_secs, _ = timed(lambda: spreading_activation(qb, t["node_emb"], t["edge_emb"], t["indptr"], t["indices"],
+        seed_secs, _ = median_seconds(lambda: top_k_nodes(qb, t["node_emb"], args.k), args.repeats)
+        product_secs, _ = median_seconds(lambda: products_only(qb, t["node_emb"]), args.repeats)
+        spread_secs, _ = median_seconds(lambda: spreading_activation(qb, t["node_emb"], t["edge_emb"], t["indptr"], t["indices"],
                                                             t["edge_index"], layout=args.layout, seeds=res.seeds,
                                                             **settings), args.repeats)
         # agreement on the queries the reference ran

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 import warnings
@@ -41,6 +40,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from _common import median_seconds  # noqa: E402
 from kernels.heat import chebyshev_heat, heat_num_terms  # noqa: E402
 from kernels.pagerank import personalized_pagerank, random_walk_operator  # noqa: E402
 
@@ -75,18 +75,6 @@ def random_graph(n: int, degree: float, seed: int, device, dtype):
 def sync(device):
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
-
-
-def timed(fn, repeats: int, device) -> tuple[float, object]:
-    out = fn()  # warm-up
-    sync(device)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
 
 
 def main() -> None:
@@ -161,11 +149,11 @@ def main() -> None:
 
     for B in batches:
         X = torch.randn(n, B, generator=g).to(dtype=dtype, device=dev)
-        sec, _ = timed(lambda: chebyshev_heat(L, X, args.t, tol=args.heat_tol), args.repeats, dev)
+        sec, _ = median_seconds(lambda: chebyshev_heat(L, X, args.t, tol=args.heat_tol), args.repeats, device=dev)
         row("heat", "batched", B, sec, K, heat_bytes(B), (nnz_L * (s_val + 8) + n * B * s_val * 2) / 1e6)
         if B == args.loop_batch:
             cols = [X[:, b : b + 1].contiguous() for b in range(B)]
-            sec, _ = timed(lambda: [chebyshev_heat(L, c, args.t, tol=args.heat_tol) for c in cols], args.repeats, dev)
+            sec, _ = median_seconds(lambda: [chebyshev_heat(L, c, args.t, tol=args.heat_tol) for c in cols], args.repeats, device=dev)
             row("heat", "loop", B, sec, K * B, tuple(v * B for v in heat_bytes(1)), (nnz_L * (s_val + 8) + n * s_val * 2) / 1e6)
         del X
 
@@ -174,11 +162,11 @@ def main() -> None:
         X = torch.zeros(n, B, dtype=dtype)
         X[seeds, torch.arange(B)] = 1.0
         X = X.to(dev)
-        sec, res = timed(lambda: personalized_pagerank(op, X, tol=args.ppr_tol), args.repeats, dev)
+        sec, res = median_seconds(lambda: personalized_pagerank(op, X, tol=args.ppr_tol), args.repeats, device=dev)
         row("ppr", "batched", B, sec, res.n_iter, ppr_bytes([res]), (nnz_A * (s_val + 8) + n * B * s_val * 2) / 1e6)
         if B == args.loop_batch:
             cols = [X[:, b : b + 1].contiguous() for b in range(B)]
-            sec, rs = timed(lambda: [personalized_pagerank(op, c, tol=args.ppr_tol) for c in cols], args.repeats, dev)
+            sec, rs = median_seconds(lambda: [personalized_pagerank(op, c, tol=args.ppr_tol) for c in cols], args.repeats, device=dev)
             row("ppr", "loop", B, sec, sum(r.n_iter for r in rs), ppr_bytes(rs), (nnz_A * (s_val + 8) + n * s_val * 2) / 1e6)
         del X
 

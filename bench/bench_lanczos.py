@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 # BLAS thread counts must be fixed before numpy/scipy/torch load their BLAS libraries.
-from _common import pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import median_seconds, pin_threads  # noqa: E402  (before numpy: sets thread counts)
 
 _THREADS = pin_threads("1")
 
@@ -57,15 +55,6 @@ def to_torch_coo(W: sp.spmatrix, dtype: torch.dtype) -> torch.Tensor:
     return t.coalesce()
 
 
-def median_time(fn, repeats: int):
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000)
@@ -86,7 +75,7 @@ def main() -> None:
     rows = []
     for dtype, tol in ((torch.float64, args.tol64), (torch.float32, args.tol32)):
         L = normalized_laplacian(to_torch_coo(W, dtype))
-        t_ours, res = median_time(lambda: lanczos_eigsh(L, args.k, which="SA", tol=tol), args.repeats)
+        t_ours, res = median_seconds(lambda: lanczos_eigsh(L, args.k, which="SA", tol=tol), args.repeats, warmup=False)
 
         crow, col, val = (t.numpy() for t in (L.crow_indices(), L.col_indices(), L.values()))
         L_sp = sp.csr_matrix((val, col, crow), shape=L.shape)
@@ -100,8 +89,8 @@ def main() -> None:
 
         op = sla.LinearOperator(shifted.shape, matvec=matvec, dtype=shifted.dtype)
         # scipy's tol is relative to |mu| (mu ~ 1.4..2 here), ours is tol * max(1, |lambda|).
-        t_sp, (mu, _) = median_time(
-            lambda: sla.eigsh(op, k=args.k, which="LA", tol=tol, v0=v0), args.repeats
+        t_sp, (mu, _) = median_seconds(
+            lambda: sla.eigsh(op, k=args.k, which="LA", tol=tol, v0=v0), args.repeats, warmup=False
         )
         lam_sp = np.sort(2.0 - mu)
         lam = res.eigenvalues.double().numpy()

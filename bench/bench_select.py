@@ -25,11 +25,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
 
-from _common import cpu_model, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import cpu_model, median_seconds, pin_threads  # noqa: E402  (before numpy: sets thread counts)
 
 _THREADS = pin_threads("1")
 
@@ -58,24 +56,6 @@ def make_inputs(B: int, P: int, d: int, seed: int) -> dict:
         clusters=clusters,
         docs=torch.randint(0, 30, (B, P), generator=g),
     )
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(fn, repeats: int, device: torch.device, warmup: bool = True):
-    if warmup:
-        fn()
-        sync(device)
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
 
 
 
@@ -123,7 +103,7 @@ def main() -> None:
     for B in sizes:
         cpu_inputs = make_inputs(B, args.P, args.d, args.seed + B)
         inputs = {k: v.to(device) for k, v in cpu_inputs.items()}
-        t_batch, res = timed(lambda: budget_select(**inputs, config=cfg), args.repeats, device)
+        t_batch, res = median_seconds(lambda: budget_select(**inputs, config=cfg), args.repeats, device=device)
         res = {k: getattr(res, k) for k in ("order", "phase", "used_tokens")} | {"n_steps": res.n_steps}
         picks = (res["order"] >= 0).sum(1).float()
 
@@ -131,9 +111,8 @@ def main() -> None:
             if not ref_warm:  # warm-up: one query (the reference has no per-B state)
                 budget_select_reference(**{k: v[:1] for k, v in cpu_inputs.items()}, config=cfg)
                 ref_warm = True
-            t_ref, ref = timed(
-                lambda: budget_select_reference(**cpu_inputs, config=cfg), args.repeats,
-                torch.device("cpu"), warmup=False,
+            t_ref, ref = median_seconds(
+                lambda: budget_select_reference(**cpu_inputs, config=cfg), args.repeats, warmup=False
             )
             ref_per_query = t_ref / B
             K = max(ref.order.shape[1], res["order"].shape[1])
