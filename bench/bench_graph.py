@@ -82,6 +82,7 @@ from engine.graph.fuse import fuse_signals  # noqa: E402
 from engine.graph.spectrum import _deflated_operator  # noqa: E402
 from engine.index.chunk import Chunk  # noqa: E402
 from kernels.lanczos import lanczos_eigsh  # noqa: E402
+from make_synthetic import pseudo_word  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
 # synthetic corpus
@@ -96,15 +97,6 @@ _FUNCTION = ["the", "of", "and", "in", "to", "a", "was", "is", "for", "on", "wit
 _ENTITY_SUFFIX = ["Institute", "Company", "Bridge", "Observatory", "Society", "Railway", "Abbey", "Harbour", "Council"]
 _TITLE_SUFFIX = ["Affair", "Treaty", "Expedition", "Charter", "Festival", "Survey", "Accord", "Uprising"]
 _H1 = ["Overview", "History", "Design", "Operations", "Legacy", "Reception", "Geography", "Economy"]
-
-
-def _word(i: int, syllables: list[str], length: int) -> str:
-    """A pseudo-word, unique per ``i`` (mixed-radix digits over ``syllables``)."""
-    parts = []
-    for _ in range(length):
-        i, r = divmod(i, len(syllables))
-        parts.append(syllables[r])
-    return "".join(parts)
 
 
 def make_corpus(n: int, *, d: int = 32, seed: int = 0, spread: float = 0.6):
@@ -150,19 +142,19 @@ def make_corpus(n: int, *, d: int = 32, seed: int = 0, spread: float = 0.6):
     kind = rng.random(n_ent)
     names = []
     for e in range(n_ent):
-        base = _word(e + 1000, _SYL, 4).capitalize()
+        base = pseudo_word(e + 1000, _SYL, 4).capitalize()
         if kind[e] < 0.5:
             names.append(base)
         elif kind[e] < 0.8:
-            names.append(f"{base} {_word(e * 7 + 13, _SYL, 3).capitalize()}")
+            names.append(f"{base} {pseudo_word(e * 7 + 13, _SYL, 3).capitalize()}")
         else:
             names.append(f"{base} {_ENTITY_SUFFIX[e % len(_ENTITY_SUFFIX)]}")
     # a few hundred popular names shared by all clusters (frequent ones get dropped by max_df)
-    popular = [_word(i + 500_000, _SYL, 4).capitalize() for i in range(200)]
-    titles = [f"{_word(i + 700_000, _SYL, 4).capitalize()} {_TITLE_SUFFIX[i % len(_TITLE_SUFFIX)]}" for i in range(n_docs)]
+    popular = [pseudo_word(i + 500_000, _SYL, 4).capitalize() for i in range(200)]
+    titles = [f"{pseudo_word(i + 700_000, _SYL, 4).capitalize()} {_TITLE_SUFFIX[i % len(_TITLE_SUFFIX)]}" for i in range(n_docs)]
     doc_ids = [f"doc{i:07d}.md" for i in range(n_docs)]
     urls = [f"https://wiki.example.org/doc{i:07d}" for i in range(n_docs)]
-    fillers = [_word(i, _FILL_SYL, 2 + i % 2) for i in range(3000)]
+    fillers = [pseudo_word(i, _FILL_SYL, 2 + i % 2) for i in range(3000)]
     vocab = fillers + _FUNCTION * 40  # function words about 1/6 of the filler draws
 
     # documents of each cluster (for within-topic title mentions)

@@ -69,6 +69,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from engine.query.pipeline import Retriever, RetrieverConfig  # noqa: E402
+from make_synthetic import SYLLABLES, pseudo_word  # noqa: E402
 
 
 def _load_reference():
@@ -167,15 +168,8 @@ def build_facts(index, info: dict) -> None:
     info["build_total_s"] = round(sum(info["build_stages_s"].values()), 1)
 
 
-_SYL = "ka lo mer vin tas dor el ran sov bri quel nor fa ith gul pen tor wy sam ost ul hav zil cas".split()
-
-
 def _word(i: int, length: int) -> str:
-    parts = []
-    for _ in range(length):
-        i, r = divmod(i, len(_SYL))
-        parts.append(_SYL[r])
-    return "".join(parts)
+    return pseudo_word(i, SYLLABLES, length)
 
 
 def synthetic_passages(n: int, seed: int):

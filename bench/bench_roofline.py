@@ -117,6 +117,15 @@ def copy_bandwidth(repeats: int = 7, mib: int = 512) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
+def _symmetric(r: np.ndarray, c: np.ndarray, w: np.ndarray, n: int) -> sp.csr_matrix:
+    """CSR ``[n, n]`` holding each edge ``(r, c, w)`` in both directions, duplicates summed."""
+    A = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([r, c]), np.concatenate([c, r]))), shape=(n, n))
+    A = A.tocsr()
+    A.sum_duplicates()
+    A.sort_indices()
+    return A
+
+
 def random_graph(n: int, seed: int) -> sp.csr_matrix:
     """``n * 10`` uniform random undirected edges, weights in (0, 1]: ~20 nonzeros per row."""
     rng = np.random.default_rng(seed)
@@ -125,11 +134,7 @@ def random_graph(n: int, seed: int) -> sp.csr_matrix:
     keep = r != c
     r, c = r[keep], c[keep]
     w = rng.random(r.size).astype(np.float32) + 1e-3
-    A = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([r, c]), np.concatenate([c, r]))), shape=(n, n))
-    A = A.tocsr()
-    A.sum_duplicates()
-    A.sort_indices()
-    return A
+    return _symmetric(r, c, w, n)
 
 
 def locality_graph(n: int, seed: int, window: int = 100, k: int = 10) -> sp.csr_matrix:
@@ -138,11 +143,7 @@ def locality_graph(n: int, seed: int, window: int = 100, k: int = 10) -> sp.csr_
     r = np.repeat(np.arange(n), k)
     c = (r + rng.integers(1, window + 1, r.size)) % n
     w = rng.random(r.size).astype(np.float32) + 1e-3
-    A = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([r, c]), np.concatenate([c, r]))), shape=(n, n))
-    A = A.tocsr()
-    A.sum_duplicates()
-    A.sort_indices()
-    return A
+    return _symmetric(r, c, w, n)
 
 
 def permute(A: sp.csr_matrix, order: np.ndarray) -> sp.csr_matrix:

@@ -54,7 +54,7 @@ WORDS = (45, 105)  # words per section before inserted entities (inclusive)
 CHUNKS_PER_TOPIC = 400
 POPULAR = 300
 
-_SYL = "ka lo mer vin tas dor el ran sov bri quel nor fa ith gul pen tor wy sam ost ul hav zil cas".split()
+SYLLABLES = "ka lo mer vin tas dor el ran sov bri quel nor fa ith gul pen tor wy sam ost ul hav zil cas".split()
 _TOPIC_SYL = (
     "ab ad af ag al am an ap ar as at av ba be bo bu da de di do du fe fi fo ga ge gi go "
     "ha he hi ja je ko ku la le li lu ma me mi mo mu na ne ni no nu pa"
@@ -65,7 +65,7 @@ _TITLE_SUFFIX = ("Affair", "Treaty", "Expedition", "Charter", "Festival", "Surve
 TOPIC_WORDS = 24
 
 
-def _word(i: int, syllables: list[str], length: int) -> str:
+def pseudo_word(i: int, syllables: list[str], length: int) -> str:
     """A pseudo-word from the base-``len(syllables)`` digits of ``i`` (unique below len**length)."""
     parts = []
     for _ in range(length):
@@ -84,14 +84,14 @@ def _name(e: int) -> str:
     """Named entity ``e``: two capitalized words encoding ``e`` (unique below 24^5), a third of
     them with an institution suffix."""
     s = _scramble(e, 24**5)
-    first, second = _word(s % 576, _SYL, 2).capitalize(), _word(s // 576, _SYL, 3).capitalize()
+    first, second = pseudo_word(s % 576, SYLLABLES, 2).capitalize(), pseudo_word(s // 576, SYLLABLES, 3).capitalize()
     return f"{first} {second} {_NAME_SUFFIX[e % len(_NAME_SUFFIX)]}" if e % 3 == 2 else f"{first} {second}"
 
 
 def title(doc: int) -> str:
     """Title of document ``doc`` (unique below 24^6 documents)."""
     s = _scramble(doc, 24**6)
-    return f"{_word(s % 13824, _SYL, 3).capitalize()} {_word(s // 13824, _SYL, 3).capitalize()} {_TITLE_SUFFIX[doc % 8]}"
+    return f"{pseudo_word(s % 13824, SYLLABLES, 3).capitalize()} {pseudo_word(s // 13824, SYLLABLES, 3).capitalize()} {_TITLE_SUFFIX[doc % 8]}"
 
 
 def doc_id(doc: int) -> str:
@@ -103,7 +103,7 @@ def url(doc: int) -> str:
 
 
 def topic_words(t: int) -> list[str]:
-    return [_word(_scramble(t * TOPIC_WORDS + j, 48**3), _TOPIC_SYL, 3) for j in range(TOPIC_WORDS)]
+    return [pseudo_word(_scramble(t * TOPIC_WORDS + j, 48**3), _TOPIC_SYL, 3) for j in range(TOPIC_WORDS)]
 
 
 class Plan:
