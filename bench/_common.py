@@ -41,10 +41,11 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def median_seconds(fn, repeats: int, *, warmup: bool = True, device=None):
+def median_seconds(fn, repeats: int, *, warmup: bool = True, device=None, slow_s: float | None = None):
     """Median wall seconds of ``repeats`` calls of ``fn`` and the last call's result, after one
     untimed warm-up call (unless ``warmup`` is false). With a CUDA ``device`` every call is
-    synchronized, so the time covers the kernels and not just their launch."""
+    synchronized, so the time covers the kernels and not just their launch. ``slow_s``: when the
+    warm-up took longer than this, one timed call only (long runs vary little, and time is short)."""
 
     def sync() -> None:
         if device is not None and str(device).startswith("cuda"):
@@ -52,11 +53,15 @@ def median_seconds(fn, repeats: int, *, warmup: bool = True, device=None):
 
             torch.cuda.synchronize()
 
+    runs, out = repeats, None
     if warmup:
-        fn()
+        t0 = time.perf_counter()
+        out = fn()
         sync()
-    times, out = [], None
-    for _ in range(repeats):
+        if slow_s is not None and time.perf_counter() - t0 > slow_s:
+            runs = 1
+    times = []
+    for _ in range(runs):
         t0 = time.perf_counter()
         out = fn()
         sync()

@@ -49,7 +49,7 @@ import sys
 import time
 import warnings
 
-from _common import cpu_model, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import cpu_model, median_seconds, pin_threads  # noqa: E402  (before numpy: sets thread counts)
 
 _THREADS = pin_threads("1", passive=True)
 
@@ -78,15 +78,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 def timed(fn, repeats: int) -> float:
     """Median seconds of ``fn()`` after one warm-up (one timed run if the warm-up took > 4 s)."""
-    t0 = time.perf_counter()
-    fn()
-    warm = time.perf_counter() - t0
-    times = []
-    for _ in range(1 if warm > 4.0 else repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return median_seconds(fn, repeats, slow_s=4.0)[0]
 
 
 def csr_bytes(nnz: int, n: int, s: int, i: int) -> int:

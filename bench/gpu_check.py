@@ -30,7 +30,6 @@ import importlib.util
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 import traceback
@@ -39,6 +38,8 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 import torch
+
+from _common import median_seconds  # noqa: E402  (bench/, no heavy imports)
 
 T0 = time.perf_counter()
 import kernels  # noqa: E402  (must not import sentence-transformers / faiss)
@@ -86,17 +87,7 @@ def sync(dev: torch.device) -> None:
 
 def timed(fn, dev: torch.device, repeats: int = 3):
     """(median seconds after one warm-up, last output); one timed run if the warm-up took > 3 s."""
-    t0 = time.perf_counter()
-    out = fn()
-    sync(dev)
-    warm = time.perf_counter() - t0
-    times = []
-    for _ in range(1 if warm > 3.0 else repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        sync(dev)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+    return median_seconds(fn, repeats, device=dev, slow_s=3.0)
 
 
 def copy_bandwidth(dev: torch.device, mib: int) -> float:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import click
 
+from engine.config import with_openie
 from engine.errors import SpectragError
 from engine.index.load import FORMATS
 
@@ -104,18 +105,6 @@ def main() -> None:
     """SpectRAG: batched graph retrieval (spectral diffusion, PPR, spreading activation)."""
 
 
-def _with_openie(config, path: Path):
-    """``--openie``: the knowledge graph from that file, and the entity signal too unless set."""
-    from dataclasses import replace
-
-    from engine.errors import ConfigError
-
-    if not path.is_file():
-        raise ConfigError(f"--openie {path}: no such file")
-    graph = config.graph if config.graph.entities_file else replace(config.graph, entities_file=str(path))
-    return replace(config, graph=graph, kg=replace(config.kg, enabled=True, source="openie", openie_file=str(path)))
-
-
 @main.command("index")
 @click.argument("corpus", type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Index folder to create.")
@@ -137,7 +126,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
 
     config = load_config(config_file, preset=preset)
     if openie_file is not None:
-        config = _with_openie(config, openie_file)
+        config = with_openie(config, openie_file)
     index = build_index(corpus, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
                         progress=not as_json and sys.stderr.isatty())
     summary = _summary(index.manifest, out_dir)

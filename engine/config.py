@@ -335,3 +335,14 @@ def load_config(path: str | Path | None = None, *, preset: str | None = None) ->
                 base[section] = values
         return IndexConfig.from_dict(base, source=str(path))
     return IndexConfig.from_dict(base)
+
+
+def with_openie(config: "IndexConfig", path: Path) -> "IndexConfig":
+    """What ``spectrag index --openie FILE`` does: the knowledge graph (modes activation and
+    combined) from that OpenIE file, and the entity edge signal too unless ``graph.entities_file``
+    is set."""
+    if not Path(path).is_file():
+        raise ConfigError(f"--openie {path}: no such file")
+    graph = config.graph if config.graph.entities_file else dataclasses.replace(config.graph, entities_file=str(path))
+    kg = dataclasses.replace(config.kg, enabled=True, source="openie", openie_file=str(path))
+    return dataclasses.replace(config, graph=graph, kg=kg)

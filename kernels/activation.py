@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.csr import csr_entries
 from kernels.edge_propagate import edge_propagate
 from kernels.topk import topk_smallest_id_ties
 
@@ -107,17 +108,6 @@ def _take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``x[idx]`` along dim 0 (``index_select``: several times faster than advanced indexing on
     the CPU)."""
     return x.index_select(0, idx)
-
-
-def _expand(indptr: torch.Tensor, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every CSR entry of every node. Shapes: ``nodes [M]`` -> owner (index into nodes) and
-    CSR position, both ``[sum of degrees]``, grouped by owner in order."""
-    start = _take(indptr, nodes)
-    deg = _take(indptr, nodes + 1) - start
-    owner = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
-    first = torch.cumsum(deg, 0) - deg
-    pos = _take(start - first, owner) + torch.arange(owner.numel(), device=nodes.device)
-    return owner, pos
 
 
 def top_k_nodes(q: torch.Tensor, node_emb: torch.Tensor, k: int, *, tile: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -184,7 +174,7 @@ def khop_pairs(
     for h in range(1, hops + 1):
         if frontier.numel() == 0:
             break
-        owner, pos = _expand(indptr, frontier % n)
+        owner, pos = csr_entries(indptr, frontier % n)
         cand = torch.unique(_take(frontier // n * n, owner) + _take(indices, pos))
         at = torch.searchsorted(keys, cand).clamp(max=max(keys.numel() - 1, 0))
         frontier = cand[_take(keys, at) != cand]
@@ -333,15 +323,15 @@ def spreading_activation(
 
     # edges leaving nodes within hops - 1 (the only ones that can carry activation in n rounds)
     sources = torch.nonzero(depth < hops).squeeze(1)
-    owner, edge = _expand(indptr, _take(node, sources))
+    owner, edge = csr_entries(indptr, _take(node, sources))
     edge_src = _take(sources, owner)
     edge_query = _take(query, edge_src)
     edge_dst = torch.searchsorted(keys, edge_query * n + _take(indices, edge))  # always present: depth <= n
 
     a0_pairs = (depth == 0).to(q.dtype)
-    n_union_edges = int(torch.unique(edge).numel()) if layout != "ragged" else 0
+    union_edges, edge_u = torch.unique(edge, return_inverse=True) if layout != "ragged" else (edge[:0], edge[:0])
     dense = layout == "dense" or (
-        layout == "auto" and n_union_edges * batch <= min(2 * edge.numel(), dense_max)
+        layout == "auto" and union_edges.numel() * batch <= min(2 * edge.numel(), dense_max)
     )
     if not dense:
         cos = _pair_cos(q, edge_query, edge_emb, _take(edge_index, edge))
@@ -350,7 +340,6 @@ def spreading_activation(
     else:
         # union of the neighbourhoods: nodes U, edges E_u, one [E_u, B] weight block
         union_nodes, node_u = torch.unique(node, return_inverse=True)
-        union_edges, edge_u = torch.unique(edge, return_inverse=True)
         src_u = torch.zeros(union_edges.numel(), dtype=torch.int64, device=dev)
         dst_u = torch.zeros_like(src_u)
         src_u[edge_u] = _take(node_u, edge_src)

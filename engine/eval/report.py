@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.eval import metrics as M
+from engine.eval.gold import _docno
 from engine.eval.score import Run, Scorer
 
 RANK_COLS = ("R@2", "R@5", "R@10", "R@20", "MRR", "nDCG@10")
@@ -29,10 +30,6 @@ SET_COLS = ("P", "R", "F1")
 
 def _pct(v: float) -> str:
     return f"{100 * v:.1f}"
-
-
-def _qid(qid: str) -> str:
-    return "".join("_" if ch.isspace() else ch for ch in qid) or "_"
 
 
 def methods_table(result: dict[str, Any]) -> str:
@@ -175,7 +172,7 @@ def write_trec(folder: Path, runs: dict[str, Run], scorer: Scorer, qids: list[st
     """Passage-level qrels, one ranking run and one context run per method."""
     folder.mkdir(parents=True, exist_ok=True)
     names = scorer.gold.names
-    qids = [_qid(q) for q in qids]
+    qids = [_docno(q) for q in qids]  # TREC ids: no whitespace
     with (folder / "qrels.txt").open("w", encoding="utf-8") as f:
         for b, qid in enumerate(qids):
             for u, g in zip(scorer.gold.units[b].tolist(), scorer.gold.gains[b].tolist()):

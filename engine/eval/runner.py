@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from engine.config import IndexConfig
+from engine.config import IndexConfig, with_openie
 from engine.errors import SpectragError
 from engine.eval.datasets import Dataset, load_dataset
 from engine.eval.score import Run, make_scorer
@@ -50,17 +50,6 @@ def find_openie(ds: Dataset) -> Path | None:
         return None
     found = sorted(ds.corpus.parent.glob("openie_*.json"))
     return found[0] if len(found) == 1 else None
-
-
-def with_openie(config: IndexConfig, path: Path) -> IndexConfig:
-    """What ``spectrag index --openie`` does: the knowledge graph (modes activation, combined) from
-    the OpenIE file, and the entity edge signal too unless ``graph.entities_file`` is set."""
-    if not path.is_file():
-        raise SpectragError(f"--openie {path}: no such file")
-    if not hasattr(config, "kg"):  # an engine without the knowledge graph
-        return config
-    graph = config.graph if config.graph.entities_file else replace(config.graph, entities_file=str(path))
-    return replace(config, graph=graph, kg=replace(config.kg, enabled=True, source="openie", openie_file=str(path)))
 
 
 def resolve_index(ds: Dataset, index=None, config: IndexConfig | None = None, cache_dir: str | Path | None = None,
@@ -124,11 +113,10 @@ def with_config(retriever, **overrides: Any):
 
 
 def available_modes() -> tuple[str, ...]:
-    """Every retrieval mode of the pipeline as it is now (``MODES`` plus ``KG_MODES`` where the
-    knowledge-graph modes exist)."""
+    """Every retrieval mode of the pipeline (``MODES`` plus ``KG_MODES``)."""
     from engine.query import pipeline
 
-    return tuple(dict.fromkeys(tuple(pipeline.MODES) + tuple(getattr(pipeline, "KG_MODES", ()))))
+    return tuple(pipeline.MODES) + tuple(pipeline.KG_MODES)
 
 
 def resolve_methods(spec: str | Sequence[str], modes: Sequence[str]) -> tuple[list[str], bool]:

@@ -88,7 +88,7 @@ def run_ablations(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, r
     add("-expansion", f"hops = 0: the pool is the {cfg.n_seeds} fused seeds, no graph neighbours", with_config(retriever, hops=0))
     add("-diffusion", "alpha = 0: ranked by query relevance alone over the expanded pool", with_config(retriever, alpha=0.0))
     add("-spectral proximity", "PPR proximity only (= mode ppr)", retriever, mode="ppr")
-    if getattr(cfg, "bridge_rounds", 0) > 0:  # the query-aware bridging step, where the pipeline has it
+    if cfg.bridge_rounds > 0:  # the query-aware bridging step
         add("-bridging", "bridge_rounds = 0: no relevance carried along relational edges",
             with_config(retriever, bridge_rounds=0))
     signals = stored_signals(retriever.index)
@@ -118,8 +118,6 @@ def run_sweep(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, log: 
     """One parameter at a time around the defaults (:data:`SWEEP`); everything else fixed."""
     out: dict[str, Any] = {}
     for param, (mode, values) in SWEEP.items():
-        if "." in param and not hasattr(retriever.config, param.split(".")[0]):
-            continue  # an engine without that settings section
         default = _get(retriever.config, param)
         points, per_q = [], []
         try:

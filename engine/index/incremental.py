@@ -64,7 +64,7 @@ import scipy.sparse as sp
 from engine.config import GraphConfig
 from engine.errors import CorpusError, SpectragError
 from engine.index.build import BuildReport, _check_documents, _versions, embedding_text
-from engine.index.chunk import Chunk, chunk_document
+from engine.index.chunk import Chunk, chunk_corpus
 from engine.index.dense import DenseIndex, load_faiss
 from engine.index.lexical import BM25Index
 from engine.index.load import Document, detect_format, iter_documents
@@ -132,15 +132,13 @@ def add_documents(
     report.documents = len(docs)
     stage("load")
 
-    new_chunks: list[Chunk] = []
-    for doc in _progress(docs, progress, "chunk"):
-        new_chunks.extend(chunk_document(doc, config.chunk))
+    new_chunks = chunk_corpus(docs, config.chunk, progress=progress)  # the build's chunker (process pool when large)
     report.chunks, report.tokens = len(new_chunks), sum(c.n_tokens for c in new_chunks)
     chunks = old.chunks + new_chunks
-    texts = [embedding_text(c, config.embed.include_title) for c in chunks]
+    new_texts = [embedding_text(c, config.embed.include_title) for c in new_chunks]
     stage("chunk")
 
-    embedder, new_vectors = _embed(old, texts[n_old:], embeddings, report, progress)
+    embedder, new_vectors = _embed(old, new_texts, embeddings, report, progress)
     encode = embedder.encode if embedder is not None else None
     try:
         vectors = np.concatenate([np.asarray(old.embeddings, dtype=np.float32), new_vectors])
@@ -150,9 +148,9 @@ def add_documents(
         dense.add(new_vectors)  # IndexFlatIP: exactly the index a full build makes of all vectors
         stage("dense")
         if old.bm25.tokens is not None:  # the old chunks' token ids are stored: tokenize only the new
-            bm25 = BM25Index.extend(old.bm25, texts[n_old:], config.bm25)
+            bm25 = BM25Index.extend(old.bm25, new_texts, config.bm25)
         else:  # an index written before token ids were stored
-            bm25 = BM25Index.build(texts, config.bm25)
+            bm25 = BM25Index.build([embedding_text(c, config.embed.include_title) for c in chunks], config.bm25)
         stage("bm25")
 
         graph = None
@@ -206,14 +204,6 @@ def add_documents(
     index = load_index(index_dir, verify=False)
     index.report = report
     return index
-
-
-def _progress(items: list, progress: bool, desc: str):
-    if not progress:
-        return items
-    from tqdm import tqdm
-
-    return tqdm(items, desc=desc, unit="doc")
 
 
 def _check_new_ids(docs: list[Document], old_chunks: list[Chunk], source: Path, index_dir: Path) -> None:

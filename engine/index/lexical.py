@@ -235,17 +235,11 @@ def top_k_scores(indptr, cols, vals, k: int):
     """Top-``k`` positive entries per row of a ``[B, n]`` score CSR (torch tensors on any device),
     ties to the smaller chunk id; BM25 scores are >= 0 and a zero is no match, so rows with fewer
     positive entries end in id -1, score 0. Shapes: -> scores, ids ``[B, k]``."""
-    import torch
-
     from kernels.topk import topk_sparse_rows
 
-    keep = vals > 0
-    if not bool(keep.all()):
-        row = torch.repeat_interleave(torch.arange(indptr.numel() - 1, device=vals.device), indptr.diff())
-        indptr = torch.zeros(indptr.numel(), dtype=torch.int64, device=vals.device)
-        indptr[1:] = torch.cumsum(torch.bincount(row[keep], minlength=indptr.numel() - 1), 0)
-        cols, vals = cols[keep], vals[keep]
-    return topk_sparse_rows(indptr, cols, vals, k)
+    scores, ids = topk_sparse_rows(indptr, cols, vals, k)  # positive entries rank first
+    no_match = scores <= 0
+    return scores.masked_fill(no_match, 0.0), ids.masked_fill(no_match, -1)
 
 
 class _TokenLists:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine.errors import CorpusError
+from engine.graph.citations import title_key
 from engine.index.load import read_json
 from engine.kg.graph import Extraction, Triple
 
@@ -53,7 +54,7 @@ def match_chunks(docs: list[dict], chunk_texts: Sequence[str], chunk_titles: Seq
     for i, text in enumerate(chunk_texts):
         exact.setdefault(text, []).append(i)
         loose.setdefault(_ws(text), []).append(i)
-    title_keys = [_ws(t).casefold() for t in chunk_titles]
+    title_keys = [title_key(t) for t in chunk_titles]
     out = []
     for doc in docs:
         text, title, passage = doc.get("text"), doc.get("title", ""), doc.get("passage")
@@ -65,7 +66,8 @@ def match_chunks(docs: list[dict], chunk_texts: Sequence[str], chunk_titles: Seq
             cands = loose.get(_ws(passage))
         cands = list(cands or [])
         if len(cands) > 1 and isinstance(title, str):
-            same = [i for i in cands if title_keys[i] == _ws(title).casefold()]
+            key = title_key(title)
+            same = [i for i in cands if title_keys[i] == key]
             cands = same or cands
         out.append(cands)
     return out

@@ -26,6 +26,7 @@ import torch
 
 from engine.errors import SpectragError
 from kernels.activation import LAYOUTS, ActivationResult, spreading_activation
+from kernels.csr import csr_entries
 
 KG_MODES = ("activation", "combined")
 
@@ -196,10 +197,7 @@ def activate(
     a_query, a_node, a_val = res.query[active], res.node[active], res.value[active]
 
     # chunks describing active entities: (query, chunk) pairs, activation = max over its entities
-    start = kg.chunk_indptr[a_node]
-    deg = kg.chunk_indptr[a_node + 1] - start
-    owner = torch.repeat_interleave(torch.arange(a_node.numel(), device=q.device), deg)
-    pos = start[owner] + torch.arange(owner.numel(), device=q.device) - (torch.cumsum(deg, 0) - deg)[owner]
+    owner, pos = csr_entries(kg.chunk_indptr, a_node)
     keys = a_query[owner] * n_chunks + kg.chunk_ids[pos]
     chunk_key, inverse = torch.unique(keys, return_inverse=True)
     chunk_act = torch.zeros(chunk_key.numel(), dtype=q.dtype, device=q.device)

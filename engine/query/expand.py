@@ -73,17 +73,9 @@ def expand(
     return torch.from_numpy(ids).to(seed_ids.device), torch.from_numpy(vals).to(seed_ids.device)
 
 
-def candidate_blocks(candidates: torch.Tensor, weights: sp.csr_matrix) -> torch.Tensor:
-    """Induced subgraphs ``W[c_b, c_b]`` of every pool as dense blocks, all queries at once.
-
-    Shapes: candidates ``[B, P]`` (-1 padded) -> ``[B, P, P]`` float32 (zero rows/cols on padding).
-    """
-    return candidate_blocks_of(candidates, [weights])[0]
-
-
 def candidate_blocks_of(candidates: torch.Tensor, graphs: list[sp.csr_matrix]) -> list[torch.Tensor]:
-    """:func:`candidate_blocks` for several graphs over the same ``n`` chunks, locating the pools
-    once.
+    """Induced subgraphs ``W[c_b, c_b]`` of every pool as dense blocks, all queries at once, for
+    several graphs over the same ``n`` chunks, locating the pools once.
 
     Rows of all ``B * P`` candidates are sliced from each CSR in one go; each edge's target is
     found in its query's pool by one binary search over the sorted keys ``query * n + chunk``.

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 import torch
 
 from engine.query.expand import SEED_BONUS
+from kernels.csr import csr_entries
 from kernels.topk import topk_sparse_rows
 
 
@@ -40,15 +41,6 @@ class TorchCSR:
         return cls(torch.as_tensor(m.indptr, dtype=torch.int64).to(device),
                    torch.as_tensor(m.indices, dtype=torch.int64).to(device),
                    torch.as_tensor(m.data, dtype=torch.float32).to(device))
-
-
-def _entries(indptr: torch.Tensor, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every CSR entry of every node: owner (index into ``nodes``) and CSR position, ``[sum deg]``."""
-    first = indptr[nodes]
-    deg = indptr[nodes + 1] - first
-    owner = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
-    offset = torch.cumsum(deg, 0) - deg
-    return owner, first[owner] + torch.arange(owner.numel(), device=nodes.device) - offset[owner]
 
 
 def _sum_by_key(keys: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,7 +69,7 @@ def expand_torch(
     keys, vals = seed_keys, seed_vals
     reach_keys, reach_vals = [], []
     for hop in range(hops):
-        owner, pos = _entries(graph.indptr, keys % n)
+        owner, pos = csr_entries(graph.indptr, keys % n)
         keys, vals = _sum_by_key((keys // n)[owner] * n + graph.indices[pos], vals[owner] * graph.values[pos])
         reach_keys.append(keys)
         reach_vals.append(vals * 0.5**hop)
@@ -123,7 +115,7 @@ def candidate_blocks_torch(candidates: torch.Tensor, graphs: list[TorchCSR]) -> 
     pool_slot = slot[order]
     out = []
     for g in graphs:
-        owner, pos = _entries(g.indptr, flat[slot])
+        owner, pos = csr_entries(g.indptr, flat[slot])
         src = slot[owner]
         edge_key = (src // p) * n + g.indices[pos]
         at = torch.searchsorted(pool_key, edge_key).clamp(max=max(pool_key.numel() - 1, 0))
