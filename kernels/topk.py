@@ -149,7 +149,10 @@ def _entries_at_or_above_kth(indptr: torch.Tensor, values: torch.Tensor, k: int)
     lengths = indptr.diff()
     by_length = torch.argsort(lengths, stable=True)
     sorted_len = lengths[by_length]
-    rows = values.split(lengths.tolist())  # views, no copy
+    # views, no copy. Building the padded blocks from these views (pad_sequence: one memcpy per
+    # row) beat one vectorized scatter of all entries 7x (200 vs 1,490 ms for 256 BM25 rows of
+    # 10^6 chunks): the only per-row Python here is making the list of views
+    rows = values.split(lengths.tolist())
     found, lo = [], int(torch.searchsorted(sorted_len, 1))  # skip empty rows
     while lo < by_length.numel():
         hi = int(torch.searchsorted(sorted_len, max(2 * int(sorted_len[lo]), k), right=True))
