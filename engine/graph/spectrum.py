@@ -101,11 +101,19 @@ def laplacian_csr(weights: sp.spmatrix) -> sp.csr_matrix:
     return lap
 
 
-def _deflated_operator(weights: sp.csr_matrix, dtype: torch.dtype):
-    """The matvec of ``L + sigma N N^T`` (``x [n, b] -> [n, b]``) and the component counts."""
-    lap = scipy_to_torch_csr(laplacian_csr(weights), dtype)
+def _deflation(weights: sp.csr_matrix) -> tuple[sp.csr_matrix, int, np.ndarray, np.ndarray]:
+    """What the deflated operator needs, whatever its dtype: ``L_sym`` (float64 CSR), the number of
+    connected components, each node's component label and degree."""
     n_comp, labels = connected_components(weights, directed=False)
     degree = np.asarray(sp.csr_matrix(weights, dtype=np.float64).sum(axis=1)).ravel()  # as laplacian_csr's
+    return laplacian_csr(weights), n_comp, labels, degree
+
+
+def _deflated_operator(weights: sp.csr_matrix, dtype: torch.dtype, *, prepared=None):
+    """The matvec of ``L + sigma N N^T`` (``x [n, b] -> [n, b]``) and the component counts.
+    ``prepared``: :func:`_deflation` of ``weights`` when already computed (a second dtype)."""
+    lap64, n_comp, labels, degree = prepared if prepared is not None else _deflation(weights)
+    lap = scipy_to_torch_csr(lap64, dtype)
     sizes = np.bincount(labels, minlength=n_comp)
     nontrivial = (sizes > 1) & (np.bincount(labels, weights=degree, minlength=n_comp) > 0)
     sqrt_d = torch.from_numpy(np.sqrt(degree))
@@ -243,7 +251,8 @@ def spectral_coordinates(
         order = reverse_cuthill_mckee(weights, symmetric_mode=True).astype(np.int64)
         solve_w = weights[order][:, order].tocsr()
         solve_w.sort_indices()
-    matvec, n_comp, isolated = _deflated_operator(solve_w, work)
+    prepared = _deflation(solve_w)
+    matvec, n_comp, isolated = _deflated_operator(solve_w, work, prepared=prepared)
     lap("operator")
     m_eff = max(0, min(m, n - n_comp - 1))
     report: dict = {"requested_dim": m, "dim": m_eff, "components": n_comp, "isolated_nodes": isolated,
@@ -265,7 +274,7 @@ def spectral_coordinates(
             eigenvalue_range=[float(values.min()), float(values.max())],
         )
         if work != torch.float64:  # the float32 residuals are only as good as float32 arithmetic
-            check, _, _ = _deflated_operator(solve_w, torch.float64)
+            check, _, _ = _deflated_operator(solve_w, torch.float64, prepared=prepared)
             v64 = torch.from_numpy(vectors.astype(np.float64))
             res = torch.linalg.vector_norm(check(v64) - v64 * torch.from_numpy(values), dim=0)
             report["max_residual_float64"] = float(res.max())
