@@ -19,8 +19,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from engine.errors import SpectragError
+from engine.graph.build import spectrum_of
 from engine.graph.fuse import fuse_signals
-from engine.graph.spectrum import spectral_coordinates
 
 
 def stored_signals(index) -> dict[str, sp.csr_matrix]:
@@ -53,8 +53,7 @@ def rebuild_graph(index, drop: tuple[str, ...] = (), signals: dict[str, sp.csr_m
         raise SpectragError(f"dropping {sorted(drop)} leaves no edge signal")
     cfg = index.config.graph
     fused = fuse_signals(keep, cfg.signal_weights(), tau=cfg.tau, max_degree=cfg.max_degree)
-    spectrum = spectral_coordinates(fused.weights, cfg.spectral_dim, tol=cfg.lanczos_tol,
-                                    clusters=cfg.clusters, seed=cfg.seed)
+    spectrum = spectrum_of(fused.weights, cfg)  # as the build: also its dtype and node order
     facts = {"dropped": list(drop), "edges": int(fused.weights.nnz // 2), "components": spectrum.components,
              "isolated_nodes": spectrum.isolated, "spectrum": spectrum.report}
     kept_edges = {}  # the stored layout (rows, cols, weights), for state built from the signals

@@ -151,6 +151,14 @@ def _record(info: dict[str, Any], name: str, mark: usage.Mark) -> None:
     info.setdefault("peak_rss_mib", {})[name] = peak
 
 
+def spectrum_of(weights, config: GraphConfig, *, v0=None):
+    """:func:`spectral_coordinates` of ``weights`` with the configured dimension, tolerance,
+    clusters, seed, dtype and ordering: the one call the build, ``spectrag add`` (with ``v0``, the
+    warm start) and the evaluation's re-fused graphs share."""
+    return spectral_coordinates(weights, config.spectral_dim, tol=config.lanczos_tol, clusters=config.clusters,
+                                seed=config.seed, dtype=config.lanczos_dtype, reorder=config.lanczos_reorder, v0=v0)
+
+
 def build_graph(
     chunks: Sequence[Chunk],
     embeddings: np.ndarray,
@@ -165,9 +173,7 @@ def build_graph(
     del signals  # fused.signals keeps each signal's upper triangle
     _record(info, "fuse", mark)
     mark = usage.begin()
-    spectrum = spectral_coordinates(fused.weights, config.spectral_dim, tol=config.lanczos_tol,
-                                    clusters=config.clusters, seed=config.seed, dtype=config.lanczos_dtype,
-                                    reorder=config.lanczos_reorder)
+    spectrum = spectrum_of(fused.weights, config)
     _record(info, "spectrum", mark)
     return fused, spectrum, graph_facts(info, fused, spectrum, config)
 

@@ -133,18 +133,28 @@ def semantic_edges(
     """
     n = embeddings.shape[0]
     index = knn_index(embeddings, method, nlist=nlist, nprobe=nprobe, seed=seed, tile=tile)
-    kk = min(k + 1, n)
-    rows, cols, weights = [], [], []
-    for lo in range(0, n, tile):
-        block = np.ascontiguousarray(embeddings[lo : lo + tile], dtype=np.float32)
-        scores, ids = index.search(block, kk)  # (tile, k + 1), self usually first
-        r = np.repeat(np.arange(lo, lo + len(block)), kk)
-        c, w = ids.ravel(), scores.ravel()
-        keep = (c >= 0) & (c != r) & (w > max(min_cos, 0.0))
-        rows.append(r[keep])
-        cols.append(c[keep])
-        weights.append(np.minimum(w[keep], 1.0))
+    rows, cols, weights = knn_rows(index, embeddings, min(k + 1, n), min_cos=min_cos, tile=tile)  # k + 1: self
     return top_k_per_row(coo(np.concatenate(rows), np.concatenate(cols), np.concatenate(weights), n), k)
+
+
+def knn_rows(
+    index, queries: np.ndarray, k: int, *, first: int = 0, offset: int = 0, min_cos: float = 0.0, tile: int = 16_384
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Edges (row, col, weight), one array per tile, of the ``k`` nearest entries of ``index`` to
+    each query row, queried in tiles: no self-edge, cosine above ``min_cos`` (and 0), at most 1.
+    Query ``i`` is row ``first + i``; result ids are shifted by ``offset`` (``spectrag add``
+    searches the new rows against all and the old rows against the new ones)."""
+    rows, cols, weights = [], [], []
+    for lo in range(0, len(queries), tile):
+        block = np.ascontiguousarray(queries[lo : lo + tile], dtype=np.float32)
+        scores, ids = index.search(block, k)  # (tile, k)
+        r = np.repeat(np.arange(first + lo, first + lo + len(block)), k)
+        c, w = ids.ravel().astype(np.int64), scores.ravel()
+        keep = (c >= 0) & (c + offset != r) & (w > max(min_cos, 0.0))
+        rows.append(r[keep])
+        cols.append(c[keep] + offset)
+        weights.append(np.minimum(w[keep], 1.0))
+    return rows, cols, weights
 
 
 def adjacency_edges(doc_codes: np.ndarray) -> sp.csr_matrix:

@@ -325,23 +325,6 @@ def shift(matrix: sp.csr_matrix, offset: int, n: int) -> sp.csr_matrix:
     return sp.csr_matrix((coo.data, (coo.row + offset, coo.col + offset)), shape=(n, n))
 
 
-def _knn_rows(index, queries: np.ndarray, k: int, first: int, offset: int, min_cos: float, tile: int):
-    """Edges (row, col, weight) of the ``k`` nearest entries of ``index`` to each query row, as
-    :func:`engine.graph.signals.semantic_edges` keeps them (no self, above ``min_cos``, at most 1).
-    Query ``i`` is row ``first + i``; result ids are shifted by ``offset``."""
-    rows, cols, weights = [], [], []
-    for lo in range(0, len(queries), tile):
-        block = np.ascontiguousarray(queries[lo : lo + tile], dtype=np.float32)
-        scores, ids = index.search(block, k)  # (tile, k)
-        r = np.repeat(np.arange(first + lo, first + lo + len(block)), k)
-        c, w = ids.ravel().astype(np.int64), scores.ravel()
-        keep = (c >= 0) & (c + offset != r) & (w > max(min_cos, 0.0))
-        rows.append(r[keep])
-        cols.append(c[keep] + offset)
-        weights.append(np.minimum(w[keep], 1.0))
-    return rows, cols, weights
-
-
 def semantic_update(
     old_sym: sp.csr_matrix,
     vectors: np.ndarray,
@@ -360,23 +343,20 @@ def semantic_update(
     strongest of its old list and its ``k`` nearest new rows. Cost ``O((n + n_old) m d)`` for
     ``m = n - n_old`` new rows, against ``O(n^2 d)`` for a rebuild. Shapes: -> ``[n, n]``.
     """
-    from engine.graph.signals import coo, top_k_per_row
+    from engine.graph.signals import coo, knn_index, knn_rows, top_k_per_row
 
-    faiss = load_faiss()
-    n, d = vectors.shape
+    n = vectors.shape[0]
     if index is None:
-        index = faiss.IndexFlatIP(d)
-        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        index = knn_index(vectors, "exact", tile=tile)
     old = top_k_per_row(old_sym, k).tocoo()  # each old row's own list
     rows, cols, weights = [old.row.astype(np.int64)], [old.col.astype(np.int64)], [old.data]
-    r, c, w = _knn_rows(index, vectors[n_old:], min(k + 1, n), n_old, 0, min_cos, tile)
+    r, c, w = knn_rows(index, vectors[n_old:], min(k + 1, n), first=n_old, min_cos=min_cos, tile=tile)
     rows += r
     cols += c
     weights += w
     if n_old:
-        new_index = faiss.IndexFlatIP(d)
-        new_index.add(np.ascontiguousarray(vectors[n_old:], dtype=np.float32))
-        r, c, w = _knn_rows(new_index, vectors[:n_old], min(k, n - n_old), 0, n_old, min_cos, tile)
+        new_index = knn_index(vectors[n_old:], "exact", tile=tile)
+        r, c, w = knn_rows(new_index, vectors[:n_old], min(k, n - n_old), offset=n_old, min_cos=min_cos, tile=tile)
         rows += r
         cols += c
         weights += w
@@ -397,10 +377,9 @@ def warm_spectrum(weights: sp.csr_matrix, previous: np.ndarray, config: GraphCon
     """:func:`engine.graph.spectrum.spectral_coordinates` of ``weights`` with the settings
     ``build_graph`` uses, Lanczos started from the previous coordinates ``[n_old, m]``
     (:func:`warm_start`) instead of a random vector: the same eigenpairs to ``tol``."""
-    from engine.graph.spectrum import spectral_coordinates
+    from engine.graph.build import spectrum_of
 
     v0 = warm_start(weights, previous) if previous.shape[1] else None
-    spectrum = spectral_coordinates(weights, config.spectral_dim, tol=config.lanczos_tol, clusters=config.clusters,
-                                    seed=config.seed, dtype=config.lanczos_dtype, reorder=config.lanczos_reorder, v0=v0)
+    spectrum = spectrum_of(weights, config, v0=v0)
     spectrum.report["warm_start"] = v0 is not None
     return spectrum
