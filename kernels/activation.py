@@ -37,7 +37,20 @@ a case of the difference).
 neighbourhood (the paper's subgraph): no per-query masking is needed, and only edges leaving
 nodes within ``n - 1`` hops can ever carry activation. Those are the edges used.
 
-**Layouts** (same results): ``ragged`` -- every query's own neighbourhood as flat
+**Reached subgraph (the default).** Only nodes with positive activation forward anything, and
+an edge with ``w' = 0`` carries nothing, so the same activations come from spreading over the
+nodes *reached* (activation > 0) and the positive-weight edges out of them: round ``t`` expands
+the nodes first reached in round ``t - 1`` (the seeds in round 1), computes the cosines of their
+out-edges only, keeps those with ``w' > 0`` and spreads over all kept edges. Every node with
+positive activation and its value are the same as in the full ``n``-hop subgraph
+(``subgraph="full"``, the paper's); what is left out are nodes that stay at 0 and edges that
+carry 0. The edges reported are every positive-weight edge between two reached nodes (the full
+subgraph reports the edges leaving nodes within ``n - 1`` hops, so it misses an edge between
+two nodes at depth ``n``). The work follows the activated nodes, not the
+neighbourhood: at the paper's ``c = 0.4`` most edges weigh 0 and most of the neighbourhood is
+never reached.
+
+**Layouts** of the full subgraph (same results): ``ragged`` -- every query's own neighbourhood as flat
 ``(query, node)`` pairs and ``(query, edge)`` pairs, spread as one ``[pairs, 1]`` column (work
 proportional to the sum of the neighbourhood sizes); ``dense`` -- the union of the
 neighbourhoods with an ``[E_union, B]`` weight block (one matrix product for the weights; wins
@@ -61,6 +74,7 @@ from kernels.topk import topk_smallest_id_ties
 __all__ = ["ActivationResult", "khop_pairs", "rescale_weights", "spread", "spreading_activation", "top_k_nodes"]
 
 LAYOUTS = ("auto", "ragged", "dense")
+SUBGRAPHS = ("reached", "full")
 
 
 def rescale_weights(w: torch.Tensor, c: float = 0.4) -> torch.Tensor:
@@ -114,39 +128,55 @@ def top_k_nodes(q: torch.Tensor, node_emb: torch.Tensor, k: int, *, tile: int | 
     """Exact top-``k`` nodes by inner product, ties to the smaller id (the result of
     :func:`kernels.topk.tiled_topk_ip`), for the few seeds spreading activation needs.
 
-    Tiles of ``tile`` rows are scanned in id order against each query's running k-th best
-    score: only entries strictly above it can enter (an equal one has a larger id than every
-    kept one, so it loses the tie), and after the first tiles almost none do. So a tile costs
-    its matrix product and one comparison, not a full-width top-k (which cost more than the
-    product). ``tile`` defaults to about 2^19 / B rows in [2048, 65536] (a score tile that stays
-    in cache; few tiles for few queries). Shapes: ``q [B, d]``, ``node_emb [N, d]`` -> scores,
-    ids ``[B, min(k, N)]``.
+    Tiles of ``tile`` rows are scanned in id order against each query's k-th best score at the
+    last merge: only entries strictly above it can enter (an equal one has a larger id than the
+    ``k`` kept ones, so it loses the tie), and after the first tiles almost none do. So a tile
+    costs its matrix product and one row-max pass; the few entries above the threshold are
+    buffered and merged (a sort) only when the buffer passes ``4 B k`` entries and at the end
+    (a merge per tile cost a third of the products at 10^6 nodes). ``tile`` defaults to about
+    2^19 / B rows in [2048, 65536] (a score tile that stays in cache; few tiles for few
+    queries). Shapes: ``q [B, d]``, ``node_emb [N, d]`` -> scores, ids ``[B, min(k, N)]``.
     """
     batch, n = q.shape[0], node_emb.shape[0]
     k = min(k, n)
     tile = tile or min(1 << 16, max(2048, (1 << 19) // batch))
     first = max(tile, k)
     best_s, best_i = topk_smallest_id_ties(q @ node_emb[:first].to(q.dtype).T, k)  # (B, k)
-    owner = torch.arange(batch, device=q.device).repeat_interleave(k)
+    buf_b, buf_s, buf_i, buffered = [], [], [], 0
     for lo in range(first, n, tile):
         scores = q @ node_emb[lo : lo + tile].to(q.dtype).T  # (B, t)
         rows = torch.nonzero(scores.amax(dim=1) > best_s[:, k - 1]).squeeze(1)  # one reduction pass
         if rows.numel() == 0:
             continue
-        sub = _take(scores, rows)  # the few rows with an entry above their k-th best
+        sub = _take(scores, rows)  # the few rows with an entry above their threshold
         r, j = torch.nonzero(sub > _take(best_s[:, k - 1], rows)[:, None], as_tuple=True)
-        b = _take(rows, r)
-        cand_b = torch.cat([owner, b])
-        cand_s = torch.cat([best_s.reshape(-1), sub[r, j]])
-        cand_i = torch.cat([best_i.reshape(-1), j + lo])
-        order = torch.argsort(cand_i, stable=True)  # then by score, then by query: (b, -s, id)
-        order = _take(order, torch.argsort(_take(-cand_s, order), stable=True))
-        order = _take(order, torch.argsort(_take(cand_b, order), stable=True))
-        counts = torch.bincount(cand_b, minlength=batch)
-        starts = torch.cumsum(counts, 0) - counts
-        keep = _take(order, (starts[:, None] + torch.arange(k, device=q.device)).reshape(-1))
-        best_s, best_i = _take(cand_s, keep).view(batch, k), _take(cand_i, keep).view(batch, k)
+        buf_b.append(_take(rows, r))
+        buf_s.append(sub[r, j])
+        buf_i.append(j + lo)
+        buffered += r.numel()
+        if buffered > 4 * batch * k:
+            best_s, best_i = _merge_top_k(best_s, best_i, buf_b, buf_s, buf_i)
+            buf_b, buf_s, buf_i, buffered = [], [], [], 0
+    if buffered:
+        best_s, best_i = _merge_top_k(best_s, best_i, buf_b, buf_s, buf_i)
     return best_s, best_i
+
+
+def _merge_top_k(best_s, best_i, buf_b, buf_s, buf_i) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top ``k`` per query of the kept ``best_s/best_i [B, k]`` and the buffered
+    candidates (lists of query, score, id ``[m]`` tensors), ordered by (query, -score, id)."""
+    batch, k = best_s.shape
+    owner = torch.arange(batch, device=best_s.device).repeat_interleave(k)
+    cand_b = torch.cat([owner, *buf_b])
+    cand_s = torch.cat([best_s.reshape(-1), *buf_s])
+    cand_i = torch.cat([best_i.reshape(-1), *buf_i])
+    order = torch.argsort(cand_i, stable=True)  # then by score, then by query: (b, -s, id)
+    order = _take(order, torch.argsort(_take(-cand_s, order), stable=True))
+    order = _take(order, torch.argsort(_take(cand_b, order), stable=True))
+    counts = torch.bincount(cand_b, minlength=batch)
+    starts = torch.cumsum(counts, 0) - counts
+    keep = _take(order, (starts[:, None] + torch.arange(k, device=best_s.device)).reshape(-1))
+    return _take(cand_s, keep).view(batch, k), _take(cand_i, keep).view(batch, k)
 
 
 def khop_pairs(
@@ -189,12 +219,16 @@ class ActivationResult:
 
     Shapes:
         seeds, seed_scores: ``[B, k]`` seed node ids (by cosine, descending) and their cosines.
-        query, node, depth, value: ``[P]`` every node of each query's ``n``-hop neighbourhood,
-            sorted by (query, node); ``value`` the final activation in ``[0, 1]``.
-        edge_query, edge, edge_src, edge_dst, edge_cos, edge_weight: ``[Ep]`` every edge leaving
-            a node within ``n - 1`` hops, per query: its CSR position, endpoints (indices into
-            the ``P`` pairs), raw cosine ``w`` and rescaled weight ``w'``.
-        layout: the layout that ran (``ragged`` or ``dense``).
+        query, node, depth, value: ``[P]`` sorted by (query, node); ``value`` the final
+            activation in ``[0, 1]``. ``full``: every node of each query's ``n``-hop
+            neighbourhood, ``depth`` its BFS depth. ``reached``: every node with positive
+            activation, ``depth`` the round that first reached it (0 on the seeds).
+        edge_query, edge, edge_src, edge_dst, edge_cos, edge_weight: ``[Ep]`` per query, sorted by
+            (query, CSR position): its CSR position, endpoints (indices into the ``P`` pairs),
+            raw cosine ``w`` and rescaled weight ``w'``. ``full``: every edge leaving a node
+            within ``n - 1`` hops; ``reached``: every edge with ``w' > 0`` between two reached
+            nodes.
+        layout: the layout that ran (``ragged`` or ``dense``; ``reached`` is ragged).
     """
 
     seeds: torch.Tensor
@@ -253,13 +287,16 @@ def _check_inputs(q, node_emb, edge_emb, indptr, indices, edge_index, k, hops, c
 
 
 def _pair_cos(q: torch.Tensor, rows: torch.Tensor, edge_emb: torch.Tensor, cols: torch.Tensor,
-              *, ratio: int = 32, tile: int = 1 << 16) -> torch.Tensor:
+              *, ratio: int = 32, tile: int | None = None) -> torch.Tensor:
     """``<q[rows[i]], edge_emb[cols[i]]>`` for every pair. ``[M]``.
 
     When the distinct rows of ``edge_emb`` times ``B`` are at most ``ratio`` x the pairs, one
     matrix product ``[U, d] x [d, B]`` and a gather (a GEMM does a multiply-add far cheaper than
-    a gathered row does); otherwise a gathered dot product per pair, in tiles (bounded memory).
+    a gathered row does); otherwise a gathered dot product per pair, in tiles of ``tile`` pairs
+    (default: 2^18 / d, about 1 MB of gathered rows: tiles of 16k pairs x 384 dims were 5-9x
+    slower, their fresh buffers page-faulting every call).
     """
+    tile = tile or max(256, (1 << 18) // q.shape[1])
     batch = q.shape[0]
     used, inverse = torch.unique(cols, return_inverse=True)
     if used.numel() * batch <= ratio * cols.numel():
@@ -269,6 +306,70 @@ def _pair_cos(q: torch.Tensor, rows: torch.Tensor, edge_emb: torch.Tensor, cols:
     for lo in range(0, rows.numel(), tile):
         out[lo : lo + tile] = (_take(q, rows[lo : lo + tile]) * _take(edge_emb, cols[lo : lo + tile]).to(q.dtype)).sum(1)
     return out
+
+
+def _spread_reached(q, edge_emb, indptr, indices, edge_index, seeds, seed_scores, hops, c, backend) -> ActivationResult:
+    """``hops`` synchronous rounds over the reached subgraph (module docstring): each round
+    expands the nodes first reached in the previous one, keeps their positive-weight out-edges
+    and spreads over every edge kept so far; at the end the nodes reached in the last round add
+    their positive-weight edges to reached nodes (reported, not spread). Pairs are kept as sorted
+    keys ``b * N + node``."""
+    n, batch, dev = indptr.numel() - 1, q.shape[0], q.device
+
+    def out_edges(nodes: torch.Tensor, *, into: torch.Tensor | None = None):
+        """Positive-weight out-edges of ``nodes`` (keys), only those ending in ``into`` (keys,
+        sorted) if given: source and destination keys, CSR positions, cosines."""
+        owner, pos = csr_entries(indptr, nodes % n)
+        src = _take(nodes, owner)
+        dst = src // n * n + _take(indices, pos)
+        if into is not None:
+            hit = torch.nonzero(_take(into, torch.searchsorted(into, dst).clamp(max=max(into.numel() - 1, 0))) == dst).squeeze(1)
+            src, dst, pos = _take(src, hit), _take(dst, hit), _take(pos, hit)
+        # always the gathered dot (ratio 0): a query's cosines must not depend on its batch,
+        # and a GEMM rounds differently (relations tied on the sentence they share flipped order)
+        cos = _pair_cos(q, src // n, edge_emb, _take(edge_index, pos), ratio=0)
+        keep = torch.nonzero(cos > c).squeeze(1)  # w' > 0
+        return _take(src, keep), _take(dst, keep), _take(pos, keep), _take(cos, keep)
+
+    rows = torch.arange(batch, device=dev).repeat_interleave(seeds.shape[1])
+    flat = seeds.reshape(-1)
+    keys = torch.unique(rows[flat >= 0] * n + flat[flat >= 0])  # (P,) sorted
+    depth = torch.zeros_like(keys)
+    a0 = torch.ones(keys.numel(), dtype=q.dtype, device=dev)
+    value = a0
+    frontier = keys  # first reached in the previous round: their out-edges are not expanded yet
+    edges = [out_edges(keys[:0])]  # (src, dst, pos, cos) per expansion
+    for t in range(1, hops + 1):
+        if frontier.numel():
+            edges.append(out_edges(frontier))
+            # destinations not reached yet join the pairs (activation 0 until this round's spread)
+            cand = torch.unique(edges[-1][1])
+            at = torch.searchsorted(keys, cand).clamp(max=max(keys.numel() - 1, 0))
+            frontier = cand[_take(keys, at) != cand]
+            keys, order = torch.sort(torch.cat([keys, frontier]))
+            grown = frontier.numel()
+            depth = _take(torch.cat([depth, torch.full_like(frontier, t)]), order)
+            a0 = _take(torch.cat([a0, a0.new_zeros(grown)]), order)
+            value = _take(torch.cat([value, value.new_zeros(grown)]), order)
+        e_src, e_dst, _, e_cos = (torch.cat(x) for x in zip(*edges))
+        if e_src.numel() == 0:
+            break  # nothing can spread (and nothing was reached): every later round gives a0 again
+        weight = rescale_weights(e_cos, c)
+        x = value[:, None]
+        value = (a0 + edge_propagate(torch.searchsorted(keys, e_src), torch.searchsorted(keys, e_dst), weight, x,
+                                     keys.numel(), backend=backend)[:, 0]).clamp_(max=1.0)
+    if frontier.numel():  # reached in the last round: their edges to reached nodes, for the report
+        edges.append(out_edges(frontier, into=keys))
+    e_src, e_dst, e_pos, e_cos = (torch.cat(x) for x in zip(*edges))
+    # edges in (query, CSR position) order, endpoints as pair indices
+    order = torch.argsort(e_src // n * indptr[-1].clamp(min=1) + e_pos)
+    e_src, e_dst, e_pos, e_cos = (_take(x, order) for x in (e_src, e_dst, e_pos, e_cos))
+    return ActivationResult(
+        seeds=seeds, seed_scores=seed_scores, query=keys // n, node=keys % n, depth=depth, value=value,
+        edge_query=e_src // n, edge=e_pos, edge_src=torch.searchsorted(keys, e_src),
+        edge_dst=torch.searchsorted(keys, e_dst), edge_cos=e_cos, edge_weight=rescale_weights(e_cos, c),
+        layout="ragged",
+    )
 
 
 def spreading_activation(
@@ -286,6 +387,7 @@ def spreading_activation(
     dense_max: int = 1 << 24,
     backend: str = "auto",
     seeds: torch.Tensor | None = None,
+    subgraph: str = "reached",
 ) -> ActivationResult:
     """Seeds, ``n``-hop subgraphs, per-query edge weights and synchronous spreading for ``B``
     queries (see the module docstring for the update and the layouts).
@@ -301,15 +403,20 @@ def spreading_activation(
             (default: 3).
         hops: rounds and subgraph radius ``n`` (default: 4).
         c: weight rescaling offset (default: 0.4).
-        layout: ``auto`` | ``ragged`` | ``dense`` (default: auto).
+        layout: ``auto`` | ``ragged`` | ``dense``, for ``subgraph="full"`` (default: auto).
         dense_max: largest ``[E_union, B]`` block ``auto`` may take (default: 2^24 entries).
         backend: :func:`edge_propagate` backend (default: auto).
         seeds: seed entity ids ``[B, k']`` (-1 for none) to use instead of the top-``k`` search
             (``seed_scores`` are then their cosines) (default: None).
+        subgraph: ``reached`` (nodes with positive activation and the positive-weight edges out
+            of them) | ``full`` (the ``n``-hop neighbourhood); the same activation on every node
+            either reports, see the module docstring (default: reached).
 
     Shapes: -> :class:`ActivationResult` (pairs in ``q``'s dtype and device).
     """
     _check_inputs(q, node_emb, edge_emb, indptr, indices, edge_index, k, hops, c, layout)
+    if subgraph not in SUBGRAPHS:
+        raise ValueError(f"subgraph must be one of {', '.join(SUBGRAPHS)}, got {subgraph!r}")
     n, batch, dev = node_emb.shape[0], q.shape[0], q.device
     if seeds is None:
         seed_scores, seeds = top_k_nodes(q, node_emb, k)  # (B, k)
@@ -318,6 +425,8 @@ def spreading_activation(
             raise ValueError(f"seeds must be int64 [B={batch}, k'] with ids < {n} (-1 for none), got {seeds.dtype} {tuple(seeds.shape)}")
         seed_scores = (_take(node_emb, seeds.clamp(min=0).reshape(-1)).to(q.dtype).reshape(*seeds.shape, -1) * q[:, None, :]).sum(2)
         seed_scores = seed_scores.masked_fill(seeds < 0, float("-inf"))
+    if subgraph == "reached":
+        return _spread_reached(q, edge_emb, indptr, indices, edge_index, seeds, seed_scores, hops, c, backend)
     keys, depth = khop_pairs(indptr, indices, seeds, hops)  # (P,)
     query, node = keys // n, keys % n
 

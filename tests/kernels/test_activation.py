@@ -81,6 +81,14 @@ def test_top_k_nodes_equals_tiled_topk_with_ties(k):
     xq = torch.from_numpy(_unit(rng, 7, 16))
     got, want = top_k_nodes(xq, xb, k, tile=3000), tiled_topk_ip(xq, xb, k)
     assert torch.equal(got[1], want[1]) and torch.allclose(got[0], want[0])
+    # scores rising with the id for some queries: every tile beats the stale threshold, so the
+    # buffer overflows and merges on most tiles; falling for the others (nothing after tile 1)
+    rise = torch.from_numpy(np.linspace(0.1, 10.0, 20000, dtype=np.float32))[:, None]
+    xb = torch.from_numpy(_unit(rng, 20000, 16)) * 0.01 + rise * torch.from_numpy(_unit(rng, 1, 16))
+    xq = torch.cat([xq, -xq])
+    for tile in (500, 3000):
+        got, want = top_k_nodes(xq, xb, k, tile=tile), tiled_topk_ip(xq, xb, k)
+        assert torch.equal(got[1], want[1]) and torch.allclose(got[0], want[0])
 
 
 def test_pair_cosines_by_product_or_by_gather():
@@ -130,17 +138,24 @@ def test_khop_pairs_equal_bfs_distances():
         assert got == want
 
 
-@pytest.mark.parametrize("layout", ["ragged", "dense", "auto"])
-@pytest.mark.parametrize("seed,k,hops,c", [(0, 3, 4, 0.4), (1, 5, 3, 0.0), (2, 1, 2, 0.2), (3, 10, 4, 0.1), (4, 3, 0, 0.4)])
-def test_batched_equals_per_query_sync_reference(layout, seed, k, hops, c):
+CASES = [(0, 3, 4, 0.4), (1, 5, 3, 0.0), (2, 1, 2, 0.2), (3, 10, 4, 0.1), (4, 3, 0, 0.4)]
+
+
+@pytest.mark.parametrize("subgraph,layout", [("full", "ragged"), ("full", "dense"), ("full", "auto"), ("reached", "auto")])
+@pytest.mark.parametrize("seed,k,hops,c", CASES)
+def test_batched_equals_per_query_sync_reference(subgraph, layout, seed, k, hops, c):
+    """``full`` against the synchronous reference on the whole neighbourhood, ``reached`` against
+    the reference that spreads only from activated nodes: same seeds, nodes, depths, values,
+    edges and cosines."""
     kg = random_kg(seed, n_texts=30 if seed % 2 else None)
     rng = np.random.default_rng(100 + seed)
     q = _unit(rng, 7, 8)
-    res = run(kg, q, k=k, hops=hops, c=c, layout=layout)
+    res = run(kg, q, k=k, hops=hops, c=c, layout=layout, subgraph=subgraph)
     adj = ref.adjacency_lists(kg["indptr"], kg["indices"], kg["edge_index"])
     n = kg["node_emb"].shape[0]
+    reference = ref.sync_reference if subgraph == "full" else ref.reached_reference
     for b in range(q.shape[0]):
-        seeds, depth, act, cos = ref.sync_reference(q[b], kg["node_emb"], kg["edge_emb"], adj, k=k, hops=hops, c=c)
+        seeds, depth, act, cos = reference(q[b], kg["node_emb"], kg["edge_emb"], adj, k=k, hops=hops, c=c)
         assert res.seeds[b].tolist() == seeds
         mine = res.query == b
         assert dict(zip(res.node[mine].tolist(), res.depth[mine].tolist())) == depth
@@ -156,32 +171,59 @@ def test_batched_equals_per_query_sync_reference(layout, seed, k, hops, c):
     assert float(dense.min()) >= 0.0 and float(dense.max()) <= 1.0
 
 
+@pytest.mark.parametrize("seed,k,hops,c", CASES)
+def test_reached_subgraph_equals_the_full_one_where_activation_is_positive(seed, k, hops, c):
+    """Every node with positive activation and its value are the same in both subgraphs, and the
+    reached edges are every positive-weight edge between two of them (cosines from numpy)."""
+    kg = random_kg(seed, n=200, density=0.03, n_texts=40 if seed % 2 else None)
+    q = _unit(np.random.default_rng(7 + seed), 9, 8)
+    full = run(kg, q, k=k, hops=hops, c=c, subgraph="full")
+    reached = run(kg, q, k=k, hops=hops, c=c)
+    positive = full.value > 0
+    assert torch.equal(full.query[positive], reached.query) and torch.equal(full.node[positive], reached.node)
+    assert torch.allclose(full.value[positive], reached.value, atol=1e-6)
+    on = set(zip(reached.query.tolist(), reached.node.tolist()))
+    src = np.repeat(np.arange(kg["node_emb"].shape[0]), np.diff(kg["indptr"]))
+    cos = q.astype(np.float64) @ kg["edge_emb"][kg["edge_index"]].astype(np.float64).T  # (B, nnz)
+    want = {(b, p): cos[b, p] for b in range(q.shape[0]) for p in range(src.size)
+            if (b, src[p]) in on and (b, kg["indices"][p]) in on and cos[b, p] > c}
+    got = dict(zip(zip(reached.edge_query.tolist(), reached.edge.tolist()), reached.edge_cos.tolist()))
+    assert list(got) == sorted(want)
+    assert all(abs(got[e] - want[e]) < 1e-6 for e in want)
+
+
 def test_layouts_agree_and_batch_equals_single_queries():
     kg = random_kg(5, n=200, density=0.015, n_texts=50)
     q = _unit(np.random.default_rng(9), 16, 8)
-    full = {lay: run(kg, q, k=4, hops=4, c=0.2, layout=lay) for lay in ("ragged", "dense")}
-    assert full["ragged"].layout == "ragged" and full["dense"].layout == "dense"
+    runs = {lay: run(kg, q, k=4, hops=4, c=0.2, layout=lay, subgraph="full") for lay in ("ragged", "dense")}
+    runs["reached"] = run(kg, q, k=4, hops=4, c=0.2)
+    assert runs["ragged"].layout == "ragged" and runs["dense"].layout == "dense"
     for name in ("query", "node", "depth", "edge_query", "edge", "edge_src", "edge_dst"):
-        assert torch.equal(getattr(full["ragged"], name), getattr(full["dense"], name)), name
-    assert torch.allclose(full["ragged"].value, full["dense"].value, atol=1e-6)
-    for lay, res in full.items():
+        assert torch.equal(getattr(runs["ragged"], name), getattr(runs["dense"], name)), name
+    assert torch.allclose(runs["ragged"].value, runs["dense"].value, atol=1e-6)
+    for lay, res in runs.items():
         for b in range(q.shape[0]):
-            one = run(kg, q[b : b + 1], k=4, hops=4, c=0.2, layout=lay)
+            one = run(kg, q[b : b + 1], k=4, hops=4, c=0.2, layout="auto" if lay == "reached" else lay,
+                      subgraph="reached" if lay == "reached" else "full")
             mine = res.query == b
             assert torch.equal(res.node[mine], one.node) and torch.equal(res.seeds[b], one.seeds[0])
             assert torch.allclose(res.value[mine], one.value, atol=1e-6)
             assert torch.allclose(res.edge_cos[res.edge_query == b], one.edge_cos, atol=1e-6)
+            if lay == "reached":  # one way for every cosine and one edge order per query: bitwise
+                assert torch.equal(res.value[mine], one.value) and torch.equal(res.edge_cos[res.edge_query == b], one.edge_cos)
 
 
-def test_given_seeds_replace_the_search():
+@pytest.mark.parametrize("subgraph", ["full", "reached"])
+def test_given_seeds_replace_the_search(subgraph):
     kg = random_kg(21, n=100)
     q = _unit(np.random.default_rng(22), 4, 8)
     seeds = torch.tensor([[3, 7], [50, -1], [-1, -1], [99, 0]])
-    res = run(kg, q, hops=3, c=0.1, seeds=seeds)
+    res = run(kg, q, hops=3, c=0.1, seeds=seeds, subgraph=subgraph)
     adj = ref.adjacency_lists(kg["indptr"], kg["indices"], kg["edge_index"])
+    reference = ref.sync_reference if subgraph == "full" else ref.reached_reference
     for b, row in enumerate(seeds.tolist()):
         mine = [s for s in row if s >= 0]
-        _, depth, act, _ = ref.sync_reference(q[b], kg["node_emb"], kg["edge_emb"], adj, k=0, hops=3, c=0.1, seeds=mine)
+        _, depth, act, _ = reference(q[b], kg["node_emb"], kg["edge_emb"], adj, k=0, hops=3, c=0.1, seeds=mine)
         got = dict(zip(res.node[res.query == b].tolist(), res.value[res.query == b].tolist()))
         assert got.keys() == act.keys() and all(abs(got[u] - act[u]) < TOL for u in act)
     assert torch.allclose(res.seed_scores[0], torch.from_numpy(kg["node_emb"][[3, 7]] @ q[0]))
@@ -311,6 +353,8 @@ def test_bad_inputs_are_named():
         run(kg, q, c=1.5)
     with pytest.raises(ValueError, match="layout must be one of"):
         run(kg, q, layout="sparse")
+    with pytest.raises(ValueError, match="subgraph must be one of"):
+        run(kg, q, subgraph="all")
     with pytest.raises(ValueError, match="must share d"):
         run(kg, q[:, :4])
     with pytest.raises(ValueError, match="q holds NaN"):

@@ -5,6 +5,9 @@ and numpy dot products, one query at a time. Used by the tests and by
 * :func:`sync_reference` -- the engine's synchronous update, written out per query:
   ``a_t[j] = min(1, a_0[j] + sum over edges i -> j of w'[e] * a_{t-1}[i])`` on the query's own
   ``n``-hop subgraph.
+* :func:`reached_reference` -- the same update spread only from nodes with positive activation
+  over edges of positive weight (the kernel's default ``subgraph="reached"``): the same
+  activation on every node it reaches, without the rest of the neighbourhood.
 * :func:`bfs_reference` -- the paper's order: nodes leave a FIFO queue in BFS order (seeds
   first, in seed order), each fires once to all its neighbours with the activation it holds at
   that moment, ``a[j] = min(1, a[j] + a[i] * w'[e])``; nodes at depth ``n`` do not fire.
@@ -83,6 +86,39 @@ def sync_reference(q, node_emb, edge_emb, adj, *, k: int, hops: int, c: float, s
             new[v] += rescale(cos[p], c) * a[u]
         a = {u: min(1.0, x) for u, x in new.items()}
     return seeds, depth, a, cos
+
+
+def reached_reference(q, node_emb, edge_emb, adj, *, k: int, hops: int, c: float, seeds: list[int] | None = None):
+    """One query over the reached subgraph. Returns ``(seeds, round first reached {node: t},
+    activation {node: a} (every node with a > 0), cosines {csr position: w} of every edge with
+    w' > 0 between two reached nodes)``."""
+    q64 = np.asarray(q, dtype=np.float32).astype(np.float64)
+    if seeds is None:
+        seeds, _ = top_k_seeds(np.asarray(q, dtype=np.float32), node_emb, k)
+    reached = {s: 0 for s in seeds}
+    a0 = {s: 1.0 for s in seeds}
+    a = dict(a0)
+    edges, cos = [], {}
+    frontier = list(reached)
+    for t in range(1, hops + 1):
+        for u in frontier:
+            for v, p, row in adj[u]:
+                w = float(np.dot(q64, edge_emb[row].astype(np.float64)))
+                if rescale(w, c) > 0:
+                    edges.append((u, v, p))
+                    cos[p] = w
+        new = {u: a0.get(u, 0.0) for u in a}
+        for u, v, p in edges:
+            new[v] = new.get(v, 0.0) + rescale(cos[p], c) * a[u]
+        frontier = [v for v in new if v not in reached]
+        reached.update((v, t) for v in frontier)
+        a = {u: min(1.0, x) for u, x in new.items()}
+    for u in frontier:  # reached in the last round: their edges between reached nodes
+        for v, p, row in adj[u]:
+            w = float(np.dot(q64, edge_emb[row].astype(np.float64)))
+            if v in reached and rescale(w, c) > 0:
+                cos[p] = w
+    return seeds, reached, a, cos
 
 
 def bfs_reference(adj_weights: list[list[tuple[int, float]]], seeds: list[int], hops: int) -> dict[int, float]:
