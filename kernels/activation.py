@@ -69,7 +69,6 @@ import torch
 
 from kernels.csr import csr_entries
 from kernels.edge_propagate import edge_propagate
-from kernels.topk import topk_smallest_id_ties
 
 __all__ = ["ActivationResult", "khop_pairs", "rescale_weights", "spread", "spreading_activation", "top_k_nodes"]
 
@@ -128,34 +127,46 @@ def top_k_nodes(q: torch.Tensor, node_emb: torch.Tensor, k: int, *, tile: int | 
     """Exact top-``k`` nodes by inner product, ties to the smaller id (the result of
     :func:`kernels.topk.tiled_topk_ip`), for the few seeds spreading activation needs.
 
-    Tiles of ``tile`` rows are scanned in id order against each query's k-th best score at the
-    last merge: only entries strictly above it can enter (an equal one has a larger id than the
-    ``k`` kept ones, so it loses the tie), and after the first tiles almost none do. So a tile
-    costs its matrix product and one row-max pass; the few entries above the threshold are
-    buffered and merged (a sort) only when the buffer passes ``4 B k`` entries and at the end
-    (a merge per tile cost a third of the products at 10^6 nodes). ``tile`` defaults to about
-    2^19 / B rows in [2048, 65536] (a score tile that stays in cache; few tiles for few
-    queries). Shapes: ``q [B, d]``, ``node_emb [N, d]`` -> scores, ids ``[B, min(k, N)]``.
+    A first threshold per query is the ``k``-th best score over every 32nd node (fewer when
+    ``B N / 32 > 2^23``; 3 % more products): only entries at or above it can be in the top ``k``. Tiles of
+    ``tile`` rows are then scanned in id order; an entry enters a buffer if it passes that
+    threshold and is strictly above the query's ``k``-th best at the last merge (an equal one
+    has a larger id than the ``k`` kept ones and loses the tie). So a tile costs its matrix
+    product and one row-max pass; the buffer is merged (a sort) only when it passes ``4 B k``
+    entries and at the end. Without the sampled threshold, on 10^6 entities grouped by topic,
+    the thresholds stayed loose until the scan reached each query's topic and the merges cost a
+    third of the products. ``tile`` defaults to about 2^19 / B rows in [2048, 65536] (a score
+    tile that stays in cache; few tiles for few queries).
+
+    Shapes: ``q [B, d]``, ``node_emb [N, d]`` -> scores, ids ``[B, min(k, N)]``.
     """
-    batch, n = q.shape[0], node_emb.shape[0]
+    batch, n, dev = q.shape[0], node_emb.shape[0], q.device
     k = min(k, n)
     tile = tile or min(1 << 16, max(2048, (1 << 19) // batch))
-    first = max(tile, k)
-    best_s, best_i = topk_smallest_id_ties(q @ node_emb[:first].to(q.dtype).T, k)  # (B, k)
+    stride = max(32, -(-n * batch // (1 << 23)))  # the sample's scores: at most 2^23 (32 MB)
+    if n // stride >= k:
+        sampled = torch.topk(q @ node_emb[::stride].to(q.dtype).T, k, dim=1).values[:, k - 1]  # k-th best of the sample
+        floor = torch.nextafter(sampled, torch.full_like(sampled, float("-inf")))  # s >= sampled <=> s > floor
+    else:
+        floor = torch.full((batch,), float("-inf"), dtype=q.dtype, device=dev)
+    best_s = torch.full((batch, k), float("-inf"), dtype=q.dtype, device=dev)
+    best_i = torch.full((batch, k), n, dtype=torch.int64, device=dev)  # placeholders: lose every merge
+    threshold = floor
     buf_b, buf_s, buf_i, buffered = [], [], [], 0
-    for lo in range(first, n, tile):
+    for lo in range(0, n, tile):
         scores = q @ node_emb[lo : lo + tile].to(q.dtype).T  # (B, t)
-        rows = torch.nonzero(scores.amax(dim=1) > best_s[:, k - 1]).squeeze(1)  # one reduction pass
+        rows = torch.nonzero(scores.amax(dim=1) > threshold).squeeze(1)  # one reduction pass
         if rows.numel() == 0:
             continue
         sub = _take(scores, rows)  # the few rows with an entry above their threshold
-        r, j = torch.nonzero(sub > _take(best_s[:, k - 1], rows)[:, None], as_tuple=True)
+        r, j = torch.nonzero(sub > _take(threshold, rows)[:, None], as_tuple=True)
         buf_b.append(_take(rows, r))
         buf_s.append(sub[r, j])
         buf_i.append(j + lo)
         buffered += r.numel()
         if buffered > 4 * batch * k:
             best_s, best_i = _merge_top_k(best_s, best_i, buf_b, buf_s, buf_i)
+            threshold = torch.maximum(best_s[:, k - 1], floor)
             buf_b, buf_s, buf_i, buffered = [], [], [], 0
     if buffered:
         best_s, best_i = _merge_top_k(best_s, best_i, buf_b, buf_s, buf_i)
@@ -227,7 +238,8 @@ class ActivationResult:
             (query, CSR position): its CSR position, endpoints (indices into the ``P`` pairs),
             raw cosine ``w`` and rescaled weight ``w'``. ``full``: every edge leaving a node
             within ``n - 1`` hops; ``reached``: every edge with ``w' > 0`` between two reached
-            nodes.
+            nodes (leaving a node first reached in the last round: only where both ends have at
+            least ``report_min``).
         layout: the layout that ran (``ragged`` or ``dense``; ``reached`` is ragged).
     """
 
@@ -308,66 +320,95 @@ def _pair_cos(q: torch.Tensor, rows: torch.Tensor, edge_emb: torch.Tensor, cols:
     return out
 
 
-def _spread_reached(q, edge_emb, indptr, indices, edge_index, seeds, seed_scores, hops, c, backend) -> ActivationResult:
+def _spread_reached(q, edge_emb, indptr, indices, edge_index, seeds, seed_scores, hops, c, backend,
+                    report_min) -> ActivationResult:
     """``hops`` synchronous rounds over the reached subgraph (module docstring): each round
     expands the nodes first reached in the previous one, keeps their positive-weight out-edges
-    and spreads over every edge kept so far; at the end the nodes reached in the last round add
-    their positive-weight edges to reached nodes (reported, not spread). Pairs are kept as sorted
-    keys ``b * N + node``."""
+    and spreads over every edge kept so far; at the end the nodes reached in the last round with
+    activation >= ``report_min`` add their positive-weight edges to reached nodes with as much
+    (reported, not spread).
+
+    Reached (query, node) pairs are numbered in the order they are reached (keys ``b * N +
+    node``), so the edges' endpoint numbers never change; a sorted copy of the keys answers
+    "reached yet?", and everything is put in (query, node) order once at the end."""
     n, batch, dev = indptr.numel() - 1, q.shape[0], q.device
-
-    def out_edges(nodes: torch.Tensor, *, into: torch.Tensor | None = None):
-        """Positive-weight out-edges of ``nodes`` (keys), only those ending in ``into`` (keys,
-        sorted) if given: source and destination keys, CSR positions, cosines."""
-        owner, pos = csr_entries(indptr, nodes % n)
-        src = _take(nodes, owner)
-        dst = src // n * n + _take(indices, pos)
-        if into is not None:
-            hit = torch.nonzero(_take(into, torch.searchsorted(into, dst).clamp(max=max(into.numel() - 1, 0))) == dst).squeeze(1)
-            src, dst, pos = _take(src, hit), _take(dst, hit), _take(pos, hit)
-        # always the gathered dot (ratio 0): a query's cosines must not depend on its batch,
-        # and a GEMM rounds differently (relations tied on the sentence they share flipped order)
-        cos = _pair_cos(q, src // n, edge_emb, _take(edge_index, pos), ratio=0)
-        keep = torch.nonzero(cos > c).squeeze(1)  # w' > 0
-        return _take(src, keep), _take(dst, keep), _take(pos, keep), _take(cos, keep)
-
     rows = torch.arange(batch, device=dev).repeat_interleave(seeds.shape[1])
     flat = seeds.reshape(-1)
-    keys = torch.unique(rows[flat >= 0] * n + flat[flat >= 0])  # (P,) sorted
+    keys = torch.unique(rows[flat >= 0] * n + flat[flat >= 0])  # (P,) reached pairs, in reach order
     depth = torch.zeros_like(keys)
     a0 = torch.ones(keys.numel(), dtype=q.dtype, device=dev)
     value = a0
-    frontier = keys  # first reached in the previous round: their out-edges are not expanded yet
-    edges = [out_edges(keys[:0])]  # (src, dst, pos, cos) per expansion
-    for t in range(1, hops + 1):
-        if frontier.numel():
-            edges.append(out_edges(frontier))
-            # destinations not reached yet join the pairs (activation 0 until this round's spread)
-            cand = torch.unique(edges[-1][1])
-            at = torch.searchsorted(keys, cand).clamp(max=max(keys.numel() - 1, 0))
-            frontier = cand[_take(keys, at) != cand]
-            keys, order = torch.sort(torch.cat([keys, frontier]))
-            grown = frontier.numel()
-            depth = _take(torch.cat([depth, torch.full_like(frontier, t)]), order)
-            a0 = _take(torch.cat([a0, a0.new_zeros(grown)]), order)
-            value = _take(torch.cat([value, value.new_zeros(grown)]), order)
-        e_src, e_dst, _, e_cos = (torch.cat(x) for x in zip(*edges))
-        if e_src.numel() == 0:
+    sorted_keys, sorted_at = keys, torch.arange(keys.numel(), device=dev)  # keys sorted, and their numbers
+    empty = torch.zeros(0, dtype=torch.int64, device=dev)
+    e_src, e_dst, e_pos, e_cos = [empty], [empty], [empty], [torch.zeros(0, dtype=q.dtype, device=dev)]
+
+    def lookup(k: torch.Tensor) -> torch.Tensor:
+        """The pair number of each key, -1 where not reached yet. ``[M]`` -> ``[M]``."""
+        at = torch.searchsorted(sorted_keys, k).clamp(max=max(sorted_keys.numel() - 1, 0))
+        return torch.where(_take(sorted_keys, at) == k, _take(sorted_at, at), -1)
+
+    def expand(sources: torch.Tensor, *, into: torch.Tensor | None = None) -> None:
+        """Positive-weight out-edges of the pairs numbered ``sources``, appended to the edge
+        lists; new destinations join the pairs. With ``into`` (bool per pair) only edges into
+        those pairs, and nothing joins."""
+        nonlocal keys, depth, a0, value, sorted_keys, sorted_at
+        owner, pos = csr_entries(indptr, _take(keys, sources) % n)
+        src = _take(sources, owner)
+        src_key = _take(keys, src)
+        dst_key = src_key // n * n + _take(indices, pos)
+        dst = lookup(dst_key)
+        if into is not None:
+            sel = torch.nonzero(dst >= 0).squeeze(1)
+            sel = _take(sel, torch.nonzero(_take(into, _take(dst, sel))).squeeze(1))
+            src, pos, src_key, dst_key, dst = (_take(x, sel) for x in (src, pos, src_key, dst_key, dst))
+        # always the gathered dot (ratio 0): a query's cosines must not depend on its batch,
+        # and a GEMM rounds differently (relations tied on the sentence they share flipped order)
+        cos = _pair_cos(q, src_key // n, edge_emb, _take(edge_index, pos), ratio=0)
+        keep = torch.nonzero(cos > c).squeeze(1)  # w' > 0
+        src, pos, dst_key, dst, cos = (_take(x, keep) for x in (src, pos, dst_key, dst, cos))
+        new_keys, new_of = torch.unique(dst_key[dst < 0], return_inverse=True)
+        dst[dst < 0] = keys.numel() + new_of
+        e_src.append(src)
+        e_dst.append(dst)
+        e_pos.append(pos)
+        e_cos.append(cos)
+        if new_keys.numel():
+            grown = new_keys.numel()
+            sorted_keys, order = torch.sort(torch.cat([sorted_keys, new_keys]))
+            sorted_at = _take(torch.cat([sorted_at, keys.numel() + torch.arange(grown, device=dev)]), order)
+            keys = torch.cat([keys, new_keys])
+            depth = torch.cat([depth, torch.full((grown,), len(e_src) - 1, dtype=torch.int64, device=dev)])
+            a0 = torch.cat([a0, a0.new_zeros(grown)])
+            value = torch.cat([value, value.new_zeros(grown)])
+
+    first = 0  # pairs from here on are not expanded yet
+    for _ in range(hops):
+        if first < keys.numel():
+            reached = keys.numel()
+            expand(torch.arange(first, reached, device=dev))
+            first = reached
+        src, dst, cos = torch.cat(e_src), torch.cat(e_dst), torch.cat(e_cos)
+        if src.numel() == 0:
             break  # nothing can spread (and nothing was reached): every later round gives a0 again
-        weight = rescale_weights(e_cos, c)
-        x = value[:, None]
-        value = (a0 + edge_propagate(torch.searchsorted(keys, e_src), torch.searchsorted(keys, e_dst), weight, x,
-                                     keys.numel(), backend=backend)[:, 0]).clamp_(max=1.0)
-    if frontier.numel():  # reached in the last round: their edges to reached nodes, for the report
-        edges.append(out_edges(frontier, into=keys))
-    e_src, e_dst, e_pos, e_cos = (torch.cat(x) for x in zip(*edges))
-    # edges in (query, CSR position) order, endpoints as pair indices
-    order = torch.argsort(e_src // n * indptr[-1].clamp(min=1) + e_pos)
-    e_src, e_dst, e_pos, e_cos = (_take(x, order) for x in (e_src, e_dst, e_pos, e_cos))
+        value = (a0 + edge_propagate(src, dst, rescale_weights(cos, c), value[:, None], keys.numel(),
+                                     backend=backend)[:, 0]).clamp_(max=1.0)
+    if first < keys.numel():  # reached in the last round: their edges to reached nodes, for the report
+        enough = value >= report_min
+        last = torch.arange(first, keys.numel(), device=dev)
+        expand(_take(last, torch.nonzero(_take(enough, last)).squeeze(1)), into=enough)
+    # pairs in (query, node) order, edges in (query, CSR position) order
+    order = torch.argsort(keys)
+    number = torch.empty_like(order)
+    number[order] = torch.arange(order.numel(), device=dev)
+    src, dst, pos, cos = (torch.cat(x) for x in (e_src, e_dst, e_pos, e_cos))
+    query_of_edge = _take(keys, src) // n
+    e_order = torch.argsort(query_of_edge * indptr[-1].clamp(min=1) + pos)
+    src, dst, pos, cos = (_take(x, e_order) for x in (src, dst, pos, cos))
+    keys = _take(keys, order)
     return ActivationResult(
-        seeds=seeds, seed_scores=seed_scores, query=keys // n, node=keys % n, depth=depth, value=value,
-        edge_query=e_src // n, edge=e_pos, edge_src=torch.searchsorted(keys, e_src),
-        edge_dst=torch.searchsorted(keys, e_dst), edge_cos=e_cos, edge_weight=rescale_weights(e_cos, c),
+        seeds=seeds, seed_scores=seed_scores, query=keys // n, node=keys % n, depth=_take(depth, order),
+        value=_take(value, order), edge_query=_take(query_of_edge, e_order), edge=pos,
+        edge_src=_take(number, src), edge_dst=_take(number, dst), edge_cos=cos, edge_weight=rescale_weights(cos, c),
         layout="ragged",
     )
 
@@ -388,6 +429,7 @@ def spreading_activation(
     backend: str = "auto",
     seeds: torch.Tensor | None = None,
     subgraph: str = "reached",
+    report_min: float = 0.0,
 ) -> ActivationResult:
     """Seeds, ``n``-hop subgraphs, per-query edge weights and synchronous spreading for ``B``
     queries (see the module docstring for the update and the layouts).
@@ -411,6 +453,10 @@ def spreading_activation(
         subgraph: ``reached`` (nodes with positive activation and the positive-weight edges out
             of them) | ``full`` (the ``n``-hop neighbourhood); the same activation on every node
             either reports, see the module docstring (default: reached).
+        report_min: ``reached`` only: an edge leaving a node first reached in the last round
+            (it carried nothing) is reported only when both its ends have at least this
+            activation; the last round's nodes are the most numerous, and a caller that keeps
+            only active nodes' edges need not expand the others (default: 0, every such edge).
 
     Shapes: -> :class:`ActivationResult` (pairs in ``q``'s dtype and device).
     """
@@ -426,7 +472,8 @@ def spreading_activation(
         seed_scores = (_take(node_emb, seeds.clamp(min=0).reshape(-1)).to(q.dtype).reshape(*seeds.shape, -1) * q[:, None, :]).sum(2)
         seed_scores = seed_scores.masked_fill(seeds < 0, float("-inf"))
     if subgraph == "reached":
-        return _spread_reached(q, edge_emb, indptr, indices, edge_index, seeds, seed_scores, hops, c, backend)
+        return _spread_reached(q, edge_emb, indptr, indices, edge_index, seeds, seed_scores, hops, c, backend,
+                               report_min)
     keys, depth = khop_pairs(indptr, indices, seeds, hops)  # (P,)
     query, node = keys // n, keys % n
 

@@ -192,10 +192,12 @@ def activate(
     docstring). ``chunk_emb [n_chunks, d]`` are the index's chunk embeddings on the KG's device."""
     batch, n_chunks = q.shape[0], kg.n_chunks
     # the reached subgraph reports every relation a query can use (both ends active, cosine >=
-    # tau_r > c); with tau_r <= c a relation of weight 0 may qualify, so the full one is needed
+    # tau_r > c; report_min: no edges of inactive last-round nodes); with tau_r <= c a relation
+    # of weight 0 may qualify, so the full one is needed
     subgraph = "reached" if config.tau_r > config.c else "full"
     res = spreading_activation(q, kg.entity_emb, kg.text_emb, kg.adj_indptr, kg.adj_indices, kg.adj_text,
-                               k=config.k, hops=config.hops, c=config.c, layout=config.layout, subgraph=subgraph)
+                               k=config.k, hops=config.hops, c=config.c, layout=config.layout, subgraph=subgraph,
+                               report_min=config.tau_a)
     active = res.value >= config.tau_a
     a_query, a_node, a_val = res.query[active], res.node[active], res.value[active]
 

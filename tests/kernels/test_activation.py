@@ -190,6 +190,16 @@ def test_reached_subgraph_equals_the_full_one_where_activation_is_positive(seed,
     got = dict(zip(zip(reached.edge_query.tolist(), reached.edge.tolist()), reached.edge_cos.tolist()))
     assert list(got) == sorted(want)
     assert all(abs(got[e] - want[e]) < 1e-6 for e in want)
+    # report_min: edges leaving a node first reached in the last round need both ends >= it
+    some = run(kg, q, k=k, hops=hops, c=c, report_min=0.5)
+    assert torch.equal(some.value, reached.value)
+    first = {(b, u): t for b, u, t in zip(reached.query.tolist(), reached.node.tolist(), reached.depth.tolist())}
+    act = {(b, u): a for b, u, a in zip(reached.query.tolist(), reached.node.tolist(), reached.value.tolist())}
+    want_some = [(b, p) for b, p in sorted(want) if first[b, src[p]] < hops
+                 or (act[b, src[p]] >= 0.5 and act[b, kg["indices"][p]] >= 0.5)]
+    assert list(zip(some.edge_query.tolist(), some.edge.tolist())) == want_some
+    if hops and c == 0.4:
+        assert len(want_some) < len(want)  # the filter did drop something
 
 
 def test_layouts_agree_and_batch_equals_single_queries():
