@@ -61,7 +61,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from kernels import spreading_activation  # noqa: E402
-from kernels.activation import top_k_nodes  # noqa: E402
+from kernels.topk import tiled_topk_ip  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data", "musique")
 OPENIE = "openie_musique_train_gpt-3.5-turbo-1106_1890.json"
@@ -136,7 +136,7 @@ def synthetic_kg(n: int, dim: int, n_queries: int, seed: int = 0) -> tuple[dict,
 
 def products_only(q: torch.Tensor, node_emb: torch.Tensor) -> None:
     """The matrix products of the seed search alone, in its tiles (no top-k): the GEMM-rate
-    floor under ``top_k_nodes``."""
+    floor under ``tiled_topk_ip``."""
     tile = min(1 << 16, max(2048, (1 << 19) // q.shape[0]))
     for lo in range(0, node_emb.shape[0], tile):
         q @ node_emb[lo : lo + tile].T
@@ -178,7 +178,7 @@ def run_kg(name: str, arrays: dict, qv: np.ndarray, sizes: list[int], args, ref)
                                         layout=args.layout, subgraph=subgraph, seeds=seeds, **settings)
 
         secs, res = median_seconds(batched, args.repeats)
-        seed_secs, _ = median_seconds(lambda: top_k_nodes(qb, t["node_emb"], args.k), args.repeats)
+        seed_secs, _ = median_seconds(lambda: tiled_topk_ip(qb, t["node_emb"], args.k), args.repeats)
         product_secs, _ = median_seconds(lambda: products_only(qb, t["node_emb"]), args.repeats)
         spread_secs, _ = median_seconds(lambda: batched(seeds=res.seeds), args.repeats)
         spread_full_secs, _ = median_seconds(lambda: batched("full", res.seeds), args.repeats)

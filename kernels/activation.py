@@ -69,8 +69,9 @@ import torch
 
 from kernels.csr import csr_entries
 from kernels.edge_propagate import edge_propagate
+from kernels.topk import tiled_topk_ip
 
-__all__ = ["ActivationResult", "khop_pairs", "rescale_weights", "spread", "spreading_activation", "top_k_nodes"]
+__all__ = ["ActivationResult", "khop_pairs", "rescale_weights", "spread", "spreading_activation"]
 
 LAYOUTS = ("auto", "ragged", "dense")
 SUBGRAPHS = ("reached", "full")
@@ -121,73 +122,6 @@ def _take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``x[idx]`` along dim 0 (``index_select``: several times faster than advanced indexing on
     the CPU)."""
     return x.index_select(0, idx)
-
-
-def top_k_nodes(q: torch.Tensor, node_emb: torch.Tensor, k: int, *, tile: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact top-``k`` nodes by inner product, ties to the smaller id (the result of
-    :func:`kernels.topk.tiled_topk_ip`), for the few seeds spreading activation needs.
-
-    A first threshold per query is the ``k``-th best score over every 32nd node (fewer when
-    ``B N / 32 > 2^23``; 3 % more products): only entries at or above it can be in the top ``k``. Tiles of
-    ``tile`` rows are then scanned in id order; an entry enters a buffer if it passes that
-    threshold and is strictly above the query's ``k``-th best at the last merge (an equal one
-    has a larger id than the ``k`` kept ones and loses the tie). So a tile costs its matrix
-    product and one row-max pass; the buffer is merged (a sort) only when it passes ``4 B k``
-    entries and at the end. Without the sampled threshold, on 10^6 entities grouped by topic,
-    the thresholds stayed loose until the scan reached each query's topic and the merges cost a
-    third of the products. ``tile`` defaults to about 2^19 / B rows in [2048, 65536] (a score
-    tile that stays in cache; few tiles for few queries).
-
-    Shapes: ``q [B, d]``, ``node_emb [N, d]`` -> scores, ids ``[B, min(k, N)]``.
-    """
-    batch, n, dev = q.shape[0], node_emb.shape[0], q.device
-    k = min(k, n)
-    tile = tile or min(1 << 16, max(2048, (1 << 19) // batch))
-    stride = max(32, -(-n * batch // (1 << 23)))  # the sample's scores: at most 2^23 (32 MB)
-    if n // stride >= k:
-        sampled = torch.topk(q @ node_emb[::stride].to(q.dtype).T, k, dim=1).values[:, k - 1]  # k-th best of the sample
-        floor = torch.nextafter(sampled, torch.full_like(sampled, float("-inf")))  # s >= sampled <=> s > floor
-    else:
-        floor = torch.full((batch,), float("-inf"), dtype=q.dtype, device=dev)
-    best_s = torch.full((batch, k), float("-inf"), dtype=q.dtype, device=dev)
-    best_i = torch.full((batch, k), n, dtype=torch.int64, device=dev)  # placeholders: lose every merge
-    threshold = floor
-    buf_b, buf_s, buf_i, buffered = [], [], [], 0
-    for lo in range(0, n, tile):
-        scores = q @ node_emb[lo : lo + tile].to(q.dtype).T  # (B, t)
-        rows = torch.nonzero(scores.amax(dim=1) > threshold).squeeze(1)  # one reduction pass
-        if rows.numel() == 0:
-            continue
-        sub = _take(scores, rows)  # the few rows with an entry above their threshold
-        r, j = torch.nonzero(sub > _take(threshold, rows)[:, None], as_tuple=True)
-        buf_b.append(_take(rows, r))
-        buf_s.append(sub[r, j])
-        buf_i.append(j + lo)
-        buffered += r.numel()
-        if buffered > 4 * batch * k:
-            best_s, best_i = _merge_top_k(best_s, best_i, buf_b, buf_s, buf_i)
-            threshold = torch.maximum(best_s[:, k - 1], floor)
-            buf_b, buf_s, buf_i, buffered = [], [], [], 0
-    if buffered:
-        best_s, best_i = _merge_top_k(best_s, best_i, buf_b, buf_s, buf_i)
-    return best_s, best_i
-
-
-def _merge_top_k(best_s, best_i, buf_b, buf_s, buf_i) -> tuple[torch.Tensor, torch.Tensor]:
-    """The top ``k`` per query of the kept ``best_s/best_i [B, k]`` and the buffered
-    candidates (lists of query, score, id ``[m]`` tensors), ordered by (query, -score, id)."""
-    batch, k = best_s.shape
-    owner = torch.arange(batch, device=best_s.device).repeat_interleave(k)
-    cand_b = torch.cat([owner, *buf_b])
-    cand_s = torch.cat([best_s.reshape(-1), *buf_s])
-    cand_i = torch.cat([best_i.reshape(-1), *buf_i])
-    order = torch.argsort(cand_i, stable=True)  # then by score, then by query: (b, -s, id)
-    order = _take(order, torch.argsort(_take(-cand_s, order), stable=True))
-    order = _take(order, torch.argsort(_take(cand_b, order), stable=True))
-    counts = torch.bincount(cand_b, minlength=batch)
-    starts = torch.cumsum(counts, 0) - counts
-    keep = _take(order, (starts[:, None] + torch.arange(k, device=best_s.device)).reshape(-1))
-    return _take(cand_s, keep).view(batch, k), _take(cand_i, keep).view(batch, k)
 
 
 def khop_pairs(
@@ -465,7 +399,7 @@ def spreading_activation(
         raise ValueError(f"subgraph must be one of {', '.join(SUBGRAPHS)}, got {subgraph!r}")
     n, batch, dev = node_emb.shape[0], q.shape[0], q.device
     if seeds is None:
-        seed_scores, seeds = top_k_nodes(q, node_emb, k)  # (B, k)
+        seed_scores, seeds = tiled_topk_ip(q, node_emb, k)  # (B, k)
     else:
         if seeds.ndim != 2 or seeds.shape[0] != batch or seeds.dtype != torch.int64 or (seeds.numel() and int(seeds.max()) >= n):
             raise ValueError(f"seeds must be int64 [B={batch}, k'] with ids < {n} (-1 for none), got {seeds.dtype} {tuple(seeds.shape)}")

@@ -16,8 +16,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from conftest import load_reference_module
 from kernels import spreading_activation
-from kernels.activation import khop_pairs, rescale_weights, spread, top_k_nodes
-from kernels.topk import tiled_topk_ip
+from kernels.activation import khop_pairs, rescale_weights, spread
 
 
 ref = load_reference_module("spectrag_sa_reference", "kg/sa_reference.py")
@@ -64,31 +63,6 @@ def test_rescale_weights():
     assert torch.equal(rescale_weights(w, 0.0), w.clamp(min=0))
     with pytest.raises(ValueError, match=r"c must be in \[0, 1\), got 1.0"):
         rescale_weights(w, 1.0)
-
-
-@pytest.mark.parametrize("k", [1, 3, 10])
-def test_top_k_nodes_equals_tiled_topk_with_ties(k):
-    """Block-pruned top-k per tile == the plain tiled top-k, ties (duplicate rows, equal block
-    maxima) to the smaller id, with tiles and blocks that do not divide n."""
-    rng = np.random.default_rng(k)
-    xb = torch.from_numpy(rng.integers(-3, 4, (5003, 4)).astype(np.float32))  # many exact ties
-    xq = torch.from_numpy(rng.integers(-2, 3, (9, 4)).astype(np.float32))
-    for tile in (700, 4096, 1 << 16):
-        got = top_k_nodes(xq, xb, k, tile=tile)
-        want = tiled_topk_ip(xq, xb, k, tile=tile)
-        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-    xb = torch.from_numpy(_unit(rng, 20000, 16))
-    xq = torch.from_numpy(_unit(rng, 7, 16))
-    got, want = top_k_nodes(xq, xb, k, tile=3000), tiled_topk_ip(xq, xb, k)
-    assert torch.equal(got[1], want[1]) and torch.allclose(got[0], want[0])
-    # scores rising with the id for some queries: every tile beats the stale threshold, so the
-    # buffer overflows and merges on most tiles; falling for the others (nothing after tile 1)
-    rise = torch.from_numpy(np.linspace(0.1, 10.0, 20000, dtype=np.float32))[:, None]
-    xb = torch.from_numpy(_unit(rng, 20000, 16)) * 0.01 + rise * torch.from_numpy(_unit(rng, 1, 16))
-    xq = torch.cat([xq, -xq])
-    for tile in (500, 3000):
-        got, want = top_k_nodes(xq, xb, k, tile=tile), tiled_topk_ip(xq, xb, k)
-        assert torch.equal(got[1], want[1]) and torch.allclose(got[0], want[0])
 
 
 def test_pair_cosines_by_product_or_by_gather():

@@ -15,21 +15,51 @@ def _brute(xq: np.ndarray, xb: np.ndarray, k: int) -> np.ndarray:
     return np.stack([np.lexsort((np.arange(len(xb)), -row))[:k] for row in scores])
 
 
+METHODS = ["scan", "merge"]
+
+
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("tile", [7, 64, 10_000])
-def test_equals_brute_force(tile):
+def test_equals_brute_force(tile, method):
     rng = np.random.default_rng(0)
     xb = rng.standard_normal((500, 16)).astype(np.float64)
     xq = rng.standard_normal((9, 16))
-    s, i = tiled_topk_ip(torch.from_numpy(xq), torch.from_numpy(xb), 20, tile=tile)
+    s, i = tiled_topk_ip(torch.from_numpy(xq), torch.from_numpy(xb), 20, tile=tile, method=method)
     np.testing.assert_array_equal(i.numpy(), _brute(xq, xb, 20))
     np.testing.assert_allclose(s.numpy(), np.take_along_axis(xq @ xb.T, i.numpy(), 1))
 
 
-def test_ties_break_by_smaller_id_across_tiles():
+@pytest.mark.parametrize("method", METHODS)
+def test_ties_break_by_smaller_id_across_tiles(method):
     xb = torch.tensor([[1.0, 0.0]] * 10 + [[0.0, 1.0]] * 5)
     xq = torch.tensor([[1.0, 0.0]])
-    _, i = tiled_topk_ip(xq, xb, 4, tile=3)
+    _, i = tiled_topk_ip(xq, xb, 4, tile=3, method=method)
     assert i.tolist() == [[0, 1, 2, 3]]
+
+
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_scan_equals_merge_and_brute_force_with_ties(k):
+    """The two methods agree with each other and with numpy: many exact ties (integer rows, so
+    the sampled threshold ties too), tiles that do not divide n, and scores rising with the id
+    for some queries (every tile beats the stale threshold: the buffer overflows and merges on
+    most tiles) and falling for the others."""
+    rng = np.random.default_rng(k)
+    xb = rng.integers(-3, 4, (5003, 4)).astype(np.float32)
+    xq = rng.integers(-2, 3, (9, 4)).astype(np.float32)
+    for tile in (700, 4096, 1 << 16):
+        scan = tiled_topk_ip(torch.from_numpy(xq), torch.from_numpy(xb), k, tile=tile, method="scan")
+        merge = tiled_topk_ip(torch.from_numpy(xq), torch.from_numpy(xb), k, tile=tile, method="merge")
+        assert torch.equal(scan[0], merge[0]) and torch.equal(scan[1], merge[1])
+        np.testing.assert_array_equal(scan[1].numpy(), _brute(xq, xb, k))
+    rise = np.linspace(0.1, 10.0, 20000, dtype=np.float32)[:, None]
+    direction = rng.standard_normal((1, 16)).astype(np.float32)
+    xb = 0.01 * rng.standard_normal((20000, 16)).astype(np.float32) + rise * direction
+    xq = rng.standard_normal((7, 16)).astype(np.float32)
+    xq = np.concatenate([xq, -xq])
+    for tile in (500, 3000):
+        scan = tiled_topk_ip(torch.from_numpy(xq), torch.from_numpy(xb), k, tile=tile, method="scan")
+        merge = tiled_topk_ip(torch.from_numpy(xq), torch.from_numpy(xb), k, method="merge")
+        assert torch.equal(scan[1], merge[1]) and torch.allclose(scan[0], merge[0])
 
 
 def test_k_larger_than_n_and_bad_shapes():
@@ -40,6 +70,8 @@ def test_k_larger_than_n_and_bad_shapes():
         tiled_topk_ip(torch.randn(2, 4), xb, 2)
     with pytest.raises(ValueError, match="k must be >= 1"):
         tiled_topk_ip(torch.randn(2, 3), xb, 0)
+    with pytest.raises(ValueError, match="method must be"):
+        tiled_topk_ip(torch.randn(2, 3), xb, 2, method="heap")
 
 
 def test_ties_at_the_cut_go_to_the_smaller_id():
