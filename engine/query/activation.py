@@ -27,6 +27,7 @@ import torch
 from engine.errors import SpectragError
 from kernels.activation import LAYOUTS, ActivationResult, spreading_activation
 from kernels.csr import csr_entries
+from kernels.topk import topk_sparse_rows
 
 KG_MODES = ("activation", "combined")
 
@@ -213,13 +214,13 @@ def activate(
     rel = (q[c_query] * chunk_emb[c_id]).sum(1)
     keep = rel >= config.tau_d
     c_query, c_id, score = c_query[keep], c_id[keep], ((1 - alpha) * rel + alpha * chunk_act)[keep]
-    order = _lexsort(c_query, -score, c_id)
-    c_query, c_id = c_query[order], c_id[order]
-    rank = _group_rank(c_query, batch)
-    width = max(1, min(max_candidates, int(rank.max()) + 1 if rank.numel() else 1))
-    fit = rank < width
-    candidates = torch.full((batch, width), -1, dtype=torch.int64, device=q.device)
-    candidates[c_query[fit], rank[fit]] = c_id[fit]
+    # per query (rows of a CSR: c_query ascends), best score first, ties to the smaller chunk id;
+    # the kernel ranks in float32, the pipeline's dtype
+    indptr = torch.zeros(batch + 1, dtype=torch.int64, device=q.device)
+    indptr[1:] = torch.cumsum(torch.bincount(c_query, minlength=batch), 0)
+    _, candidates = topk_sparse_rows(indptr, c_id, score, max(1, max_candidates))
+    width = max(1, int((candidates >= 0).sum(dim=1).max()))
+    candidates = candidates[:, :width]
 
     # relations used: both ends active, raw cosine >= tau_r; each relation once (the CSR holds both directions)
     e_ok = active[res.edge_src] & active[res.edge_dst] & (res.edge_cos >= config.tau_r)
