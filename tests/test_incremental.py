@@ -204,6 +204,10 @@ def test_manifest_records_the_addition(synth):
     assert addition["documents"] == 30 and addition["first_chunk"] == len(inc) - addition["chunks"]
     assert m["graph"]["spectrum"]["warm_start"] and m["graph"]["spectrum"]["converged"]
     assert inc.report.lanczos["n_iter"] >= 1 and inc.report.seconds["bm25"] >= 0
+    # every stage has its wall and CPU seconds and peak RSS, in the report and the manifest
+    assert set(inc.report.cpu_seconds) == set(inc.report.peak_rss_mib) == set(inc.report.seconds) >= {"verify", "bm25"}
+    assert addition["cpu_seconds"].items() <= inc.report.cpu_seconds.items()  # written before the "write" stage
+    assert addition["peak_rss_mib"] and min(inc.report.peak_rss_mib.values()) > 0
     load_index(inc.path)  # every checksum verifies
 
 

@@ -48,6 +48,21 @@ class BuildReport:
     peak_rss_mib: dict[str, float] = field(default_factory=dict)  # per stage (engine/index/usage.py)
 
 
+def stage_recorder(report: BuildReport, on_stage: Callable[[str], None] | None = None) -> Callable[[str], None]:
+    """``stage(name)`` records the wall and CPU seconds and the peak RSS since the previous call
+    (or since this one) in ``report`` under ``name``, then calls ``on_stage(name)``."""
+    mark = usage.begin()
+
+    def stage(name: str) -> None:
+        nonlocal mark
+        report.seconds[name], report.cpu_seconds[name], report.peak_rss_mib[name] = usage.end(mark)
+        mark = usage.begin()
+        if on_stage is not None:
+            on_stage(name)
+
+    return stage
+
+
 def embedding_text(chunk: Chunk, include_title: bool) -> str:
     """What the embedder and BM25 see: the chunk, prefixed by its title unless it starts with it."""
     if include_title and chunk.title and not chunk.text.lstrip("# ").startswith(chunk.title):
@@ -102,14 +117,7 @@ def build_index(
     source, out_dir = Path(source), Path(out_dir)
     refuse_existing(out_dir, overwrite=overwrite)  # before any work, not only at the end
     report = BuildReport()
-    mark = usage.begin()
-
-    def stage(name: str) -> None:
-        nonlocal mark
-        report.seconds[name], report.cpu_seconds[name], report.peak_rss_mib[name] = usage.end(mark)
-        mark = usage.begin()
-        if on_stage is not None:
-            on_stage(name)
+    stage = stage_recorder(report, on_stage)
 
     fmt = detect_format(source) if fmt == "auto" else fmt
     docs, report.skipped_empty = _check_documents(list(iter_documents(source, fmt)), source, skip_empty)

@@ -51,7 +51,6 @@ The new version is written into a temporary folder beside the index and swapped 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -63,7 +62,7 @@ import scipy.sparse as sp
 
 from engine.config import GraphConfig
 from engine.errors import CorpusError, SpectragError
-from engine.index.build import BuildReport, _check_documents, _versions, embedding_text
+from engine.index.build import BuildReport, _check_documents, _versions, embedding_text, stage_recorder
 from engine.index.chunk import Chunk, chunk_corpus
 from engine.index.dense import DenseIndex, load_faiss
 from engine.index.lexical import BM25Index
@@ -111,15 +110,7 @@ def add_documents(
     """
     index_dir, source = Path(index_dir), Path(source)
     report = AddReport()
-    tick = time.perf_counter()
-
-    def stage(name: str) -> None:
-        nonlocal tick
-        now = time.perf_counter()
-        report.seconds[name] = round(now - tick, 3)
-        tick = now
-        if on_stage is not None:
-            on_stage(name)
+    stage = stage_recorder(report, on_stage)
 
     old = load_index(index_dir)  # format version and every checksum: a corrupt index is refused
     manifest_bytes = (index_dir / MANIFEST).read_bytes()
@@ -179,7 +170,8 @@ def add_documents(
         embedding_cache_hits=report.cache_hits,
     )
     addition = {"path": str(source), "format": fmt, "created": created, "documents": report.documents,
-                "chunks": report.chunks, "first_chunk": n_old, "seconds": report.seconds}
+                "chunks": report.chunks, "first_chunk": n_old, "seconds": report.seconds,
+                "cpu_seconds": report.cpu_seconds, "peak_rss_mib": report.peak_rss_mib}
     manifest.update(counts=counts, additions=[*manifest.get("additions", []), addition], versions=_versions())
     with atomic_directory(index_dir, overwrite=True) as tmp:
         np.save(tmp / EMBEDDINGS, vectors)
