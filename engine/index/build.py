@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.config import IndexConfig
-from engine.errors import CorpusError
+from engine.errors import ConfigError, CorpusError
 from engine.index import usage
 from engine.index.chunk import Chunk, chunk_corpus
 from engine.index.dense import DenseIndex
@@ -93,6 +93,16 @@ def _check_documents(docs: list[Document], source: Path, skip_empty: bool) -> tu
     return kept, len(empty)
 
 
+def _check_inputs(config: IndexConfig, *, embeddings_supplied: bool) -> None:
+    """The config's input files and sources, checked before any work (a missing file found at
+    step 7 would have cost the whole build)."""
+    from engine.kg.build import check_kg_inputs
+
+    if config.graph.enabled and config.graph.entities_file and not Path(config.graph.entities_file).is_file():
+        raise ConfigError(f"graph.entities_file {config.graph.entities_file} does not exist")
+    check_kg_inputs(config.kg, embeddings_supplied=embeddings_supplied)
+
+
 def build_index(
     source: str | Path,
     out_dir: str | Path,
@@ -116,6 +126,7 @@ def build_index(
     config = config or IndexConfig()
     source, out_dir = Path(source), Path(out_dir)
     refuse_existing(out_dir, overwrite=overwrite)  # before any work, not only at the end
+    _check_inputs(config, embeddings_supplied=embeddings is not None)
     report = BuildReport()
     stage = stage_recorder(report, on_stage)
 

@@ -27,11 +27,29 @@ from engine.kg.graph import Extraction, KnowledgeGraph, assemble
 from engine.kg.openie import load_openie
 
 
+LLM_MISSING = ("kg.source = 'llm' needs an LLM client, which this version does not have; "
+               "use kg.source = 'openie' with an extraction file, or 'extractor'")
+NEEDS_MODEL = ("kg.enabled needs the embedding model, but this build was given precomputed "
+               "embeddings; set kg.enabled = false (or embed with the model)")
+
+
+def check_kg_inputs(config: KGConfig, *, embeddings_supplied: bool) -> None:
+    """Refuse, before a build does any work, a knowledge graph it could not build: the LLM
+    source, a missing OpenIE file, or supplied embeddings (names and relations need the model)."""
+    if not config.enabled:
+        return
+    if config.source == "llm":
+        raise ConfigError(LLM_MISSING)
+    if config.source in ("openie", "auto") and config.openie_file and not Path(config.openie_file).is_file():
+        raise ConfigError(f"kg.openie_file {config.openie_file} does not exist")
+    if embeddings_supplied:
+        raise ConfigError(NEEDS_MODEL)
+
+
 def llm_extraction(chunks: Sequence[Chunk], config: KGConfig) -> Extraction:
     """Entities, relations and descriptions from an LLM (paper 3.4). Not available yet: the
     LLM client is a later issue; it will return an :class:`Extraction` like the other sources."""
-    raise ConfigError("kg.source = 'llm' needs an LLM client, which this version does not have; "
-                      "use kg.source = 'openie' with an extraction file, or 'extractor'")
+    raise ConfigError(LLM_MISSING)
 
 
 def extraction(chunks: Sequence[Chunk], config: KGConfig) -> Extraction:
@@ -64,8 +82,7 @@ def build_kg(
     entry (source facts, counts, drops, seconds). ``encode`` is the build's
     ``Embedder.encode`` (texts -> float32 ``[n, d]``, L2-normalized)."""
     if encode is None:
-        raise ConfigError("kg.enabled needs the embedding model, but this build was given precomputed "
-                          "embeddings; set kg.enabled = false (or embed with the model)")
+        raise ConfigError(NEEDS_MODEL)
     seconds: dict[str, float] = {}
     tick = time.perf_counter()
     ext = extraction(chunks, config)

@@ -98,9 +98,17 @@ def test_kg_config(tmp_path, embed_cache):
     assert load_config(cfg).kg == KGConfig(enabled=True, window=2)
     llm = IndexConfig(embed=EmbedConfig(cache_dir=embed_cache), graph=replace(IndexConfig().graph, enabled=False),
                       kg=KGConfig(enabled=True, source="llm"))
+    seen = []  # refused before any stage ran: no loading, chunking or embedding first
     with pytest.raises(ConfigError, match="needs an LLM client"):
-        build_index(sample_corpus(), tmp_path / "llm", llm)
-    assert not (tmp_path / "llm").exists()
+        build_index(sample_corpus(), tmp_path / "llm", llm, on_stage=seen.append)
+    assert not (tmp_path / "llm").exists() and seen == []
+    missing = replace(llm, kg=KGConfig(enabled=True, openie_file=str(tmp_path / "none.json")))
+    with pytest.raises(ConfigError, match="none.json does not exist"):
+        build_index(sample_corpus(), tmp_path / "missing", missing, on_stage=seen.append)
+    missing = replace(llm, kg=KGConfig(), graph=replace(IndexConfig().graph, entities_file=str(tmp_path / "e.json")))
+    with pytest.raises(ConfigError, match="graph.entities_file .*e.json does not exist"):
+        build_index(sample_corpus(), tmp_path / "missing", missing, on_stage=seen.append)
+    assert seen == []
     supplied = replace(llm, kg=KGConfig(enabled=True))
     n = len(load_index_chunks())
     with pytest.raises(ConfigError, match="precomputed embeddings"):
