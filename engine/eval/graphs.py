@@ -20,23 +20,16 @@ import scipy.sparse as sp
 
 from engine.errors import SpectragError
 from engine.graph.build import spectrum_of
-from engine.graph.fuse import fuse_signals
+from engine.graph.fuse import fuse_signals, signal_matrix
 
 
 def stored_signals(index) -> dict[str, sp.csr_matrix]:
-    """Each stored signal as an ``[n, n]`` CSR holding its upper-triangle edges."""
-    folder = index.path / "graph" / "signals"
-    if index.graph is None or not folder.is_dir():
+    """Each stored signal as an ``[n, n]`` CSR holding its upper-triangle edges (from the
+    arrays the index already maps)."""
+    if index.graph is None or not index.graph.get("signals"):
         raise SpectragError(f"{index.path}: the index has no stored graph signals (built with graph.enabled = false?)")
     n = len(index.chunks)
-    out = {}
-    for rows_file in sorted(folder.glob("*.rows.npy")):
-        name = rows_file.name.removesuffix(".rows.npy")
-        rows = np.load(rows_file)
-        cols = np.load(folder / f"{name}.cols.npy")
-        data = np.load(folder / f"{name}.weights.npy")
-        out[name] = sp.csr_matrix((data, (rows, cols)), shape=(n, n))
-    return out
+    return {name: signal_matrix(edges, n, symmetric=False) for name, edges in index.graph["signals"].items()}
 
 
 def rebuild_graph(index, drop: tuple[str, ...] = (), signals: dict[str, sp.csr_matrix] | None = None) -> dict[str, Any]:

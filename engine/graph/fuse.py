@@ -70,3 +70,12 @@ def fuse_signals(
     fused.sort_indices()
     fused.data = fused.data.astype(np.float32)
     return FusedGraph(fused, uppers, edges, hists, _histogram(sp.triu(fused, k=1).data))
+
+
+def signal_matrix(edges: tuple, n: int, *, symmetric: bool = True) -> sp.csr_matrix:
+    """A stored signal's undirected edges ``(rows, cols, weights)`` (i < j, as under
+    ``graph/signals`` and in :func:`load_graph`'s ``signals``) as float32 CSR ``[n, n]``: both
+    triangles, or the upper one only with ``symmetric=False``."""
+    rows, cols, w = (np.asarray(a) for a in edges)
+    upper = sp.csr_matrix((w.astype(np.float32), (rows, cols)), shape=(n, n))
+    return (upper + upper.T).tocsr() if symmetric else upper

@@ -67,6 +67,7 @@ from engine.index.chunk import Chunk, chunk_corpus
 from engine.index.dense import DenseIndex, load_faiss
 from engine.index.lexical import BM25Index
 from engine.index.load import Document, detect_format, iter_documents
+from engine.graph.fuse import signal_matrix
 from engine.index.store import (
     CHUNKS,
     EMBEDDINGS,
@@ -304,11 +305,10 @@ def stored_signal(old_graph: dict[str, Any], name: str, n_old: int, n: int) -> s
     """The old index's symmetric signal ``name`` as CSR ``[n, n]`` (zero past ``n_old``)."""
     if name not in old_graph["signals"]:
         raise SpectragError(f"the index has no stored {name!r} signal (graph/signals/{name}.*.npy)")
-    rows, cols, w = (np.asarray(a) for a in old_graph["signals"][name])
-    if rows.size and max(rows.max(), cols.max()) >= n_old:
+    rows, cols, _ = old_graph["signals"][name]
+    if len(rows) and max(rows.max(), cols.max()) >= n_old:
         raise SpectragError(f"graph/signals/{name}: edges reach chunk {max(rows.max(), cols.max())} of {n_old}")
-    upper = sp.csr_matrix((w.astype(np.float32), (rows, cols)), shape=(n, n))
-    return (upper + upper.T).tocsr()
+    return signal_matrix(old_graph["signals"][name], n)
 
 
 def shift(matrix: sp.csr_matrix, offset: int, n: int) -> sp.csr_matrix:

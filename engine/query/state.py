@@ -13,6 +13,7 @@ import scipy.sparse as sp
 import torch
 
 from engine.errors import SpectragError
+from engine.graph.fuse import signal_matrix
 
 
 # Signals that say *how* two chunks are related (a shared entity, a title mention, a citation,
@@ -36,9 +37,7 @@ def relational_graph(signals: dict, alpha: dict[str, float], n: int) -> sp.csr_m
     total = sum(alpha[name] for name in names)
     out = sp.csr_matrix((n, n), dtype=np.float32)
     for name in names:
-        rows, cols, w = (np.asarray(a) for a in signals[name])
-        upper = sp.csr_matrix((w.astype(np.float32), (rows, cols)), shape=(n, n))
-        out = out + (alpha[name] / total) * (upper + upper.T)
+        out = out + (alpha[name] / total) * signal_matrix(signals[name], n)
     out = out.tocsr()
     out.sum_duplicates()
     out.sort_indices()
