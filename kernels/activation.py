@@ -384,9 +384,9 @@ def spreading_activation(
         backend: :func:`edge_propagate` backend (default: auto).
         seeds: seed entity ids ``[B, k']`` (-1 for none) to use instead of the top-``k`` search
             (``seed_scores`` are then their cosines) (default: None).
-        subgraph: ``reached`` (nodes with positive activation and the positive-weight edges out
-            of them) | ``full`` (the ``n``-hop neighbourhood); the same activation on every node
-            either reports, see the module docstring (default: reached).
+        subgraph: ``reached`` (the nodes with positive activation and the positive-weight
+            edges between them) | ``full`` (the ``n``-hop neighbourhood); the same activation on
+            every node either reports, see the module docstring (default: reached).
         report_min: ``reached`` only: an edge leaving a node first reached in the last round
             (it carried nothing) is reported only when both its ends have at least this
             activation; the last round's nodes are the most numerous, and a caller that keeps
