@@ -147,7 +147,8 @@ def test_budget_is_never_exceeded(retriever, mode, budget):
         assert len({c.chunk_id for c in ctx.chunks}) == len(ctx.chunks)
 
 
-@pytest.mark.parametrize("settings", [ActivationConfig(), ActivationConfig(k=5, hops=3, c=0.2, tau_a=0.3, tau_d=0.3, tau_r=0.3)])
+@pytest.mark.parametrize("settings", [ActivationConfig(), ActivationConfig(k=5, hops=3, c=0.2, tau_a=0.3, tau_d=0.3, tau_r=0.3),
+                                      ActivationConfig(k=5, c=0.4, tau_a=0.3, tau_d=0.3, tau_r=0.35)])  # tau_r <= c: full subgraph
 def test_pool_and_relations_equal_a_per_query_computation(kg_index, qvecs, settings):
     """Activation pool and relations from the plain reference (tests/kg/sa_reference.py), one
     query at a time, with Python sets and sorts."""
