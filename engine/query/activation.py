@@ -173,13 +173,6 @@ class ActivationBatch:
         return out
 
 
-def _group_rank(query: torch.Tensor, batch: int) -> torch.Tensor:
-    """Position of each element inside its query's run (``query`` sorted ascending). ``[M]``."""
-    counts = torch.bincount(query, minlength=batch)
-    first = torch.cumsum(counts, 0) - counts
-    return torch.arange(query.numel(), device=query.device) - first[query]
-
-
 def activate(
     kg: KGState,
     q: torch.Tensor,
@@ -214,11 +207,7 @@ def activate(
     rel = (q[c_query] * chunk_emb[c_id]).sum(1)
     keep = rel >= config.tau_d
     c_query, c_id, score = c_query[keep], c_id[keep], ((1 - alpha) * rel + alpha * chunk_act)[keep]
-    # per query (rows of a CSR: c_query ascends), best score first, ties to the smaller chunk id;
-    # the kernel ranks in float32, the pipeline's dtype
-    indptr = torch.zeros(batch + 1, dtype=torch.int64, device=q.device)
-    indptr[1:] = torch.cumsum(torch.bincount(c_query, minlength=batch), 0)
-    _, candidates = topk_sparse_rows(indptr, c_id, score, max(1, max_candidates))
+    _, candidates = _best_per_query(c_query, c_id, score, batch, max(1, max_candidates))
     width = max(1, int((candidates >= 0).sum(dim=1).max()))
     candidates = candidates[:, :width]
 
@@ -226,21 +215,23 @@ def activate(
     e_ok = active[res.edge_src] & active[res.edge_dst] & (res.edge_cos >= config.tau_r)
     n_rel = max(1, kg.n_relations)
     rel_keys, first = _unique_first(res.edge_query[e_ok] * n_rel + kg.adj_relation[res.edge[e_ok]])
-    r_cos = res.edge_cos[e_ok][first]
-    r_query, r_id = rel_keys // n_rel, rel_keys % n_rel
-    order = _lexsort(r_query, -r_cos, r_id)
-    r_query, r_id, r_cos = r_query[order], r_id[order], r_cos[order]
-    top = _group_rank(r_query, batch) < config.max_relations
-    return ActivationBatch(res, n_chunks, candidates, chunk_key, chunk_act, r_query[top], r_id[top], r_cos[top])
+    r_cos, r_id = _best_per_query(rel_keys // n_rel, rel_keys % n_rel, res.edge_cos[e_ok][first], batch,
+                                  config.max_relations)
+    used = r_id >= 0  # row-major: query ascending, cosine descending
+    r_query = torch.arange(batch, device=q.device)[:, None].expand_as(r_id)[used]
+    return ActivationBatch(res, n_chunks, candidates, chunk_key, chunk_act, r_query, r_id[used], r_cos[used])
 
 
-def _lexsort(*keys: torch.Tensor) -> torch.Tensor:
-    """The order sorting by the first key, then the second, ... (stable sorts from the last
-    key, on the keys' device). ``[M]`` each -> ``[M]``."""
-    order = torch.argsort(keys[-1], stable=True)
-    for key in reversed(keys[:-1]):
-        order = order[torch.argsort(key[order], stable=True)]
-    return order
+def _best_per_query(query: torch.Tensor, ids: torch.Tensor, scores: torch.Tensor, batch: int,
+                    k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` best ``(score, id)`` per query, score descending then smaller id, as
+    :func:`kernels.topk.topk_sparse_rows` ranks the rows of a CSR (``query`` ascends; it ranks in
+    float32, the pipeline's dtype). ``[M]`` each -> scores, ids ``[B, k]`` (-1 padded)."""
+    if k < 1:
+        return scores.new_zeros(batch, 0), ids.new_zeros(batch, 0)
+    indptr = torch.zeros(batch + 1, dtype=torch.int64, device=query.device)
+    indptr[1:] = torch.cumsum(torch.bincount(query, minlength=batch), 0)
+    return topk_sparse_rows(indptr, ids, scores, k)
 
 
 def _unique_first(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
