@@ -124,6 +124,13 @@ def _take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return x.index_select(0, idx)
 
 
+def _seed_keys(seeds: torch.Tensor, n: int) -> torch.Tensor:
+    """Sorted unique ``b * n + seed`` keys of the seeds (``-1`` for none). ``[B, k]`` -> ``[S]``."""
+    rows = torch.arange(seeds.shape[0], device=seeds.device).repeat_interleave(seeds.shape[1])
+    flat = seeds.reshape(-1)
+    return torch.unique(rows[flat >= 0] * n + flat[flat >= 0])
+
+
 def khop_pairs(
     indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, hops: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,10 +147,7 @@ def khop_pairs(
     Shapes: -> keys ``[P]`` (int64, sorted, ``b * N + node``) and BFS depth ``[P]`` (0 on seeds).
     """
     n = indptr.numel() - 1
-    batch = seeds.shape[0]
-    rows = torch.arange(batch, device=seeds.device).repeat_interleave(seeds.shape[1])
-    flat = seeds.reshape(-1)
-    keys = torch.unique(rows[flat >= 0] * n + flat[flat >= 0])
+    keys = _seed_keys(seeds, n)
     depth = torch.zeros_like(keys)
     frontier = keys
     for h in range(1, hops + 1):
@@ -265,10 +269,8 @@ def _spread_reached(q, edge_emb, indptr, indices, edge_index, seeds, seed_scores
     Reached (query, node) pairs are numbered in the order they are reached (keys ``b * N +
     node``), so the edges' endpoint numbers never change; a sorted copy of the keys answers
     "reached yet?", and everything is put in (query, node) order once at the end."""
-    n, batch, dev = indptr.numel() - 1, q.shape[0], q.device
-    rows = torch.arange(batch, device=dev).repeat_interleave(seeds.shape[1])
-    flat = seeds.reshape(-1)
-    keys = torch.unique(rows[flat >= 0] * n + flat[flat >= 0])  # (P,) reached pairs, in reach order
+    n, dev = indptr.numel() - 1, q.device
+    keys = _seed_keys(seeds, n)  # (P,) reached pairs, in reach order
     depth = torch.zeros_like(keys)
     a0 = torch.ones(keys.numel(), dtype=q.dtype, device=dev)
     value = a0
