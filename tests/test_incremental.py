@@ -20,6 +20,7 @@ import torch
 from engine import build_index, load_index
 from engine.config import EmbedConfig, IndexConfig
 from engine.errors import CorpusError, IndexFormatError, SpectragError
+from engine.graph.fuse import signal_matrix
 from engine.graph.signals import semantic_edges
 from engine.index import add_documents
 from engine.index.chunk import chunk_document
@@ -132,9 +133,7 @@ def assert_same_graph(inc, full, perm: np.ndarray | None = None, atol: float = 1
 
 
 def stored_signal_matrix(index, name: str) -> sp.csr_matrix:
-    src = index.path / "graph" / "signals"
-    rows, cols, w = (np.load(src / f"{name}.{part}.npy") for part in ("rows", "cols", "weights"))
-    return sp.csr_matrix((w, (rows, cols)), shape=(len(index), len(index)))
+    return signal_matrix(index.graph["signals"][name], len(index), symmetric=False)
 
 
 def assert_same_retrieval(inc, full, queries: list[str], qvecs: torch.Tensor) -> None:

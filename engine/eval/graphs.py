@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import numpy as np
 import scipy.sparse as sp
 
 from engine.errors import SpectragError
@@ -49,10 +48,7 @@ def rebuild_graph(index, drop: tuple[str, ...] = (), signals: dict[str, sp.csr_m
     spectrum = spectrum_of(fused.weights, cfg)  # as the build: also its dtype and node order
     facts = {"dropped": list(drop), "edges": int(fused.weights.nnz // 2), "components": spectrum.components,
              "isolated_nodes": spectrum.isolated, "spectrum": spectrum.report}
-    kept_edges = {}  # the stored layout (rows, cols, weights), for state built from the signals
-    for name, upper in keep.items():
-        coo = upper.tocoo()
-        kept_edges[name] = (coo.row.astype(np.int64), coo.col.astype(np.int64), coo.data.astype(np.float32))
+    kept_edges = {name: index.graph["signals"][name] for name in keep}  # the stored (rows, cols, weights)
     return {"weights": fused.weights, "coordinates": spectrum.coordinates, "eigenvalues": spectrum.eigenvalues,
             "clusters": spectrum.clusters, "signals": kept_edges, "facts": facts}
 

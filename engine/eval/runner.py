@@ -197,7 +197,7 @@ def evaluate(
     idx, index_info = resolve_index(ds, index, config, cache_dir, log)
     if openie_file is not None:
         index_info["openie"] = str(openie_file)
-    scorer, table = make_scorer(ds, idx)
+    scorer = make_scorer(ds, idx)
     index_info.update(chunks=len(idx.chunks), source=idx.manifest.get("source", {}))
     if gold_gap := scorer.gold.report["unmapped"]:
         log(f"warning: {gold_gap} of {scorer.gold.report['gold_items']} gold items could not be mapped to the corpus")

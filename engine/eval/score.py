@@ -18,7 +18,7 @@ import torch
 
 from engine.eval import metrics as M
 from engine.eval.datasets import Dataset
-from engine.eval.gold import GoldSet, UnitTable, chunk_gold, map_gold, unit_table
+from engine.eval.gold import GoldSet, chunk_gold, map_gold, unit_table
 
 KS = (2, 5, 10, 20)
 METRICS = ("R@2", "R@5", "R@10", "R@20", "MRR", "nDCG@10", "P", "R", "F1")
@@ -88,7 +88,7 @@ def _named(values: torch.Tensor) -> dict[str, float]:
     return {name: round(float(v), 4) for name, v in zip(METRICS, values)}
 
 
-def make_scorer(ds: Dataset, index) -> tuple[Scorer, UnitTable]:
+def make_scorer(ds: Dataset, index) -> Scorer:
     from engine.index.load import iter_documents
 
     table = unit_table(list(iter_documents(ds.corpus, ds.fmt)), index.chunks, ds.fmt)
@@ -99,4 +99,4 @@ def make_scorer(ds: Dataset, index) -> tuple[Scorer, UnitTable]:
             groups.setdefault(name, [])
     for name in groups:
         groups[name] = [q.groups.get(name, "none") for q in ds.questions]
-    return Scorer(gold, chunk_gold(gold, table, len(index.chunks)), torch.from_numpy(table.chunk_unit), groups), table
+    return Scorer(gold, chunk_gold(gold, table, len(index.chunks)), torch.from_numpy(table.chunk_unit), groups)

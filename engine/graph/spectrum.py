@@ -263,8 +263,7 @@ def spectral_coordinates(
         start = None
         if v0 is not None:
             start = torch.from_numpy(np.asarray(v0, dtype=np.float64)[order] if order is not None else np.asarray(v0, dtype=np.float64))
-        extra = {"v0": start} if start is not None else {}
-        result = lanczos_eigsh(matvec, m_eff, which="SA", tol=tol, seed=seed, n=n, dtype=work, device="cpu", **extra)
+        result = lanczos_eigsh(matvec, m_eff, which="SA", tol=tol, seed=seed, n=n, dtype=work, device="cpu", v0=start)
         lap("lanczos")
         vectors = result.eigenvectors.numpy()  # (n, m) in solve order
         values = result.eigenvalues.numpy().astype(np.float64)

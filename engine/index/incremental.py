@@ -268,7 +268,6 @@ def update_graph(
     from engine.graph.fuse import fuse_signals
     from engine.index import usage
 
-    n = len(chunks)
     weights = config.signal_weights()
     new = chunks[n_old:]
     parts, info = build_signals(chunks, vectors, config, encode=encode, only=("entity", "citation", "utility"))
@@ -287,8 +286,9 @@ def update_graph(
     )
     timed("semantic", lambda: semantic_update(old("semantic", n_old), vectors, n_old, config.k_semantic,
                                               min_cos=config.min_cos, index=dense))
-    timed("adjacency", lambda: old("adjacency", n) + shift(sig.adjacency_edges(_doc_codes(new)), n_old, n))
-    timed("section", lambda: old("section", n) + shift(new_sections(), n_old, n))
+    # old chunks' edges and the new chunks' own: the two diagonal blocks
+    timed("adjacency", lambda: sp.block_diag((old("adjacency", n_old), sig.adjacency_edges(_doc_codes(new))), format="csr"))
+    timed("section", lambda: sp.block_diag((old("section", n_old), new_sections()), format="csr"))
     signals = {name: parts[name] for name in SIGNAL_ORDER if name in parts}  # fusion sums in this order
     info["seconds"] = {name: info["seconds"][name] for name in SIGNAL_ORDER if name in info["seconds"]}
 
@@ -309,12 +309,6 @@ def stored_signal(old_graph: dict[str, Any], name: str, n_old: int, n: int) -> s
     if len(rows) and max(rows.max(), cols.max()) >= n_old:
         raise SpectragError(f"graph/signals/{name}: edges reach chunk {max(rows.max(), cols.max())} of {n_old}")
     return signal_matrix(old_graph["signals"][name], n)
-
-
-def shift(matrix: sp.csr_matrix, offset: int, n: int) -> sp.csr_matrix:
-    """``matrix [m, m]`` placed at rows and columns ``offset .. offset + m`` of an ``[n, n]``."""
-    coo = matrix.tocoo()
-    return sp.csr_matrix((coo.data, (coo.row + offset, coo.col + offset)), shape=(n, n))
 
 
 def semantic_update(
