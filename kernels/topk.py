@@ -213,6 +213,18 @@ def topk_sparse_rows(
     return scores, ids
 
 
+def topk_by_row(row: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, n_rows: int,
+                k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`topk_sparse_rows` of entries given as ``(row, id, value)`` with ``row`` ascending
+    (e.g. sorted keys ``row * n + id``); ``k = 0`` gives empty rows. ``[M]`` each -> scores, ids
+    ``[n_rows, k]`` (-1 padded)."""
+    if k < 1:
+        return values.new_zeros(n_rows, 0, dtype=torch.float32), ids.new_zeros(n_rows, 0)
+    indptr = torch.zeros(n_rows + 1, dtype=torch.int64, device=row.device)
+    indptr[1:] = torch.cumsum(torch.bincount(row, minlength=n_rows), 0)
+    return topk_sparse_rows(indptr, ids, values, k)
+
+
 def _entries_at_or_above_kth(indptr: torch.Tensor, values: torch.Tensor, k: int) -> torch.Tensor:
     """Positions (into ``values``) of the entries of each CSR row at or above the row's ``k``-th
     largest value (every entry of a row with at most ``k``).

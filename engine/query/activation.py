@@ -27,7 +27,7 @@ import torch
 from engine.errors import SpectragError
 from kernels.activation import LAYOUTS, ActivationResult, spreading_activation
 from kernels.csr import csr_entries
-from kernels.topk import topk_sparse_rows
+from kernels.topk import topk_by_row
 
 KG_MODES = ("activation", "combined")
 
@@ -207,7 +207,7 @@ def activate(
     rel = (q[c_query] * chunk_emb[c_id]).sum(1)
     keep = rel >= config.tau_d
     c_query, c_id, score = c_query[keep], c_id[keep], ((1 - alpha) * rel + alpha * chunk_act)[keep]
-    _, candidates = _best_per_query(c_query, c_id, score, batch, max(1, max_candidates))
+    _, candidates = topk_by_row(c_query, c_id, score, batch, max(1, max_candidates))
     width = max(1, int((candidates >= 0).sum(dim=1).max()))
     candidates = candidates[:, :width]
 
@@ -215,23 +215,11 @@ def activate(
     e_ok = active[res.edge_src] & active[res.edge_dst] & (res.edge_cos >= config.tau_r)
     n_rel = max(1, kg.n_relations)
     rel_keys, first = _unique_first(res.edge_query[e_ok] * n_rel + kg.adj_relation[res.edge[e_ok]])
-    r_cos, r_id = _best_per_query(rel_keys // n_rel, rel_keys % n_rel, res.edge_cos[e_ok][first], batch,
+    r_cos, r_id = topk_by_row(rel_keys // n_rel, rel_keys % n_rel, res.edge_cos[e_ok][first], batch,
                                   config.max_relations)
     used = r_id >= 0  # row-major: query ascending, cosine descending
     r_query = torch.arange(batch, device=q.device)[:, None].expand_as(r_id)[used]
     return ActivationBatch(res, n_chunks, candidates, chunk_key, chunk_act, r_query, r_id[used], r_cos[used])
-
-
-def _best_per_query(query: torch.Tensor, ids: torch.Tensor, scores: torch.Tensor, batch: int,
-                    k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``k`` best ``(score, id)`` per query, score descending then smaller id, as
-    :func:`kernels.topk.topk_sparse_rows` ranks the rows of a CSR (``query`` ascends; it ranks in
-    float32, the pipeline's dtype). ``[M]`` each -> scores, ids ``[B, k]`` (-1 padded)."""
-    if k < 1:
-        return scores.new_zeros(batch, 0), ids.new_zeros(batch, 0)
-    indptr = torch.zeros(batch + 1, dtype=torch.int64, device=query.device)
-    indptr[1:] = torch.cumsum(torch.bincount(query, minlength=batch), 0)
-    return topk_sparse_rows(indptr, ids, scores, k)
 
 
 def _unique_first(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -60,15 +60,15 @@ def bridge_relevance(
     x = relevance
     if rounds < 1 or sources < 1 or blocks.shape[1] == 0:
         return x
-    link = blocks > 0  # (B, P, P)
-    penalty = gamma * (1.0 - blocks.to(relevance.dtype))  # (B, P, P)
     target = (lam * relevance).masked_fill(~mask, float("-inf"))[:, None, :]  # (B, 1, P)
-    m = min(sources, blocks.shape[1])
+    p = blocks.shape[1]
+    m = min(sources, p)
     for _ in range(rounds):
         key = x.masked_fill(~mask, float("-inf"))
         order = _top_positions(key, candidates, m)  # (B, m)
-        src = torch.zeros_like(mask).scatter_(1, order, True) & mask  # (B, P)
-        via = (1.0 - lam) * x[:, :, None] + target - penalty  # (B, P_src, P_dst)
-        via = via.masked_fill(~(link & src[:, :, None]), float("-inf"))
+        # only the m source rows: the other P - m rows of a [B, P, P] product would be masked out
+        w = blocks.gather(1, order[:, :, None].expand(-1, -1, p)).to(relevance.dtype)  # (B, m, P)
+        via = (1.0 - lam) * x.gather(1, order)[:, :, None] + target - gamma * (1.0 - w)  # (B, m_src, P_dst)
+        via = via.masked_fill(~((w > 0) & mask.gather(1, order)[:, :, None]), float("-inf"))
         x = torch.where(mask, torch.maximum(x, via.amax(dim=1)), x)
     return x

@@ -19,7 +19,7 @@ import torch
 
 from engine.query.expand import SEED_BONUS
 from kernels.csr import csr_entries
-from kernels.topk import topk_sparse_rows
+from kernels.topk import topk_by_row
 
 
 @dataclass(frozen=True)
@@ -90,10 +90,7 @@ def expand_torch(
     keys, vals = keys[keep], vals[keep]
     order = torch.argsort(keys)
     keys, vals = keys[order], vals[order]
-    counts = torch.bincount(keys // n, minlength=batch)
-    indptr = torch.zeros(batch + 1, dtype=torch.int64, device=dev)
-    indptr[1:] = torch.cumsum(counts, 0)
-    priorities, ids = topk_sparse_rows(indptr, keys % n, vals, min(max_candidates, n))
+    priorities, ids = topk_by_row(keys // n, keys % n, vals, batch, min(max_candidates, n))
     return ids, priorities
 
 

@@ -132,3 +132,15 @@ def test_topk_sparse_rows_empty_and_bad_k():
     assert i.tolist() == [[-1] * 3] * 2 and s.abs().sum() == 0
     with pytest.raises(ValueError, match="k must be >= 1"):
         topk_sparse_rows(torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([1.0]), 0)
+
+
+def test_topk_by_row_equals_topk_sparse_rows_and_allows_k_zero():
+    from kernels.topk import topk_by_row, topk_sparse_rows
+
+    row = torch.tensor([0, 0, 0, 2, 2, 3])
+    ids, vals = torch.tensor([5, 1, 3, 9, 2, 4]), torch.tensor([0.5, 0.9, 0.5, 0.1, 0.3, 0.7])
+    got = topk_by_row(row, ids, vals, 4, 2)
+    want = topk_sparse_rows(torch.tensor([0, 3, 3, 5, 6]), ids, vals, 2)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert got[1].tolist() == [[1, 3], [-1, -1], [2, 9], [4, -1]]
+    assert topk_by_row(row, ids, vals, 4, 0)[1].shape == (4, 0)
