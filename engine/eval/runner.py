@@ -233,9 +233,10 @@ def evaluate(
         for b in sorted(set(int(b) for b in budgets)):
             log(f"budget {b}")
             result["budgets"][str(b)] = {
-                name: {k: v for k, v in scorer.summary(run_method(retriever, texts, qvecs, name, b, batch_size),
+                name: {k: v for k, v in scorer.summary(run if b == eff_budget else  # the methods' own budget: their run
+                                                       run_method(retriever, texts, qvecs, name, b, batch_size),
                                                        detail=False).items() if k in ("overall", "context")}
-                for name in runs}
+                for name, run in runs.items()}
             for row in result["budgets"][str(b)].values():
                 row["overall"] = {k: row["overall"][k] for k in ("P", "R", "F1")}
     if ablations:
@@ -245,7 +246,7 @@ def evaluate(
     if sweep:
         from engine.eval.variants import run_sweep
 
-        result["sweep"] = run_sweep(retriever, texts, qvecs, budget, batch_size, scorer, log)
+        result["sweep"] = run_sweep(retriever, texts, qvecs, budget, batch_size, scorer, log, runs)
     if out is not None:
         from engine.eval.report import write_outputs
 

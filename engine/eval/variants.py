@@ -77,7 +77,8 @@ def run_ablations(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, r
 
     def add(name: str, what: str, r, mode: str = FULL, baseline: str = "full") -> dict[str, Any]:
         log(f"ablation {name}")
-        run = runs[FULL] if (name == "full" and FULL in runs) else run_method(r, texts, qvecs, mode, budget, batch_size)
+        # the unchanged retriever in a mode the methods already ran: that run (full, -spectral proximity)
+        run = runs[mode] if (r is retriever and mode in runs) else run_method(r, texts, qvecs, mode, budget, batch_size)
         rows[name] = {"description": what, "baseline": baseline, **scorer.summary(run, detail=False)}
         per_q[name] = scorer.per_question(run)[:, R5]
         if baseline:
@@ -114,20 +115,25 @@ def _ci(diff: torch.Tensor, scorer: Scorer) -> list[float]:
     return [round(lo, 4), round(hi, 4)]
 
 
-def run_sweep(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, log: Callable[[str], None]) -> dict[str, Any]:
-    """One parameter at a time around the defaults (:data:`SWEEP`); everything else fixed."""
+def run_sweep(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, log: Callable[[str], None],
+              runs: dict[str, Run] | None = None) -> dict[str, Any]:
+    """One parameter at a time around the defaults (:data:`SWEEP`); everything else fixed.
+    ``runs``: the methods' runs (same budget), reused as the default points."""
+    runs = runs or {}
     out: dict[str, Any] = {}
     for param, (mode, values) in SWEEP.items():
         default = _get(retriever.config, param)
         points, per_q = [], []
-        try:
-            run_method(retriever, texts[:1], qvecs[:1], mode, budget, 1)
-        except SpectragError as exc:  # e.g. activation on an index without a knowledge graph
-            log(f"sweep {param}: skipped ({exc})")
-            continue
+        if mode not in runs:
+            try:
+                run_method(retriever, texts[:1], qvecs[:1], mode, budget, 1)
+            except SpectragError as exc:  # e.g. activation on an index without a knowledge graph
+                log(f"sweep {param}: skipped ({exc})")
+                continue
         for v in sorted({type(default)(v) for v in values} | {default}):  # the default is always a point
             log(f"sweep {param} = {v}")
-            run = run_method(_with(retriever, param, v), texts, qvecs, mode, budget, batch_size)
+            run = runs[mode] if (v == default and mode in runs) else \
+                run_method(_with(retriever, param, v), texts, qvecs, mode, budget, batch_size)
             points.append({"value": v, "default": v == default, **scorer.summary(run, detail=False)})
             per_q.append(scorer.per_question(run)[:, R5])
         base = per_q[next(i for i, p in enumerate(points) if p["default"])]
