@@ -112,16 +112,28 @@ def _merge_buffer(best_s, best_i, buf_b, buf_s, buf_i) -> tuple[torch.Tensor, to
     candidates (lists of query, score, id ``[m]`` tensors), ordered by (query, -score, id)."""
     batch, k = best_s.shape
     owner = torch.arange(batch, device=best_s.device).repeat_interleave(k)
-    cand_b = torch.cat([owner, *buf_b])
-    cand_s = torch.cat([best_s.reshape(-1), *buf_s])
-    cand_i = torch.cat([best_i.reshape(-1), *buf_i])
-    order = torch.argsort(cand_i, stable=True)  # then by score, then by query: (b, -s, id)
-    order = order[torch.argsort(-cand_s[order], stable=True)]
-    order = order[torch.argsort(cand_b[order], stable=True)]
-    counts = torch.bincount(cand_b, minlength=batch)
-    starts = torch.cumsum(counts, 0) - counts
-    keep = order[(starts[:, None] + torch.arange(k, device=best_s.device)).reshape(-1)]
-    return cand_s[keep].view(batch, k), cand_i[keep].view(batch, k)
+    # every query has >= k candidates (its kept k, placeholders included): no slot stays empty
+    return _rank_rows(torch.cat([owner, *buf_b]), torch.cat([best_s.reshape(-1), *buf_s]),
+                      torch.cat([best_i.reshape(-1), *buf_i]), batch, k, best_s.dtype)
+
+
+def _rank_rows(row: torch.Tensor, val: torch.Tensor, col: torch.Tensor, n_rows: int, k: int,
+               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` best entries of each row by (value descending, column ascending), any order in:
+    scores ``[n_rows, k]`` (``dtype``, 0 on empty slots) and columns (-1 on empty slots).
+    ``[M]`` each."""
+    order = torch.argsort(col, stable=True)
+    order = order[torch.argsort(-val[order], stable=True)]
+    order = order[torch.argsort(row[order], stable=True)]  # (row, -value, column)
+    row, val, col = row[order], val[order], col[order]
+    counts = torch.bincount(row, minlength=n_rows)
+    rank = torch.arange(row.numel(), device=row.device) - (torch.cumsum(counts, 0) - counts)[row]
+    take = rank < k
+    scores = torch.zeros((n_rows, k), dtype=dtype, device=row.device)
+    ids = torch.full((n_rows, k), -1, dtype=torch.int64, device=row.device)
+    scores[row[take], rank[take]] = val[take]
+    ids[row[take], rank[take]] = col[take]
+    return scores, ids
 
 
 def topk_smallest_id_ties(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,25 +204,13 @@ def topk_sparse_rows(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     batch = indptr.numel() - 1
-    device = values.device
-    scores = torch.zeros((batch, k), dtype=torch.float32, device=device)
-    ids = torch.full((batch, k), -1, dtype=torch.int64, device=device)
     if values.numel() == 0:
-        return scores, ids
+        return (torch.zeros((batch, k), dtype=torch.float32, device=values.device),
+                torch.full((batch, k), -1, dtype=torch.int64, device=values.device))
     indptr = indptr.to(torch.int64)
     keep = _entries_at_or_above_kth(indptr, values.to(torch.float32), k)  # (M,) positions in values
     row = torch.searchsorted(indptr, keep, right=True) - 1
-    val, col = values[keep].to(torch.float32), indices[keep].to(torch.int64)
-    order = torch.argsort(col, stable=True)
-    order = order[torch.argsort(-val[order], stable=True)]
-    order = order[torch.argsort(row[order], stable=True)]  # (row, -value, column)
-    row, val, col = row[order], val[order], col[order]
-    counts = torch.bincount(row, minlength=batch)
-    rank = torch.arange(row.numel(), device=device) - (torch.cumsum(counts, 0) - counts)[row]
-    take = rank < k
-    scores[row[take], rank[take]] = val[take]
-    ids[row[take], rank[take]] = col[take]
-    return scores, ids
+    return _rank_rows(row, values[keep].to(torch.float32), indices[keep].to(torch.int64), batch, k, torch.float32)
 
 
 def topk_by_row(row: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, n_rows: int,
