@@ -74,6 +74,11 @@ def laplacian_csr(weights: sp.spmatrix) -> sp.csr_matrix:
     self-loop counts once in the degree and gives ``L_ii = 1 - W_ii / d_i``). Built with scipy
     in O(nnz) passes: at 10^6 nodes the torch kernel's coalesce steps took about 40 s.
     Shapes: ``[n, n]`` -> ``[n, n]``."""
+    return _laplacian_and_degree(weights)[0]
+
+
+def _laplacian_and_degree(weights: sp.spmatrix) -> tuple[sp.csr_matrix, np.ndarray]:
+    """:func:`laplacian_csr` and the float64 degree ``[n]`` it was built from."""
     # a copy, never a view: a dtype change copies only the data, and sorting the shared index
     # arrays in place would corrupt the caller's matrix
     w = sp.csr_matrix(weights, dtype=np.float64, copy=True)
@@ -92,21 +97,20 @@ def laplacian_csr(weights: sp.spmatrix) -> sp.csr_matrix:
     loop = rows == w.indices
     diag = np.ones(n)
     diag[rows[loop]] -= w.data[loop] / deg[rows[loop]]
-    off = sp.csr_matrix(w, copy=True)
-    off.data = -off.data * (inv_sqrt[rows] * inv_sqrt[off.indices])  # s_i s_j first: bitwise symmetric
-    off.data[loop] = 0.0
-    off.eliminate_zeros()
-    lap = (off + sp.diags(diag, format="csr")).tocsr()
+    w.data = -w.data * (inv_sqrt[rows] * inv_sqrt[w.indices])  # in place (a private copy); s_i s_j first: bitwise symmetric
+    w.data[loop] = 0.0
+    w.eliminate_zeros()
+    lap = (w + sp.diags(diag, format="csr")).tocsr()
     lap.sort_indices()
-    return lap
+    return lap, deg
 
 
 def _deflation(weights: sp.csr_matrix) -> tuple[sp.csr_matrix, int, np.ndarray, np.ndarray]:
     """What the deflated operator needs, whatever its dtype: ``L_sym`` (float64 CSR), the number of
     connected components, each node's component label and degree."""
     n_comp, labels = connected_components(weights, directed=False)
-    degree = np.asarray(sp.csr_matrix(weights, dtype=np.float64).sum(axis=1)).ravel()  # as laplacian_csr's
-    return laplacian_csr(weights), n_comp, labels, degree
+    lap, degree = _laplacian_and_degree(weights)
+    return lap, n_comp, labels, degree
 
 
 def _deflated_operator(weights: sp.csr_matrix, dtype: torch.dtype, *, prepared=None):
