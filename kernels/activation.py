@@ -68,7 +68,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.csr import csr_entries
-from kernels.edge_propagate import edge_propagate
+from kernels.edge_propagate import edge_propagate, propagator
 from kernels.topk import tiled_topk_ip
 
 __all__ = ["ActivationResult", "khop_pairs", "rescale_weights", "spread", "spreading_activation"]
@@ -113,8 +113,9 @@ def spread(
     if weight.numel() and (bool(torch.isnan(weight).any()) or float(weight.min()) < 0):
         raise ValueError("weight must be non-negative and not NaN (rescale cosines with rescale_weights)")
     a = a0
+    step = propagator(src, dst, weight, a0, a0.shape[0], backend=backend) if hops else None  # checked once
     for _ in range(hops):
-        a = (a0 + edge_propagate(src, dst, weight, a, a0.shape[0], backend=backend)).clamp_(max=1.0)
+        a = (a0 + step(a)).clamp_(max=1.0)
     return a
 
 

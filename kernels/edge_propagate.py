@@ -17,6 +17,8 @@ Triton only when the inputs are CUDA tensors and Triton is installed, else torch
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from kernels import triton as _triton
@@ -101,11 +103,24 @@ def edge_propagate(
 
     Shapes: src, dst ``[E]``; weight ``[E, B]``; x ``[N_src, B]`` -> ``[n_out, B]``.
     """
+    return propagator(src, dst, weight, x, n_out, backend=backend)(x)
+
+
+def propagator(
+    src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor, x: torch.Tensor, n_out: int, *, backend: str = "auto"
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """:func:`edge_propagate` with the edges, weights and ``x``'s shape, dtype and device checked
+    once: the returned function applies it to any ``x`` like the one given (rounds of
+    spreading reuse one set of edges; the checks read index bounds back from the device)."""
     weight = _check(src, dst, weight, x, n_out)
     if _resolve(backend, x) == "triton":
         from kernels.triton.edge_propagate import edge_propagate_triton
 
-        return edge_propagate_triton(src, dst, weight, x, n_out)
+        return lambda x: edge_propagate_triton(src, dst, weight, x, n_out)
+    return lambda x: _propagate_torch(src, dst, weight, x, n_out)
+
+
+def _propagate_torch(src, dst, weight, x, n_out) -> torch.Tensor:
     out = torch.zeros((n_out, x.shape[1]), dtype=x.dtype, device=x.device)
     if src.numel() == 0:
         return out
