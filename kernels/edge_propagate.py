@@ -116,7 +116,8 @@ def propagator(
     if _resolve(backend, x) == "triton":
         from kernels.triton.edge_propagate import edge_propagate_triton
 
-        return lambda x: edge_propagate_triton(src, dst, weight, x, n_out)
+        dst_sorted = bool((dst[1:] >= dst[:-1]).all()) if dst.numel() > 1 else True  # the segment kernel's case
+        return lambda x: edge_propagate_triton(src, dst, weight, x, n_out, dst_sorted=dst_sorted)
     return lambda x: _propagate_torch(src, dst, weight, x, n_out)
 
 
