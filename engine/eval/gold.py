@@ -130,13 +130,7 @@ def map_gold(questions: Sequence[Question], table: UnitTable, max_examples: int 
                 duplicates += 1  # two items naming one unit count once
             row[unit] = max(row.get(unit, 0.0), item.gain)
         rows.append(list(row.items()))
-    width = max(1, max(len(r) for r in rows))
-    units = torch.full((len(rows), width), -1, dtype=torch.int64)
-    gains = torch.zeros((len(rows), width), dtype=torch.float64)
-    for b, r in enumerate(rows):  # formatting input once, not a hot path
-        if r:
-            units[b, : len(r)] = torch.tensor([u for u, _ in r])
-            gains[b, : len(r)] = torch.tensor([g for _, g in r], dtype=torch.float64)
+    units, gains = _padded(rows)
     n_gold = (units >= 0).sum(dim=1)
     gold_units = {u for r in rows for u, _ in r if u < table.n_units}
     items = sum(len(q.gold) for q in questions)
@@ -174,6 +168,13 @@ def chunk_gold(gold: GoldSet, table: UnitTable, n_chunks: int) -> GoldSet:
                 row.append((len(names), g))
                 names.append(gold.names[u])
         rows.append(row)
+    units, gains = _padded(rows)
+    return GoldSet(units, gains, (units >= 0).sum(dim=1), names, gold.report)
+
+
+def _padded(rows: list[list[tuple[int, float]]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(unit, gain)`` lists per question as ``units [Q, W]`` (-1 padded) and ``gains [Q, W]``
+    float64 (formatting the input once, not a hot path)."""
     width = max(1, max(len(r) for r in rows))
     units = torch.full((len(rows), width), -1, dtype=torch.int64)
     gains = torch.zeros((len(rows), width), dtype=torch.float64)
@@ -181,4 +182,4 @@ def chunk_gold(gold: GoldSet, table: UnitTable, n_chunks: int) -> GoldSet:
         if r:
             units[b, : len(r)] = torch.tensor([u for u, _ in r])
             gains[b, : len(r)] = torch.tensor([g for _, g in r], dtype=torch.float64)
-    return GoldSet(units, gains, (units >= 0).sum(dim=1), names, gold.report)
+    return units, gains

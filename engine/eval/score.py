@@ -60,9 +60,10 @@ class Scorer:
         ]
         return torch.cat(cols, dim=1)
 
-    def summary(self, run: Run, *, detail: bool = True) -> dict[str, Any]:
+    def summary(self, run: Run, *, detail: bool = True, per_q: torch.Tensor | None = None) -> dict[str, Any]:
+        """``per_q``: :meth:`per_question` of ``run`` when the caller already has it."""
         valid = self.gold.n_gold > 0
-        per_q = self.per_question(run)
+        per_q = self.per_question(run) if per_q is None else per_q
         out: dict[str, Any] = {"overall": _named(M.mean(per_q, valid)), "questions": int(valid.sum())}
         size = (run.selected >= 0).sum(dim=1).to(torch.float64)
         out["context"] = {"chunks": round(float(size.mean()), 2), "tokens": round(float(run.used_tokens.double().mean()), 1)}

@@ -79,8 +79,9 @@ def run_ablations(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, r
         log(f"ablation {name}")
         # the unchanged retriever in a mode the methods already ran: that run (full, -spectral proximity)
         run = runs[mode] if (r is retriever and mode in runs) else run_method(r, texts, qvecs, mode, budget, batch_size)
-        rows[name] = {"description": what, "baseline": baseline, **scorer.summary(run, detail=False)}
-        per_q[name] = scorer.per_question(run)[:, R5]
+        full_q = scorer.per_question(run)
+        rows[name] = {"description": what, "baseline": baseline, **scorer.summary(run, detail=False, per_q=full_q)}
+        per_q[name] = full_q[:, R5]
         if baseline:
             rows[name]["delta_R@5_ci95"] = _ci(per_q[name] - per_q[baseline], scorer)
         return rows[name]
@@ -134,8 +135,9 @@ def run_sweep(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, log: 
             log(f"sweep {param} = {v}")
             run = runs[mode] if (v == default and mode in runs) else \
                 run_method(_with(retriever, param, v), texts, qvecs, mode, budget, batch_size)
-            points.append({"value": v, "default": v == default, **scorer.summary(run, detail=False)})
-            per_q.append(scorer.per_question(run)[:, R5])
+            full_q = scorer.per_question(run)
+            points.append({"value": v, "default": v == default, **scorer.summary(run, detail=False, per_q=full_q)})
+            per_q.append(full_q[:, R5])
         base = per_q[next(i for i, p in enumerate(points) if p["default"])]
         for p, q in zip(points, per_q):
             p["delta_R@5_ci95"] = _ci(q - base, scorer)
