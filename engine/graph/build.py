@@ -16,7 +16,7 @@ graph where it pays (its effect on SpMM is measured in ``bench/``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,17 +88,17 @@ def build_signals(
     config: GraphConfig,
     *,
     encode: Callable[[list[str]], np.ndarray] | None = None,
-    only: Collection[str] | None = None,
+    makers: Mapping[str, Callable[[], sp.csr_matrix]] | None = None,
 ) -> tuple[dict[str, sp.csr_matrix], dict[str, Any]]:
-    """Every enabled edge signal (or those named in ``only``) as a directed sparse ``[n, n]``
-    matrix, and build facts."""
+    """Every enabled edge signal as a directed sparse ``[n, n]`` matrix, and build facts.
+    ``makers``: signals built another way (an incremental add updates the stored ones), timed
+    and ordered like the others."""
     from engine.graph.citations import citation_edges
     from engine.graph.entities import entity_incidence
 
     n = len(chunks)
     weights = config.signal_weights()
-    if only is not None:  # an incremental add recomputes only the signals that change globally
-        weights = {name: w for name, w in weights.items() if name in only}
+    makers = makers or {}
     info: dict[str, Any] = {"seconds": {}, "cpu_seconds": {}, "peak_rss_mib": {}}
     out: dict[str, sp.csr_matrix] = {}
 
@@ -106,7 +106,7 @@ def build_signals(
         if weights.get(name, 0) <= 0:
             return
         mark = usage.begin()
-        out[name] = make()
+        out[name] = makers.get(name, make)()
         _record(info, name, mark)
 
     knn = config.knn if config.knn != "auto" else ("exact" if n <= config.knn_exact_max_n else "ivf")
@@ -165,15 +165,19 @@ def build_graph(
     config: GraphConfig,
     *,
     encode: Callable[[list[str]], np.ndarray] | None = None,
+    makers: Mapping[str, Callable[[], sp.csr_matrix]] | None = None,
+    spectrum_fn: Callable[[sp.csr_matrix], Spectrum] | None = None,
 ) -> tuple[FusedGraph, Spectrum, dict[str, Any]]:
-    """Signals, fusion and spectrum for one index; the dict is the manifest's ``graph`` entry."""
-    signals, info = build_signals(chunks, embeddings, config, encode=encode)
+    """Signals, fusion and spectrum for one index; the dict is the manifest's ``graph`` entry.
+    ``makers`` (see :func:`build_signals`) and ``spectrum_fn`` (fused weights -> spectrum;
+    default :func:`spectrum_of`) let an incremental add reuse the stored graph."""
+    signals, info = build_signals(chunks, embeddings, config, encode=encode, makers=makers)
     mark = usage.begin()
     fused = fuse_signals(signals, config.signal_weights(), tau=config.tau, max_degree=config.max_degree)
     del signals  # fused.signals keeps each signal's upper triangle
     _record(info, "fuse", mark)
     mark = usage.begin()
-    spectrum = spectrum_of(fused.weights, config)
+    spectrum = spectrum_fn(fused.weights) if spectrum_fn is not None else spectrum_of(fused.weights, config)
     _record(info, "spectrum", mark)
     return fused, spectrum, graph_facts(info, fused, spectrum, config)
 

@@ -79,7 +79,6 @@ from engine.index.store import (
     write_manifest,
 )
 
-SIGNAL_ORDER = ("semantic", "adjacency", "section", "entity", "citation", "utility")  # as build_signals
 # formats whose document ids are list positions, so that any second file collides
 _POSITION_IDS = "musique, 2wiki and multihop-rag files and JSON lists without 'id' number documents from 0"
 
@@ -264,41 +263,26 @@ def update_graph(
     (:func:`engine.graph.build.load_graph`), as :func:`engine.graph.build.build_graph` returns
     it. ``dense`` is the FAISS index of all ``vectors [n, d]``."""
     from engine.graph import signals as sig
-    from engine.graph.build import _doc_codes, _record, build_signals, graph_facts
-    from engine.graph.fuse import fuse_signals
-    from engine.index import usage
+    from engine.graph.build import _doc_codes, build_graph
 
-    weights = config.signal_weights()
     new = chunks[n_old:]
-    parts, info = build_signals(chunks, vectors, config, encode=encode, only=("entity", "citation", "utility"))
-    rebuild_knn = info["knn"]["method"]
-    info["knn"] = {"method": "exact", "incremental": True, "a rebuild would use": rebuild_knn}
-
-    def timed(name: str, make: Callable[[], sp.csr_matrix]) -> None:
-        if weights.get(name, 0) > 0:
-            mark = usage.begin()
-            parts[name] = make()
-            _record(info, name, mark)
-
     old = lambda name, size: stored_signal(old_graph, name, n_old, size)  # noqa: E731
     new_sections = lambda: sig.section_edges(  # noqa: E731
         [c.doc_id for c in new], [c.section for c in new], band=config.section_band
     )
-    timed("semantic", lambda: semantic_update(old("semantic", n_old), vectors, n_old, config.k_semantic,
-                                              min_cos=config.min_cos, index=dense))
-    # old chunks' edges and the new chunks' own: the two diagonal blocks
-    timed("adjacency", lambda: sp.block_diag((old("adjacency", n_old), sig.adjacency_edges(_doc_codes(new))), format="csr"))
-    timed("section", lambda: sp.block_diag((old("section", n_old), new_sections()), format="csr"))
-    signals = {name: parts[name] for name in SIGNAL_ORDER if name in parts}  # fusion sums in this order
-    info["seconds"] = {name: info["seconds"][name] for name in SIGNAL_ORDER if name in info["seconds"]}
-
-    mark = usage.begin()
-    fused = fuse_signals(signals, weights, tau=config.tau, max_degree=config.max_degree)
-    _record(info, "fuse", mark)
-    mark = usage.begin()
-    spectrum = warm_spectrum(fused.weights, np.asarray(old_graph["coordinates"]), config)
-    _record(info, "spectrum", mark)
-    return fused, spectrum, graph_facts(info, fused, spectrum, config)
+    # entity, citation and utility change globally and are rebuilt; these three are updated
+    makers = {
+        "semantic": lambda: semantic_update(old("semantic", n_old), vectors, n_old, config.k_semantic,
+                                            min_cos=config.min_cos, index=dense),
+        # old chunks' edges and the new chunks' own: the two diagonal blocks
+        "adjacency": lambda: sp.block_diag((old("adjacency", n_old), sig.adjacency_edges(_doc_codes(new))), format="csr"),
+        "section": lambda: sp.block_diag((old("section", n_old), new_sections()), format="csr"),
+    }
+    previous = np.asarray(old_graph["coordinates"])
+    fused, spectrum, facts = build_graph(chunks, vectors, config, encode=encode, makers=makers,
+                                         spectrum_fn=lambda w: warm_spectrum(w, previous, config))
+    facts["knn"] = {"method": "exact", "incremental": True, "a rebuild would use": facts["knn"]["method"]}
+    return fused, spectrum, facts
 
 
 def stored_signal(old_graph: dict[str, Any], name: str, n_old: int, n: int) -> sp.csr_matrix:
