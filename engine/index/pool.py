@@ -29,11 +29,11 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def resolve_workers(workers: int, n_items: int, *, name: str = "workers") -> int:
+def resolve_workers(workers: int, n_items: int) -> int:
     """``workers`` as given, or for 0 the usable CPUs (at most :data:`MAX_WORKERS`) when there
     are at least :data:`MIN_ITEMS` items and 1 below."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        raise ValueError(f"{name} must be an int >= 0 (0: automatic), got {workers!r}")
+        raise ValueError(f"workers must be an int >= 0 (0: automatic), got {workers!r}")
     if workers:
         return workers
     return max(1, min(usable_cpus(), MAX_WORKERS)) if n_items >= MIN_ITEMS else 1
@@ -53,8 +53,6 @@ def map_blocks(
     global _job
     bounds = [(lo, min(n_items, lo + block)) for lo in range(0, n_items, block)]
     parallel = workers > 1 and len(bounds) > 1 and "fork" in mp.get_all_start_methods()
-    if not parallel:
-        parts: Any = (fn(lo, hi) for lo, hi in bounds)
     if progress:
         from tqdm import tqdm
 
@@ -66,7 +64,7 @@ def map_blocks(
             return it
 
     if not parallel:
-        return [x for part in bar(parts) for x in part]
+        return [x for part in bar(fn(lo, hi) for lo, hi in bounds) for x in part]
     if _job is not None:
         raise RuntimeError("map_blocks is not reentrant: a pool is already running in this process")
     _job = fn

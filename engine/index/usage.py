@@ -43,8 +43,8 @@ def _status_kib(field: str) -> float | None:
     return None
 
 
-def _maxrss_kib() -> float:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def _maxrss_kib(who: int = resource.RUSAGE_SELF) -> float:
+    peak = resource.getrusage(who).ru_maxrss
     return peak / 1024.0 if sys.platform == "darwin" else float(peak)  # bytes on macOS
 
 
@@ -96,8 +96,7 @@ def rss_mib() -> float:
 
 def children_peak_mib() -> float:
     """Peak resident memory of the largest finished child process, in MiB."""
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return round((peak / 1024.0 if sys.platform == "darwin" else float(peak)) / 1024.0, 1)
+    return round(_maxrss_kib(resource.RUSAGE_CHILDREN) / 1024.0, 1)
 
 
 def cpu_seconds() -> float:
