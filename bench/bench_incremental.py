@@ -45,7 +45,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from _common import cpu_model, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import cpu_model, median_seconds, pin_threads  # noqa: E402  (before numpy: sets thread counts)
 
 _THREADS = pin_threads("1", passive=True)
 
@@ -81,8 +81,8 @@ def stage_seconds(index) -> dict[str, float]:
 
 
 def signal_edges(index, name: str) -> set[tuple[int, int]]:
-    src = index.path / "graph" / "signals"
-    return set(zip(np.load(src / f"{name}.rows.npy").tolist(), np.load(src / f"{name}.cols.npy").tolist()))
+    rows, cols, _ = index.graph["signals"][name]  # as the index maps them
+    return set(zip(np.asarray(rows).tolist(), np.asarray(cols).tolist()))
 
 
 def checks(add_idx, full_idx, old_coords: np.ndarray, vectors: np.ndarray) -> dict:
@@ -122,19 +122,14 @@ def checks(add_idx, full_idx, old_coords: np.ndarray, vectors: np.ndarray) -> di
 def time_spectrum(index, old_coords: np.ndarray, repeats: int) -> dict:
     """The spectrum stage alone on the final graph (``spectral_coordinates`` with the index's
     settings: Lanczos + k-means), random start vs the warm start; median seconds."""
-    from engine.graph.spectrum import spectral_coordinates
+    from engine.graph.build import spectrum_of
     from engine.index.incremental import warm_start
 
     w, cfg = index.graph["weights"], index.config.graph
     out = {}
     for name, start in (("cold", None), ("warm", warm_start(w, old_coords))):
-        secs = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            sp_ = spectral_coordinates(w, cfg.spectral_dim, tol=cfg.lanczos_tol, clusters=cfg.clusters, seed=cfg.seed,
-                                       dtype=cfg.lanczos_dtype, reorder=cfg.lanczos_reorder, v0=start)
-            secs.append(time.perf_counter() - t)
-        out[name] = {"seconds": round(statistics.median(secs), 3), "cycles": sp_.report["n_iter"],
+        secs, sp_ = median_seconds(lambda: spectrum_of(w, cfg, v0=start), repeats, warmup=False)
+        out[name] = {"seconds": round(secs, 3), "cycles": sp_.report["n_iter"],
                      "matvecs": sp_.report["n_matvec"]}
     return out
 

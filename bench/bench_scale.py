@@ -36,12 +36,11 @@ import datetime as _dt
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
 
-from _common import cpu_model, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import cpu_model, median_seconds, pin_threads  # noqa: E402  (before numpy: sets thread counts)
 
 _THREADS = pin_threads("2", passive=True)
 
@@ -121,8 +120,6 @@ def build(corpus: Path, index_dir: Path):
 
 def knn_check(emb: np.ndarray, graph: dict, args) -> dict:
     """Recall@10 of the build's IVF parameters vs exact, on ``args.recall_sample`` rows."""
-    import faiss
-
     from engine.graph import signals as sig
 
     n, d = emb.shape
@@ -130,9 +127,7 @@ def knn_check(emb: np.ndarray, graph: dict, args) -> dict:
     rows = np.sort(np.random.default_rng(args.seed + 7).choice(n, min(args.recall_sample, n), replace=False))
     xq = np.ascontiguousarray(emb[rows])
     t0 = time.perf_counter()
-    flat = faiss.IndexFlatIP(d)
-    for lo in range(0, n, 65_536):
-        flat.add(np.ascontiguousarray(emb[lo : lo + 65_536]))
+    flat = sig.knn_index(emb, "exact", tile=65_536)  # the build's exact index, filled tile by tile
     t_add = time.perf_counter() - t0
     t0 = time.perf_counter()
     _, exact = flat.search(xq, k + 1)
@@ -186,13 +181,7 @@ def spmv_locality(index_dir: Path, repeats: int = 5) -> dict:
         lap = scipy_to_torch_csr(laplacian_csr(mat), torch.float32)
         row = {}
         for cols, fn in (("spmv_ms", lambda: torch.mv(lap, x[:, 0])), ("spmm32_ms", lambda: torch.sparse.mm(lap, x))):
-            fn()  # warm-up
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            row[cols] = round(statistics.median(times) * 1e3, 2)
+            row[cols] = round(median_seconds(fn, repeats)[0] * 1e3, 2)
         row["bandwidth"] = int(np.abs(np.repeat(np.arange(mat.shape[0]), np.diff(mat.indptr)) - mat.indices).max())
         out[name] = row
     return out
