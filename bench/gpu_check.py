@@ -63,7 +63,7 @@ from engine.query.expand_torch import TorchCSR, candidate_blocks_torch, expand_t
 from engine.index.lexical import top_k_scores  # noqa: E402  (bm25s is imported lazily there)
 from engine.query.bridge import bridge_relevance  # noqa: E402
 from engine.query.pipeline import RetrieverConfig  # noqa: E402
-from engine.query.propagate import ppr_proximity, spectral_proximity  # noqa: E402
+from engine.query.propagate import block_laplacian, ppr_proximity, spectral_proximity  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
 warnings.filterwarnings("ignore", message=".*Sparse invariant checks are implicitly disabled.*")
@@ -346,8 +346,7 @@ def run_checks(dev: torch.device, rows: list) -> None:
     bx = torch.rand(Bb, Pb, generator=g, dtype=torch.float64)
 
     def dense_heat():
-        deg = blk.sum(2).clamp(min=1e-30).rsqrt()
-        Lb = torch.eye(Pb, dtype=torch.float64) - deg[:, :, None] * blk * deg[:, None, :]
+        Lb = block_laplacian(blk)
         ref = chebyshev_heat_dense_batched(Lb, bx, 1.0, mask=bmask)
         return rel(chebyshev_heat_dense_batched(Lb.float().to(dev), bx.float().to(dev), 1.0, mask=bmask.to(dev)), ref), ""
 
@@ -566,8 +565,7 @@ def run_timings(dev, data, batches, deadline, rows, roof, args) -> None:
         add("blocks: induced [B, 200, 200]", B, sec)
         mask = cand >= 0
         x = torch.where(mask, torch.rand(cand.shape, device=dev), torch.zeros((), device=dev))
-        deg_b = blocks.sum(2).clamp(min=1e-30).rsqrt()
-        Lb = torch.eye(P, device=dev) - deg_b[:, :, None] * blocks * deg_b[:, None, :]
+        Lb = block_laplacian(blocks)
         for spmm in ("dense", "sparse"):  # bmm on [B, P, P] vs one block-diagonal CSR
             sec, _ = timed(lambda: chebyshev_heat_dense_batched(Lb, x, 1.0, mask=mask, spmm=spmm), dev)
             add(f"diffusion: heat on blocks ({spmm})", B, sec)
