@@ -177,11 +177,19 @@ def sort_by_score_then_id(
 
     Shapes: scores, ids ``[B, m]`` -> ``[B, min(k, m)]``.
     """
-    # stable two-key sort: ids ascending first, then scores descending keeps id order among ties
-    order = torch.argsort(ids, dim=1, stable=True)
-    scores, ids = scores.gather(1, order), ids.gather(1, order)
-    order = torch.argsort(scores, dim=1, descending=True, stable=True)[:, :k]
+    order = positions_by_score_then_id(scores, ids, k)
     return scores.gather(1, order), ids.gather(1, order)
+
+
+def positions_by_score_then_id(scores: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
+    """Positions of the ``k`` best of each row, by score descending then id ascending.
+
+    Shapes: scores, ids ``[B, m]`` -> ``[B, min(k, m)]`` int64.
+    """
+    # stable two-key sort: ids ascending first, then scores descending keeps id order among ties
+    by_id = torch.argsort(ids, dim=1, stable=True)
+    by_score = torch.argsort(scores.gather(1, by_id), dim=1, descending=True, stable=True)
+    return by_id.gather(1, by_score[:, :k])
 
 
 def topk_sparse_rows(

@@ -23,13 +23,7 @@ from __future__ import annotations
 
 import torch
 
-
-
-def _top_positions(scores: torch.Tensor, ids: torch.Tensor, m: int) -> torch.Tensor:
-    """Positions of the ``m`` best per row, by score then smaller id. ``[B, P]`` -> ``[B, m]``."""
-    by_id = torch.argsort(ids, dim=1, stable=True)
-    by_score = torch.argsort(scores.gather(1, by_id), dim=1, descending=True, stable=True)
-    return by_id.gather(1, by_score[:, :m])
+from kernels.topk import positions_by_score_then_id
 
 
 def bridge_relevance(
@@ -65,7 +59,7 @@ def bridge_relevance(
     m = min(sources, p)
     for _ in range(rounds):
         key = x.masked_fill(~mask, float("-inf"))
-        order = _top_positions(key, candidates, m)  # (B, m)
+        order = positions_by_score_then_id(key, candidates, m)  # (B, m)
         # only the m source rows: the other P - m rows of a [B, P, P] product would be masked out
         w = blocks.gather(1, order[:, :, None].expand(-1, -1, p)).to(relevance.dtype)  # (B, m, P)
         via = (1.0 - lam) * x.gather(1, order)[:, :, None] + target - gamma * (1.0 - w)  # (B, m_src, P_dst)
