@@ -238,7 +238,7 @@ def diffusion(A: sp.csr_matrix, graph: str, batches: list[int], repeats: int, ce
     L = sym_laplacian(A)
     L32, L64 = to_torch(L, torch.int32), to_torch(L, torch.int64)
     At = to_torch(A, torch.int64)
-    op = random_walk_operator(At, dtype=torch.float32)  # int32 PT (kernels.heat.csr_int32)
+    op = random_walk_operator(At, dtype=torch.float32)  # int32 PT (kernels.csr.csr_int32)
     coeffs = heat_coefficients(1.0)
     K = len(coeffs) - 1
     rows = []

@@ -1,4 +1,5 @@
-"""Small CSR helpers shared by the kernels and the query stages (any device)."""
+"""Small CSR helpers shared by the kernels and the query stages: CSR entries of a set of
+nodes (any device), torch CSR index width and dtype checks, block-diagonal CSR of dense blocks."""
 
 from __future__ import annotations
 
@@ -18,3 +19,62 @@ def csr_entries(indptr: torch.Tensor, nodes: torch.Tensor) -> tuple[torch.Tensor
     first = torch.cumsum(deg, 0) - deg
     pos = (start - first).index_select(0, owner) + torch.arange(owner.numel(), device=nodes.device)
     return owner, pos
+
+
+def check_sparse_dtype(M: torch.Tensor, name: str) -> None:
+    """Raise a clear TypeError where torch has no sparse product for ``M``'s dtype."""
+    if M.device.type == "cpu" and M.dtype in (torch.float16, torch.bfloat16):
+        raise TypeError(
+            f"{name} as sparse CSR in {M.dtype} on the CPU: torch's CPU sparse product (MKL) "
+            f"supports float32/float64 only; use a float32 X on the CPU ({M.dtype} works on CUDA, "
+            f"and in the dense-block kernels)"
+        )
+
+
+def csr_int32(M: torch.Tensor) -> torch.Tensor:
+    """``M`` (sparse CSR) with int32 indices on the CPU when they fit; else ``M`` unchanged.
+
+    torch's CPU CSR product (MKL) was as fast or faster with int32 indices than with int64 in
+    most cases of ``bench/bench_roofline.py`` (1.6-2.7x at B = 1 and 16 on 10^6 nodes; within
+    noise at B >= 64; ``bench/results/roofline_cpu.md``), and the indices take half the bytes.
+    An operator built with int32 indices once skips this conversion (one pass over them).
+    """
+    if M.device.type != "cpu" or M.crow_indices().dtype == torch.int32:
+        return M
+    if max(M.shape[0], M.shape[1], M.values().numel()) >= 2**31:
+        return M
+    return torch.sparse_csr_tensor(
+        M.crow_indices().to(torch.int32), M.col_indices().to(torch.int32), M.values(), size=M.shape,
+        check_invariants=False,  # same structure as M, which is valid
+    )
+
+
+BLOCK_SPMM = ("auto", "dense", "sparse")
+
+
+def use_sparse_blocks(blocks: torch.Tensor, spmm: str, max_density: float = 0.25) -> bool:
+    """Whether to apply ``[B, P, P]`` blocks as one block-diagonal CSR instead of ``bmm``.
+
+    ``auto``: on the CPU, in float32/float64, when at most ``max_density`` of the entries are
+    nonzero (at P = 200 and ~20 nonzeros per row the CSR product was 10-20x faster than ``bmm``
+    on a 2-core CPU, ``bench/results/roofline_cpu.md``); on CUDA ``bmm`` until measured there.
+    """
+    if spmm not in BLOCK_SPMM:
+        raise ValueError(f"spmm must be one of {', '.join(BLOCK_SPMM)}, got {spmm!r}")
+    if spmm != "auto":
+        return spmm == "sparse"
+    if blocks.device.type != "cpu" or blocks.dtype not in (torch.float32, torch.float64):
+        return False
+    return int(torch.count_nonzero(blocks)) <= max_density * blocks.numel()
+
+
+def block_diagonal_csr(blocks: torch.Tensor) -> torch.Tensor:
+    """``[B, P, P]`` dense blocks -> one ``[B P, B P]`` CSR with the blocks on its diagonal
+    (int32 indices on the CPU), so that ``csr @ x.reshape(B P, C)`` equals ``bmm(blocks, x)``."""
+    Bn, P = blocks.shape[0], blocks.shape[1]
+    b, i, j = blocks.nonzero(as_tuple=True)  # row-major: rows ascend, columns ascend per row
+    rows = b * P + i
+    crow = torch.zeros(Bn * P + 1, dtype=torch.int64, device=blocks.device)
+    torch.cumsum(torch.bincount(rows, minlength=Bn * P), 0, out=crow[1:])
+    M = torch.sparse_csr_tensor(crow, b * P + j, blocks[b, i, j], size=(Bn * P, Bn * P), check_invariants=False)
+    return csr_int32(M)

@@ -127,7 +127,7 @@ def _csr(n=60, seed=0):
 
 
 def test_csr_int32_same_product():
-    from kernels.heat import csr_int32
+    from kernels.csr import csr_int32
 
     A = _csr()
     A32 = csr_int32(A)
@@ -138,7 +138,8 @@ def test_csr_int32_same_product():
 
 
 def test_heat_and_ppr_same_result_with_int64_or_int32_operators():
-    from kernels.heat import chebyshev_heat, csr_int32
+    from kernels.csr import csr_int32
+    from kernels.heat import chebyshev_heat
     from kernels.pagerank import personalized_pagerank, random_walk_operator
 
     A = _csr(seed=1)
@@ -171,7 +172,8 @@ def test_half_precision_sparse_operator_on_cpu_is_a_clear_error(dtype):
 
 @pytest.mark.parametrize("density", [0.05, 0.6])
 def test_dense_block_kernels_same_result_as_block_diagonal_csr(density):
-    from kernels.heat import block_diagonal_csr, chebyshev_heat_dense_batched, use_sparse_blocks
+    from kernels.csr import block_diagonal_csr, use_sparse_blocks
+    from kernels.heat import chebyshev_heat_dense_batched
     from kernels.pagerank import personalized_pagerank_dense_batched
 
     g = torch.Generator().manual_seed(3)
