@@ -1,4 +1,4 @@
-"""Benchmark: batched spreading activation (``kernels.spreading_activation``: seeds, n-hop
+"""Benchmark: batched spreading activation (``spectrag.kernels.spreading_activation``: seeds, n-hop
 subgraphs, per-query edge weights, synchronous rounds) against plain per-query references
 (``tests/kg/sa_reference.py``: numpy dot products for the seeds and weights, Python BFS and
 Python rounds over dicts), measured in the same run, with a check that they agree.
@@ -10,7 +10,7 @@ Python rounds over dicts), measured in the same run, with a check that they agre
 **Knowledge graphs.**
 
 * ``musique``: built from HippoRAG's OpenIE file of the 1,890 MuSiQue passages
-  (``../shared/data/musique``) with :func:`engine.kg.build.build_kg` (names and relation texts
+  (``../shared/data/musique``) with :func:`spectrag.kg.build.build_kg` (names and relation texts
   embedded with all-MiniLM-L6-v2, d = 384, through the embedding cache in
   ``$SPECTRAG_CACHE_DIR`` or ``~/.cache/spectrag``: the first run embeds ~36,000 texts).
   Queries: the 100 questions, embedded once before any timing, tiled to reach B.
@@ -60,8 +60,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from kernels import spreading_activation  # noqa: E402
-from kernels.topk import tiled_topk_ip  # noqa: E402
+from spectrag.kernels import spreading_activation  # noqa: E402
+from spectrag.kernels.topk import tiled_topk_ip  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data", "musique")
 OPENIE = "openie_musique_train_gpt-3.5-turbo-1106_1890.json"
@@ -80,11 +80,11 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 def musique_kg() -> tuple[dict, np.ndarray, dict]:
     """KG arrays, query vectors [100, 384] and facts."""
-    from engine.config import ChunkConfig, EmbedConfig, KGConfig
-    from engine.index.chunk import chunk_document
-    from engine.index.embed import Embedder
-    from engine.index.load import iter_documents
-    from engine.kg.build import build_kg
+    from spectrag.config import ChunkConfig, EmbedConfig, KGConfig
+    from spectrag.index.chunk import chunk_document
+    from spectrag.index.embed import Embedder
+    from spectrag.index.load import iter_documents
+    from spectrag.kg.build import build_kg
 
     corpus = os.path.join(SHARED, "musique_train_corpus.json")
     chunks = [c for d in iter_documents(corpus, "musique") for c in chunk_document(d, ChunkConfig())]
@@ -109,7 +109,7 @@ def musique_kg() -> tuple[dict, np.ndarray, dict]:
 
 
 def synthetic_kg(n: int, dim: int, n_queries: int, seed: int = 0) -> tuple[dict, np.ndarray, dict]:
-    from engine.kg.graph import adjacency
+    from spectrag.kg.graph import adjacency
 
     rng = np.random.default_rng(seed)
     topic_size = 1000

@@ -41,8 +41,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _common import median_seconds  # noqa: E402
-from kernels.heat import chebyshev_heat, heat_num_terms  # noqa: E402
-from kernels.pagerank import personalized_pagerank, random_walk_operator  # noqa: E402
+from spectrag.kernels.heat import chebyshev_heat, heat_num_terms  # noqa: E402
+from spectrag.kernels.pagerank import personalized_pagerank, random_walk_operator  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
 

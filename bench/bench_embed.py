@@ -1,4 +1,4 @@
-"""Benchmark: CPU embedding throughput of ``engine.index.embed.Embedder`` vs plain sentence-transformers.
+"""Benchmark: CPU embedding throughput of ``spectrag.index.embed.Embedder`` vs plain sentence-transformers.
 
 Texts: the MuSiQue train corpus (``../shared/data/musique/musique_train_corpus.json``, 1,890
 passages, embedded as ``title + newline + text``); when that file is absent the benchmark says
@@ -36,8 +36,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.config import EmbedConfig  # noqa: E402
-from engine.index.embed import Embedder, resolve_model_path  # noqa: E402
+from spectrag.config import EmbedConfig  # noqa: E402
+from spectrag.index.embed import Embedder, resolve_model_path  # noqa: E402
 
 MUSIQUE = ROOT.parent / "shared" / "data" / "musique" / "musique_train_corpus.json"
 SAMPLE = ROOT / "engine" / "sample" / "corpus"

@@ -1,6 +1,6 @@
 """Benchmark: retrieval quality on MuSiQue (HippoRAG's 100-question tuning subset, 1,890
 passages) for every retrieval mode, the ablations of the full pipeline and a one-at-a-time
-sensitivity sweep, through ``engine.eval.evaluate``; the same as::
+sensitivity sweep, through ``spectrag.eval.evaluate``; the same as::
 
     spectrag eval musique --data ../shared/data/musique --methods all --ablations --sweep \
         --budgets 500,1000,2000 --out bench/results
@@ -79,8 +79,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(int(args.threads))
-    from engine.eval import evaluate
-    from engine.eval.report import save
+    from spectrag.eval import evaluate
+    from spectrag.eval.report import save
 
     command = shlex.join(["python", "bench/bench_eval.py", *sys.argv[1:]])
     start = time.perf_counter()
@@ -95,7 +95,7 @@ def main() -> None:
                          "wall seconds": round(seconds, 1)}
     result["check"] = ir_measures_check(result)
     save(args.out, result)
-    from engine.eval.report import markdown
+    from spectrag.eval.report import markdown
 
     print(markdown(result))
 

@@ -1,4 +1,4 @@
-"""Benchmark: chunk-graph build per signal, fusion, and the spectrum (``kernels.lanczos`` vs
+"""Benchmark: chunk-graph build per signal, fusion, and the spectrum (``spectrag.kernels.lanczos`` vs
 scipy's ARPACK ``eigsh`` in the same run) on synthetic corpora of 10^4 .. 10^6 chunks.
 
 **Data** (seeded, :func:`make_corpus`): ``n`` chunks with L2-normalized ``d = 32`` embeddings
@@ -13,7 +13,7 @@ mentions of other documents' titles, Markdown links and bare URLs, so every sign
 **Graph build** (one run per size; timed like ``engine/graph/build.py`` does it, with
 ``GraphConfig()`` defaults): semantic = ``semantic_edges(k=10)`` (exact FAISS flat search);
 adjacency; section; entity = ``extract_entities`` + ``entity_incidence`` + ``entity_edges``;
-citation = ``citation_edges`` on :class:`engine.index.chunk.Chunk` objects; then
+citation = ``citation_edges`` on :class:`spectrag.index.chunk.Chunk` objects; then
 ``fuse_signals`` with the default weights, tau 0.05, max_degree 40. Where exact kNN would run
 longer than ``--knn-max-seconds`` (10^6 chunks on 2 cores), its time is *extrapolated* from a
 measured FAISS search of ``--knn-sample`` query rows against all ``n`` (plus the measured index
@@ -74,14 +74,14 @@ import torch  # noqa: E402
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from engine.config import GraphConfig  # noqa: E402
-from engine.graph import signals as sig  # noqa: E402
-from engine.graph.citations import citation_edges  # noqa: E402
-from engine.graph.entities import entity_incidence, extract_entities  # noqa: E402
-from engine.graph.fuse import fuse_signals  # noqa: E402
-from engine.graph.spectrum import _deflated_operator  # noqa: E402
-from engine.index.chunk import Chunk  # noqa: E402
-from kernels.lanczos import lanczos_eigsh  # noqa: E402
+from spectrag.config import GraphConfig  # noqa: E402
+from spectrag.graph import signals as sig  # noqa: E402
+from spectrag.graph.citations import citation_edges  # noqa: E402
+from spectrag.graph.entities import entity_incidence, extract_entities  # noqa: E402
+from spectrag.graph.fuse import fuse_signals  # noqa: E402
+from spectrag.graph.spectrum import _deflated_operator  # noqa: E402
+from spectrag.index.chunk import Chunk  # noqa: E402
+from spectrag.kernels.lanczos import lanczos_eigsh  # noqa: E402
 from make_synthetic import pseudo_word  # noqa: E402
 
 # --------------------------------------------------------------------------------------------

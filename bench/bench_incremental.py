@@ -1,4 +1,4 @@
-"""Benchmark: adding documents to an index (``engine.index.add_documents``) against a full
+"""Benchmark: adding documents to an index (``spectrag.index.add_documents``) against a full
 rebuild of the union, in the same run, on a synthetic corpus with supplied embeddings.
 
 **Data**: ``bench/make_synthetic.py`` (seed 0, ``d = --dim``): one chunk per section, so chunk
@@ -88,7 +88,7 @@ def signal_edges(index, name: str) -> set[tuple[int, int]]:
 def checks(add_idx, full_idx, old_coords: np.ndarray, vectors: np.ndarray) -> dict:
     """Equality with the rebuild; differing semantic edges with their float64 cosines (a swap
     of two candidates whose float32 scores tie shows as one edge on each side)."""
-    from engine.index.incremental import warm_start
+    from spectrag.index.incremental import warm_start
 
     diff: dict[str, int] = {}
     semantic: dict[str, list] = {}
@@ -122,8 +122,8 @@ def checks(add_idx, full_idx, old_coords: np.ndarray, vectors: np.ndarray) -> di
 def time_spectrum(index, old_coords: np.ndarray, repeats: int) -> dict:
     """The spectrum stage alone on the final graph (``spectral_coordinates`` with the index's
     settings: Lanczos + k-means), random start vs the warm start; median seconds."""
-    from engine.graph.build import spectrum_of
-    from engine.index.incremental import warm_start
+    from spectrag.graph.build import spectrum_of
+    from spectrag.index.incremental import warm_start
 
     w, cfg = index.graph["weights"], index.config.graph
     out = {}
@@ -139,9 +139,9 @@ def run(args) -> dict:
     import faiss
     from make_synthetic import Plan, ensure
 
-    from engine import build_index
-    from engine.config import EmbedConfig, IndexConfig
-    from engine.index import add_documents
+    from spectrag import build_index
+    from spectrag.config import EmbedConfig, IndexConfig
+    from spectrag.index import add_documents
 
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)

@@ -1,4 +1,4 @@
-"""Benchmark: ``kernels.lanczos.lanczos_eigsh`` vs ``scipy.sparse.linalg.eigsh``.
+"""Benchmark: ``spectrag.kernels.lanczos.lanczos_eigsh`` vs ``scipy.sparse.linalg.eigsh``.
 
 Problem: the k=32 smallest eigenpairs of the normalized Laplacian of a random sparse graph
 (n=100,000 nodes, ~10 neighbours per node), in float32 and float64, on the CPU.
@@ -30,8 +30,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from kernels.lanczos import lanczos_eigsh  # noqa: E402
-from kernels.laplacian import normalized_laplacian  # noqa: E402
+from spectrag.kernels.lanczos import lanczos_eigsh  # noqa: E402
+from spectrag.kernels.laplacian import normalized_laplacian  # noqa: E402
 
 
 def random_graph(n: int, avg_degree: int, seed: int) -> sp.csr_matrix:

@@ -61,9 +61,9 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kernels.edge_propagate import edge_propagate  # noqa: E402
-from kernels.heat import chebyshev_heat, chebyshev_heat_dense_batched, heat_coefficients  # noqa: E402
-from kernels.pagerank import personalized_pagerank, random_walk_operator  # noqa: E402
+from spectrag.kernels.edge_propagate import edge_propagate  # noqa: E402
+from spectrag.kernels.heat import chebyshev_heat, chebyshev_heat_dense_batched, heat_coefficients  # noqa: E402
+from spectrag.kernels.pagerank import personalized_pagerank, random_walk_operator  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
 warnings.filterwarnings("ignore", message=".*Sparse invariant checks are implicitly disabled.*")
@@ -238,7 +238,7 @@ def diffusion(A: sp.csr_matrix, graph: str, batches: list[int], repeats: int, ce
     L = sym_laplacian(A)
     L32, L64 = to_torch(L, torch.int32), to_torch(L, torch.int64)
     At = to_torch(A, torch.int64)
-    op = random_walk_operator(At, dtype=torch.float32)  # int32 PT (kernels.csr.csr_int32)
+    op = random_walk_operator(At, dtype=torch.float32)  # int32 PT (spectrag.kernels.csr.csr_int32)
     coeffs = heat_coefficients(1.0)
     K = len(coeffs) - 1
     rows = []
@@ -498,7 +498,7 @@ def main() -> None:
         order_rows += spmm_variants(A_rcm, B, ["torch i32", "scipy"], args.repeats, "locality, RCM", ceiling, args.seed + B)
     del A_perm
 
-    print("== diffusion through kernels.heat / kernels.pagerank", flush=True)
+    print("== diffusion through spectrag.kernels.heat / spectrag.kernels.pagerank", flush=True)
     diff_rows = diffusion(random_graph(small_n, args.seed), "random", [16, 64], args.repeats, ceiling, args.seed)
     diff_rows += diffusion(A_rcm, "locality, RCM", [16], args.repeats, ceiling, args.seed)
 

@@ -9,7 +9,7 @@ Lanczos residuals and the graph's edges per signal.
 sections of about 80-200 tokens, one chunk each) and clustered d = ``--dim`` embeddings,
 written to ``--corpus`` (default ``/tmp/spectrag-synth-corpus-<n>``) and reused when present.
 
-**Build**: ``engine.build_index(corpus.jsonl, --index, embeddings=<memory-mapped .npy>)`` with
+**Build**: ``spectrag.build_index(corpus.jsonl, --index, embeddings=<memory-mapped .npy>)`` with
 the default configuration (the model is not run: the vectors are supplied). The index folder
 (default ``/tmp/spectrag-synth-<1eK>``) is kept for query benchmarks. Per stage, the manifest
 records wall seconds, CPU seconds (this process and its finished worker processes, all
@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 import make_synthetic as synth  # noqa: E402
 
-from engine.config import EmbedConfig, IndexConfig  # noqa: E402
+from spectrag.config import EmbedConfig, IndexConfig  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -92,8 +92,8 @@ def machine(threads: int) -> dict:
 
 
 def build(corpus: Path, index_dir: Path):
-    from engine.index import usage
-    from engine.index.build import build_index
+    from spectrag.index import usage
+    from spectrag.index.build import build_index
 
     emb = np.load(corpus / "embeddings.npy", mmap_mode="r")  # (n, d) float32, never copied whole
     t0 = time.perf_counter()
@@ -120,7 +120,7 @@ def build(corpus: Path, index_dir: Path):
 
 def knn_check(emb: np.ndarray, graph: dict, args) -> dict:
     """Recall@10 of the build's IVF parameters vs exact, on ``args.recall_sample`` rows."""
-    from engine.graph import signals as sig
+    from spectrag.graph import signals as sig
 
     n, d = emb.shape
     k = 10
@@ -165,7 +165,7 @@ def spmv_locality(index_dir: Path, repeats: int = 5) -> dict:
     Cuthill-McKee order, and sorted by spectral k-means cluster."""
     import scipy.sparse as sp
 
-    from engine.graph.spectrum import laplacian_csr, scipy_to_torch_csr
+    from spectrag.graph.spectrum import laplacian_csr, scipy_to_torch_csr
 
     g = index_dir / "graph"
     indptr = np.load(g / "weights.indptr.npy")

@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kernels.select import SelectConfig, budget_select, budget_select_reference  # noqa: E402
+from spectrag.kernels.select import SelectConfig, budget_select, budget_select_reference  # noqa: E402
 
 
 def make_inputs(B: int, P: int, d: int, seed: int) -> dict:

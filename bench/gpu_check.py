@@ -13,7 +13,7 @@ links to 10 random chunks of its own cluster (symmetrised: ~20 nonzeros per row,
 per document, 32-dim spectral coordinates; a knowledge graph of ``n / 4`` entities with ~4
 directed relations each for spreading activation.
 
-The end-to-end query is the ``spectral`` mode of ``engine.query.pipeline`` composed from
+The end-to-end query is the ``spectral`` mode of ``spectrag.query.pipeline`` composed from
 kernels on the device (engine itself is not imported: it pulls tokenizers and FAISS):
 dense seeds (tiled matmul top-50) -> two-hop expansion to P = 200 -> induced ``[B, P, P]``
 blocks -> relevance, PPR on the blocks (float32) and spectral proximity -> ``budget_select``.
@@ -42,28 +42,28 @@ import torch
 from _common import median_seconds  # noqa: E402  (bench/, no heavy imports)
 
 T0 = time.perf_counter()
-import kernels  # noqa: E402  (must not import sentence-transformers / faiss)
+import spectrag.kernels  # noqa: E402  (must not import sentence-transformers / faiss)
 
-HEAVY = sorted({m.split(".")[0] for m in sys.modules} & {"sentence_transformers", "faiss", "transformers", "engine"})
+HEAVY = sorted({m.split(".")[0] for m in sys.modules} & {"sentence_transformers", "faiss", "transformers"})
 
-from kernels.activation import spreading_activation  # noqa: E402
-from kernels.edge_propagate import edge_propagate  # noqa: E402
-from kernels.heat import chebyshev_heat, chebyshev_heat_dense_batched, heat_coefficients  # noqa: E402
-from kernels.pagerank import (  # noqa: E402
+from spectrag.kernels.activation import spreading_activation  # noqa: E402
+from spectrag.kernels.edge_propagate import edge_propagate  # noqa: E402
+from spectrag.kernels.heat import chebyshev_heat, chebyshev_heat_dense_batched, heat_coefficients  # noqa: E402
+from spectrag.kernels.pagerank import (  # noqa: E402
     personalized_pagerank,
     personalized_pagerank_dense_batched,
     random_walk_operator,
 )
-from kernels.select import SelectConfig, budget_select  # noqa: E402
-from kernels.topk import tiled_topk_ip  # noqa: E402
+from spectrag.kernels.select import SelectConfig, budget_select  # noqa: E402
+from spectrag.kernels.topk import tiled_topk_ip  # noqa: E402
 
 # the engine's device expansion and blocks (these modules import neither FAISS nor sentence-transformers)
-from engine.query.expand import expand  # noqa: E402
-from engine.query.expand_torch import TorchCSR, candidate_blocks_torch, expand_torch  # noqa: E402
-from engine.index.lexical import top_k_scores  # noqa: E402  (bm25s is imported lazily there)
-from engine.query.bridge import bridge_relevance  # noqa: E402
-from engine.query.pipeline import RetrieverConfig  # noqa: E402
-from engine.query.propagate import block_laplacian, ppr_proximity, spectral_proximity  # noqa: E402
+from spectrag.query.expand import expand  # noqa: E402
+from spectrag.query.expand_torch import TorchCSR, candidate_blocks_torch, expand_torch  # noqa: E402
+from spectrag.index.lexical import top_k_scores  # noqa: E402  (bm25s is imported lazily there)
+from spectrag.query.bridge import bridge_relevance  # noqa: E402
+from spectrag.query.pipeline import RetrieverConfig  # noqa: E402
+from spectrag.query.propagate import block_laplacian, ppr_proximity, spectral_proximity  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
 warnings.filterwarnings("ignore", message=".*Sparse invariant checks are implicitly disabled.*")
@@ -211,7 +211,7 @@ def graph_of(data: dict) -> TorchCSR:
 
 def expand_device(data: dict, seeds: torch.Tensor, seed_w: torch.Tensor, p: int = P, hops: int = 2) -> torch.Tensor:
     """Candidate pools ``[B, p]`` (-1 padded) on the device: the engine's torch expansion
-    (``engine.query.expand_torch``), what ``Retriever`` runs on a GPU."""
+    (``spectrag.query.expand_torch``), what ``Retriever`` runs on a GPU."""
     return expand_torch(seeds, seed_w, graph_of(data), max_candidates=p, hops=hops)[0]
 
 
@@ -577,7 +577,7 @@ def run_timings(dev, data, batches, deadline, rows, roof, args) -> None:
         qk = torch.randn(B, D, device=dev)
         qk /= qk.norm(dim=1, keepdim=True)
         sec, act = timed(lambda: spreading_activation(qk, **kg, hops=3), dev)
-        add("activation: kernels.spreading_activation", B, sec,
+        add("activation: spectrag.kernels.spreading_activation", B, sec,
             f"{kg['node_emb'].shape[0]:,} entities, 3 hops, {act.value.numel():,} (query, node) pairs, layout {act.layout}")
         emb = data["emb"][cand.clamp(min=0)]
         rel = torch.bmm(emb, q[:, :, None]).squeeze(2).masked_fill(~mask, 0.0)
@@ -617,9 +617,9 @@ def main() -> None:
     have = {m: importlib.util.find_spec(m) is not None for m in ("triton", "cupy", "faiss", "torch_geometric", "sentence_transformers")}
     print(f"device {dev}: {name}; torch {torch.__version__} (CUDA {torch.version.cuda}); n = {n:,}, B = {batches}; "
           f"present: {', '.join(k for k, v in have.items() if v) or 'none'}", flush=True)
-    print(f"`import kernels` pulled in: {HEAVY or 'nothing heavy'}", flush=True)
+    print(f"`import spectrag.kernels` pulled in: {HEAVY or 'nothing heavy'}", flush=True)
 
-    checks: list = [dict(check="import kernels pulls no sentence-transformers / faiss / engine", error=float(len(HEAVY)),
+    checks: list = [dict(check="import spectrag.kernels pulls no sentence-transformers / faiss", error=float(len(HEAVY)),
                          tol=0.0, ok=not HEAVY, note=", ".join(HEAVY))]
     print("== copy bandwidth (ceiling)", flush=True)
     ceiling = copy_bandwidth(dev, 2048 if dev.type == "cuda" else 256)

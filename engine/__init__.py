@@ -6,13 +6,13 @@ documents to one; :func:`load_index` opens it.
 
 import importlib
 
-from engine.config import BM25Config, ChunkConfig, EmbedConfig, IndexConfig, load_config
-from engine.errors import ConfigError, CorpusError, IndexFormatError, SpectragError
+from spectrag.config import BM25Config, ChunkConfig, EmbedConfig, IndexConfig, load_config
+from spectrag.errors import ConfigError, CorpusError, IndexFormatError, SpectragError
 
 # imported on first use (PEP 562): the build pulls in tiktoken, bm25s and FAISS, which the query
 # kernels and the GPU check must not need (the GPU machine may have none of them)
-_LAZY = {"build_index": "engine.index.build", "add_documents": "engine.index.incremental",
-         "Index": "engine.index.store", "load_index": "engine.index.store"}
+_LAZY = {"build_index": "spectrag.index.build", "add_documents": "spectrag.index.incremental",
+         "Index": "spectrag.index.store", "load_index": "spectrag.index.store"}
 
 
 def __getattr__(name: str):

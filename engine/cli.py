@@ -1,6 +1,6 @@
 """The ``spectrag`` command line: ``index``, ``add``, ``info``, ``retrieve``, ``demo``.
 
-User errors (:class:`engine.errors.SpectragError`) print one ``error:`` line and exit with
+User errors (:class:`spectrag.errors.SpectragError`) print one ``error:`` line and exit with
 status 2; ``--debug`` shows the traceback instead.
 """
 
@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 import click
 
-from engine.config import with_openie
-from engine.errors import SpectragError
-from engine.index.load import FORMATS
+from spectrag.config import with_openie
+from spectrag.errors import SpectragError
+from spectrag.index.load import FORMATS
 
 
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -121,8 +121,8 @@ def main() -> None:
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
               openie_file: Path | None, overwrite: bool, skip_empty: bool, as_json: bool) -> None:
     """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
-    from engine.config import load_config
-    from engine.index.build import build_index
+    from spectrag.config import load_config
+    from spectrag.index.build import build_index
 
     config = load_config(config_file, preset=preset)
     if openie_file is not None:
@@ -147,7 +147,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
 def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, as_json: bool) -> None:
     """Add the documents of CORPUS to the index at INDEX_DIR (no rebuild; the old index stays
     until the new one is complete)."""
-    from engine.index.incremental import add_documents
+    from spectrag.index.incremental import add_documents
 
     index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, progress=not as_json and sys.stderr.isatty())
     r = index.report
@@ -169,7 +169,7 @@ def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, as_json: 
 @_friendly
 def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
     """Describe the index at INDEX_DIR (after checking its files)."""
-    from engine.index.store import read_manifest
+    from spectrag.index.store import read_manifest
 
     summary = _summary(read_manifest(index_dir, verify=not no_verify), index_dir)
     if as_json:
@@ -193,7 +193,7 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str, budget: int | None,
                  batch_size: int, out_file: Path | None, trec_file: Path | None, no_text: bool) -> None:
     """Retrieve a token-budgeted context for every query, in batches."""
-    from engine.query.batch import run_queries
+    from spectrag.query.batch import run_queries
 
     run_queries(index_dir, query_file, list(texts), mode=mode, budget=budget, batch_size=batch_size,
                 out_file=out_file, trec_file=trec_file, with_text=not no_text)
@@ -206,7 +206,7 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 @_friendly
 def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
     """Index the bundled sample corpus and retrieve context for its questions."""
-    from engine.demo import run_demo
+    from spectrag.demo import run_demo
 
     run_demo(out_dir, top_k=top_k, as_json=as_json)
 
@@ -236,9 +236,9 @@ def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: s
     """Evaluate retrieval methods on DATASET: Recall@k, MRR, nDCG@10 and context P/R/F1."""
     import shlex
 
-    from engine.config import load_config
-    from engine.eval import evaluate
-    from engine.eval.report import markdown
+    from spectrag.config import load_config
+    from spectrag.eval import evaluate
+    from spectrag.eval.report import markdown
 
     try:
         more = [int(b) for b in budgets.split(",") if b.strip()]

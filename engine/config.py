@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError
+from spectrag.errors import ConfigError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 

@@ -4,17 +4,17 @@ Every kernel takes queries as columns (``[n, B]`` blocks) or as padded ``[B, P]`
 runs on the device of its inputs, and has a plain reference implementation in the tests.
 """
 
-from kernels.activation import ActivationResult, spreading_activation
-from kernels.heat import chebyshev_heat, chebyshev_heat_dense_batched, chebyshev_heat_lowrank, heat_num_terms
-from kernels.lanczos import LanczosNotConverged, LanczosResult, lanczos_eigsh
-from kernels.laplacian import degree_vector, normalized_laplacian
-from kernels.pagerank import (
+from spectrag.kernels.activation import ActivationResult, spreading_activation
+from spectrag.kernels.heat import chebyshev_heat, chebyshev_heat_dense_batched, chebyshev_heat_lowrank, heat_num_terms
+from spectrag.kernels.lanczos import LanczosNotConverged, LanczosResult, lanczos_eigsh
+from spectrag.kernels.laplacian import degree_vector, normalized_laplacian
+from spectrag.kernels.pagerank import (
     PageRankNotConverged,
     PageRankResult,
     personalized_pagerank,
     personalized_pagerank_dense_batched,
 )
-from kernels.topk import sort_by_score_then_id, tiled_topk_ip
+from spectrag.kernels.topk import sort_by_score_then_id, tiled_topk_ip
 
 __all__ = [
     "ActivationResult",

@@ -57,7 +57,7 @@ neighbourhoods with an ``[E_union, B]`` weight block (one matrix product for the
 when the neighbourhoods overlap). ``auto`` takes ``dense`` when its block is at most twice the
 ragged pair count and under ``dense_max`` entries.
 
-Both rounds use :func:`kernels.edge_propagate.edge_propagate` (``Y[dst, b] += W[e, b] X[src,
+Both rounds use :func:`spectrag.kernels.edge_propagate.edge_propagate` (``Y[dst, b] += W[e, b] X[src,
 b]``), so a faster backend there speeds this up too.
 """
 
@@ -67,9 +67,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.csr import csr_entries
-from kernels.edge_propagate import edge_propagate, propagator
-from kernels.topk import tiled_topk_ip
+from spectrag.kernels.csr import csr_entries
+from spectrag.kernels.edge_propagate import edge_propagate, propagator
+from spectrag.kernels.topk import tiled_topk_ip
 
 __all__ = ["ActivationResult", "khop_pairs", "rescale_weights", "spread", "spreading_activation"]
 

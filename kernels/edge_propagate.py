@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from kernels import triton as _triton
+from spectrag.kernels import triton as _triton
 
 __all__ = ["BACKENDS", "edge_propagate"]
 
@@ -114,7 +114,7 @@ def propagator(
     spreading reuse one set of edges; the checks read index bounds back from the device)."""
     weight = _check(src, dst, weight, x, n_out)
     if _resolve(backend, x) == "triton":
-        from kernels.triton.edge_propagate import edge_propagate_triton
+        from spectrag.kernels.triton.edge_propagate import edge_propagate_triton
 
         dst_sorted = bool((dst[1:] >= dst[:-1]).all()) if dst.numel() > 1 else True  # the segment kernel's case
         return lambda x: edge_propagate_triton(src, dst, weight, x, n_out, dst_sorted=dst_sorted)

@@ -49,8 +49,8 @@ import numpy as np
 import torch
 from scipy.special import ive
 
-from kernels._checks import check_dense_blocks
-from kernels.csr import block_diagonal_csr, check_sparse_dtype, csr_int32, use_sparse_blocks
+from spectrag.kernels._checks import check_dense_blocks
+from spectrag.kernels.csr import block_diagonal_csr, check_sparse_dtype, csr_int32, use_sparse_blocks
 
 __all__ = [
     "chebyshev_heat",
@@ -384,7 +384,7 @@ def chebyshev_heat_dense_batched(
         mask: optional ``[B, P]`` bool, ``True`` for real nodes.
         spmm: ``dense`` (``baddbmm``), ``sparse`` (the blocks as one block-diagonal CSR) or
             ``auto`` (sparse on the CPU for blocks at most 25% nonzero, see
-            :func:`kernels.csr.use_sparse_blocks`) (default: auto). Same result up to rounding.
+            :func:`spectrag.kernels.csr.use_sparse_blocks`) (default: auto). Same result up to rounding.
 
     Padding: padded nodes must be *isolated rows*, i.e. their rows and columns of ``L_blocks``
     are zero (then they are decoupled eigenvectors with eigenvalue 0 and cannot exchange mass

@@ -41,8 +41,8 @@ from typing import Optional, Union
 
 import torch
 
-from kernels._checks import check_dense_blocks
-from kernels.csr import block_diagonal_csr, check_sparse_dtype, csr_int32, use_sparse_blocks
+from spectrag.kernels._checks import check_dense_blocks
+from spectrag.kernels.csr import block_diagonal_csr, check_sparse_dtype, csr_int32, use_sparse_blocks
 
 __all__ = [
     "PageRankNotConverged",
@@ -382,7 +382,7 @@ def personalized_pagerank_dense_batched(
             nodes are real.
         damping, tol, max_iter, raise_on_failure: as in :func:`personalized_pagerank`.
         spmm: ``dense`` (``bmm``), ``sparse`` (one block-diagonal CSR) or ``auto`` (sparse on
-            the CPU for blocks at most 25% nonzero; :func:`kernels.csr.use_sparse_blocks`)
+            the CPU for blocks at most 25% nonzero; :func:`spectrag.kernels.csr.use_sparse_blocks`)
             (default: auto). Same result up to rounding.
 
     Returns:

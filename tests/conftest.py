@@ -39,7 +39,7 @@ def embed_cache(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def index_config(embed_cache):
-    from engine.config import EmbedConfig, IndexConfig
+    from spectrag.config import EmbedConfig, IndexConfig
 
     return IndexConfig(embed=EmbedConfig(cache_dir=embed_cache))
 
@@ -47,8 +47,8 @@ def index_config(embed_cache):
 @pytest.fixture(scope="session")
 def sample_index(tmp_path_factory, index_config):
     """The sample corpus indexed once with the default model (about 10 s on 2 cores)."""
-    from engine import build_index
-    from engine.demo import sample_corpus
+    from spectrag import build_index
+    from spectrag.demo import sample_corpus
 
     return build_index(sample_corpus(), tmp_path_factory.mktemp("idx") / "sample", index_config)
 

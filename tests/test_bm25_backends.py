@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.config import BM25Config
-from engine.errors import ConfigError
-from engine.index.lexical import BM25Index
+from spectrag.config import BM25Config
+from spectrag.errors import ConfigError
+from spectrag.index.lexical import BM25Index
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda river mountain castle king".split()
 

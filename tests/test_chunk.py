@@ -8,11 +8,11 @@ import re
 
 import pytest
 
-from engine.config import PRESETS, ChunkConfig
-from engine.demo import sample_corpus
-from engine.index.chunk import _TABLE, chunk_document
-from engine.index.load import Document, load_documents
-from engine.index.tokens import count_tokens
+from spectrag.config import PRESETS, ChunkConfig
+from spectrag.demo import sample_corpus
+from spectrag.index.chunk import _TABLE, chunk_document
+from spectrag.index.load import Document, load_documents
+from spectrag.index.tokens import count_tokens
 
 WORDS = "river bridge town engineer harbour council railway lake island festival ship north".split()
 

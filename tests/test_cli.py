@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES
 
-from engine.cli import main
+from spectrag.cli import main
 
 FOLDER = str(FIXTURES / "formats" / "folder")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import ChunkConfig, EmbedConfig, IndexConfig, load_config
-from engine.errors import ConfigError
+from spectrag.config import ChunkConfig, EmbedConfig, IndexConfig, load_config
+from spectrag.errors import ConfigError
 
 
 def test_defaults_and_presets():

@@ -13,9 +13,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from engine.config import EmbedConfig  # noqa: E402
-from engine.errors import ConfigError  # noqa: E402
-from engine.index.embed import Embedder, resolve_model_path  # noqa: E402
+from spectrag.config import EmbedConfig  # noqa: E402
+from spectrag.errors import ConfigError  # noqa: E402
+from spectrag.index.embed import Embedder, resolve_model_path  # noqa: E402
 
 WORDS = ("the harbour of Vessmark froze in the winter of 1907 while the northern rail authority "
          "kept the line to Skarholt open with three engines and a crew of volunteers").split()

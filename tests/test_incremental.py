@@ -1,4 +1,4 @@
-"""Incremental indexing (engine.index.incremental) against a full rebuild of the union: chunks,
+"""Incremental indexing (spectrag.index.incremental) against a full rebuild of the union: chunks,
 embeddings, dense and BM25 search, every graph signal, the fused graph, the spectrum and the
 Retriever's results; the exact semantic kNN update against semantic_edges; Lanczos warm starts;
 atomicity and bad input."""
@@ -17,19 +17,19 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from engine import build_index, load_index
-from engine.config import EmbedConfig, IndexConfig
-from engine.errors import CorpusError, IndexFormatError, SpectragError
-from engine.graph.fuse import signal_matrix
-from engine.graph.signals import semantic_edges
-from engine.index import add_documents
-from engine.index.chunk import chunk_document
-from engine.index.incremental import semantic_update, warm_start
-from engine.index.lexical import BM25Index
-from engine.index.load import iter_documents
-from engine.index.store import MANIFEST
-from engine.query.pipeline import Retriever, RetrieverConfig
-from kernels.lanczos import lanczos_eigsh
+from spectrag import build_index, load_index
+from spectrag.config import EmbedConfig, IndexConfig
+from spectrag.errors import CorpusError, IndexFormatError, SpectragError
+from spectrag.graph.fuse import signal_matrix
+from spectrag.graph.signals import semantic_edges
+from spectrag.index import add_documents
+from spectrag.index.chunk import chunk_document
+from spectrag.index.incremental import semantic_update, warm_start
+from spectrag.index.lexical import BM25Index
+from spectrag.index.load import iter_documents
+from spectrag.index.store import MANIFEST
+from spectrag.query.pipeline import Retriever, RetrieverConfig
+from spectrag.kernels.lanczos import lanczos_eigsh
 
 DIM = 32
 TOPICS = 6
@@ -304,7 +304,7 @@ def old_copy(synth, tmp_path) -> Path:
 
 @pytest.mark.parametrize("where", ["bm25", "spectrum"])
 def test_failed_add_leaves_the_old_index(old_copy, synth, monkeypatch, where):
-    import engine.index.incremental as inc_mod
+    import spectrag.index.incremental as inc_mod
 
     before = {p.relative_to(old_copy): p.read_bytes() for p in old_copy.rglob("*") if p.is_file()}
 
@@ -357,7 +357,7 @@ def test_clashing_ids_empty_addition_and_embeddings(synth, old_copy, tmp_path):
 def sample_split(tmp_path_factory):
     """The sample corpus indexed as its first 20 files, then the last 10 added, with an
     embedding cache of its own (so no vector comes from the full build's cache)."""
-    from engine.demo import sample_corpus
+    from spectrag.demo import sample_corpus
 
     root = tmp_path_factory.mktemp("sample-split")
     files = sorted(p for p in sample_corpus().iterdir() if p.is_file())
@@ -373,7 +373,7 @@ def sample_split(tmp_path_factory):
 
 
 def test_sample_add_equals_full_rebuild(sample_split, sample_index):
-    from engine.demo import sample_questions
+    from spectrag.demo import sample_questions
 
     _, inc = sample_split
     full = sample_index
@@ -394,7 +394,7 @@ def test_sample_add_equals_full_rebuild(sample_split, sample_index):
 def test_cli_add(sample_split, tmp_path):
     from click.testing import CliRunner
 
-    from engine.cli import main
+    from spectrag.cli import main
 
     root, _ = sample_split
     shutil.copytree(root / "old", tmp_path / "idx")
@@ -413,9 +413,9 @@ def test_cli_add(sample_split, tmp_path):
 
 def test_knowledge_graph_is_rebuilt_in_full(tmp_path, embed_cache):
     """An index with a knowledge graph gets the graph of all chunks, as a rebuild would."""
-    pytest.importorskip("engine.kg.build")
-    from engine.config import KGConfig
-    from engine.demo import sample_corpus
+    pytest.importorskip("spectrag.kg.build")
+    from spectrag.config import KGConfig
+    from spectrag.demo import sample_corpus
 
     files = sorted(p for p in sample_corpus().iterdir() if p.is_file())[:5]
     for name, part in (("first", files[:3]), ("rest", files[3:]), ("all", files)):

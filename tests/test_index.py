@@ -10,12 +10,12 @@ import shutil
 import numpy as np
 import pytest
 
-from engine import build_index, load_index
-from engine.config import BM25Config, EmbedConfig, IndexConfig
-from engine.errors import ConfigError, CorpusError, IndexFormatError, SpectragError
-from engine.index.dense import DenseIndex
-from engine.index.lexical import BM25Index
-from engine.index.store import MANIFEST
+from spectrag import build_index, load_index
+from spectrag.config import BM25Config, EmbedConfig, IndexConfig
+from spectrag.errors import ConfigError, CorpusError, IndexFormatError, SpectragError
+from spectrag.index.dense import DenseIndex
+from spectrag.index.lexical import BM25Index
+from spectrag.index.store import MANIFEST
 
 QUESTIONS = ["In which town was the designer of the Veltra Bridge born?", "Who founded the Greywater Shipping Company?"]
 

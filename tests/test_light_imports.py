@@ -14,7 +14,7 @@ PROBE = f"""
 import importlib.util, sys
 for name in {ABSENT!r}:
     sys.modules[name] = None  # import of any of them raises ImportError
-import kernels, engine, engine.query.expand, engine.query.expand_torch, engine.index.lexical
+import spectrag, spectrag.kernels, spectrag.query.expand, spectrag.query.expand_torch, spectrag.index.lexical
 sys.path.insert(0, "bench")
 sys.argv = ["gpu_check.py"]
 spec = importlib.util.spec_from_file_location("gpu_check", "bench/gpu_check.py")
@@ -29,7 +29,7 @@ def test_query_kernels_and_gpu_check_import_without_the_build_dependencies():
 
 
 def test_engine_names_still_resolve():
-    import engine
+    import spectrag
 
-    assert engine.build_index.__name__ == "build_index" and engine.load_index.__name__ == "load_index"
-    assert engine.add_documents.__module__ == "engine.index.incremental"
+    assert spectrag.build_index.__name__ == "build_index" and spectrag.load_index.__name__ == "load_index"
+    assert spectrag.add_documents.__module__ == "spectrag.index.incremental"

@@ -7,8 +7,8 @@ import json
 import pytest
 from conftest import FIXTURES
 
-from engine.errors import CorpusError
-from engine.index.load import detect_format, load_documents
+from spectrag.errors import CorpusError
+from spectrag.index.load import detect_format, load_documents
 
 F = FIXTURES / "formats"
 

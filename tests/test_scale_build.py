@@ -9,12 +9,12 @@ import random
 import numpy as np
 import pytest
 
-from engine.config import PRESETS, ChunkConfig
-from engine.demo import sample_corpus
-from engine.index import chunk as chunking
-from engine.index import usage
-from engine.index.load import Document, load_documents
-from engine.index.pool import map_blocks, resolve_workers
+from spectrag.config import PRESETS, ChunkConfig
+from spectrag.demo import sample_corpus
+from spectrag.index import chunk as chunking
+from spectrag.index import usage
+from spectrag.index.load import Document, load_documents
+from spectrag.index.pool import map_blocks, resolve_workers
 
 WORDS = "river bridge town engineer harbour council railway lake island festival ship north".split()
 

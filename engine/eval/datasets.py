@@ -16,7 +16,7 @@ dataset         ``--data`` (a folder, or the questions file)     gold evidence, 
 ``sample``      ``engine/sample`` (the default)                   ``gold_docs`` file names; type
 =============== ================================================ ===============================
 
-A gold item names its passage by lookup keys tried in order (see :mod:`engine.eval.gold`):
+A gold item names its passage by lookup keys tried in order (see :mod:`spectrag.eval.gold`):
 ``("passage", title, text)`` with all whitespace removed from the text (so sentence lists
 joined with or without spaces match the same passage), ``("doc", doc_id)``,
 ``("title_url", title, url)`` and ``("title", title)`` (used only when the title is unique).
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import CorpusError
-from engine.index.load import iter_json_lines, read_json, read_text
+from spectrag.errors import CorpusError
+from spectrag.index.load import iter_json_lines, read_json, read_text
 
 DATASETS = ("musique", "2wiki", "hotpotqa", "multihop-rag", "beir", "sample")
 SAMPLE = Path(__file__).resolve().parents[1] / "sample"
@@ -70,7 +70,7 @@ class Question:
 class Dataset:
     name: str
     corpus: Path
-    fmt: str  # corpus format of engine.index.load
+    fmt: str  # corpus format of spectrag.index.load
     questions_file: Path
     questions: list[Question]
 

@@ -5,7 +5,7 @@ A **unit** is what gold evidence names: a passage (MuSiQue, 2Wiki, HotpotQA: ide
 sample file). Every chunk belongs to exactly one unit (its document's), and a unit may have
 several chunks when its document was split.
 
-Gold items are mapped by their lookup keys (:mod:`engine.eval.datasets`), the first key that
+Gold items are mapped by their lookup keys (:mod:`spectrag.eval.datasets`), the first key that
 names exactly one unit wins. A key naming no unit, or several (a title shared by two passages),
 falls through to the next; an item none of whose keys resolves is **unmapped**: it keeps a
 unit id of its own that no chunk has, so it stays in every recall denominator (a miss), and it
@@ -21,9 +21,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from engine.errors import CorpusError
-from engine.eval.datasets import Key, Question, passage_key
-from engine.index.load import Document
+from spectrag.errors import CorpusError
+from spectrag.eval.datasets import Key, Question, passage_key
+from spectrag.index.load import Document
 
 PASSAGE_FORMATS = ("musique", "2wiki", "hotpotqa")
 KEY_NAMES = {"passage": "title+text", "doc": "document id", "title_url": "title+url", "title": "title (unique)"}

@@ -2,8 +2,8 @@
 
 The index stores each signal's undirected edges (``graph/signals/<name>.{rows,cols,weights}.npy``,
 upper triangle) beside the fused ``W``, so a variant graph is a re-fusion of the stored signals
-(:func:`engine.graph.fuse.fuse_signals` with the index's weights, tau and degree cap) plus a new
-spectrum and clusters (:func:`engine.graph.spectrum.spectral_coordinates`). No signal is
+(:func:`spectrag.graph.fuse.fuse_signals` with the index's weights, tau and degree cap) plus a new
+spectrum and clusters (:func:`spectrag.graph.spectrum.spectral_coordinates`). No signal is
 re-extracted, so the variant differs from the stored graph only by the dropped signal, and the
 stored index is never touched. Fusing every stored signal reproduces the stored ``W`` (the same
 edges; weights within float32 rounding, as the signals are stored in float32) and its clusters
@@ -17,9 +17,9 @@ from typing import Any
 
 import scipy.sparse as sp
 
-from engine.errors import SpectragError
-from engine.graph.build import spectrum_of
-from engine.graph.fuse import fuse_signals, signal_matrix
+from spectrag.errors import SpectragError
+from spectrag.graph.build import spectrum_of
+from spectrag.graph.fuse import fuse_signals, signal_matrix
 
 
 def stored_signals(index) -> dict[str, sp.csr_matrix]:
@@ -33,7 +33,7 @@ def stored_signals(index) -> dict[str, sp.csr_matrix]:
 
 def rebuild_graph(index, drop: tuple[str, ...] = (), signals: dict[str, sp.csr_matrix] | None = None) -> dict[str, Any]:
     """The index's graph fused without the signals in ``drop``: a dict with the keys of
-    :func:`engine.graph.build.load_graph` that :meth:`QueryState.from_index` reads (``signals``
+    :func:`spectrag.graph.build.load_graph` that :meth:`QueryState.from_index` reads (``signals``
     holds the kept signals' edges as ``(rows, cols, weights)``), plus ``facts`` (edges,
     components, spectrum report). ``signals`` reuses :func:`stored_signals`."""
     signals = stored_signals(index) if signals is None else signals
@@ -55,7 +55,7 @@ def rebuild_graph(index, drop: tuple[str, ...] = (), signals: dict[str, sp.csr_m
 
 def with_graph(retriever, graph: dict[str, Any]):
     """A copy of ``retriever`` (same index and config) whose query state uses ``graph``."""
-    from engine.query.state import QueryState
+    from spectrag.query.state import QueryState
 
     other = copy.copy(retriever)
     other.state = QueryState.from_index(retriever.index, retriever.state.device, graph=graph)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.errors import SpectragError
+from spectrag.errors import SpectragError
 
 
 def _pyplot():

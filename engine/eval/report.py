@@ -20,9 +20,9 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.eval import metrics as M
-from engine.eval.gold import _docno
-from engine.eval.score import Run, Scorer
+from spectrag.eval import metrics as M
+from spectrag.eval.gold import _docno
+from spectrag.eval.score import Run, Scorer
 
 RANK_COLS = ("R@2", "R@5", "R@10", "R@20", "MRR", "nDCG@10")
 SET_COLS = ("P", "R", "F1")
@@ -211,7 +211,7 @@ def write_outputs(out: Path, result: dict[str, Any], runs: dict[str, Run], score
     trec = trec_dir if trec_dir is not None else out / f"{stem}_trec"
     written: dict[str, Any] = {"trec": write_trec(trec, runs, scorer, [q.qid for q in ds.questions])}
     if plots:
-        from engine.eval.plots import write_plots
+        from spectrag.eval.plots import write_plots
 
         written["plots"] = write_plots(out, stem, result)
     written.update(json=str(out / f"{stem}.json"), markdown=str(out / f"{stem}.md"))

@@ -2,8 +2,8 @@
 
 Query vectors are embedded once and shared by every method, ablation, sweep point and budget;
 each batch goes through :meth:`Retriever.score_batch`, and the scoring is tensor work over all
-questions at once (:mod:`engine.eval.score`, :mod:`engine.eval.metrics`). Ablations and the
-sweep are in :mod:`engine.eval.variants`.
+questions at once (:mod:`spectrag.eval.score`, :mod:`spectrag.eval.metrics`). Ablations and the
+sweep are in :mod:`spectrag.eval.variants`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from engine.config import IndexConfig, with_openie
-from engine.errors import SpectragError
-from engine.eval.datasets import Dataset, load_dataset
-from engine.eval.score import Run, make_scorer
+from spectrag.config import IndexConfig, with_openie
+from spectrag.errors import SpectragError
+from spectrag.eval.datasets import Dataset, load_dataset
+from spectrag.eval.score import Run, make_scorer
 
 # --- index ---------------------------------------------------------------------------------
 
@@ -35,7 +35,7 @@ def _fingerprint(path: Path) -> list[Any]:
 
 def cache_folder(ds: Dataset, config: IndexConfig, cache_dir: str | Path | None = None) -> Path:
     """``<cache>/eval/<dataset>-<hash of corpus path, corpus files, format and config>``."""
-    from engine.index.embed import default_cache_dir
+    from spectrag.index.embed import default_cache_dir
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "eval"
     key = json.dumps({"corpus": str(ds.corpus.resolve()), "files": _fingerprint(ds.corpus), "format": ds.fmt,
@@ -56,8 +56,8 @@ def resolve_index(ds: Dataset, index=None, config: IndexConfig | None = None, ca
                   log: Callable[[str], None] = lambda _: None):
     """The index to evaluate: ``index`` (an :class:`Index` or a folder) when given, else the cache
     folder's, built there first when absent (atomically, by :func:`build_index`)."""
-    from engine.index.build import build_index
-    from engine.index.store import Index, load_index
+    from spectrag.index.build import build_index
+    from spectrag.index.store import Index, load_index
 
     if isinstance(index, Index):
         return index, {"path": str(index.path), "built": False}
@@ -114,7 +114,7 @@ def with_config(retriever, **overrides: Any):
 
 def available_modes() -> tuple[str, ...]:
     """Every retrieval mode of the pipeline (``MODES`` plus ``KG_MODES``)."""
-    from engine.query import pipeline
+    from spectrag.query import pipeline
 
     return tuple(pipeline.MODES) + tuple(pipeline.KG_MODES)
 
@@ -165,7 +165,7 @@ def evaluate(
     command: str | None = None,
     log: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """Evaluate retrieval methods on ``dataset`` (see :mod:`engine.eval.datasets`) and return
+    """Evaluate retrieval methods on ``dataset`` (see :mod:`spectrag.eval.datasets`) and return
     the results as a JSON-ready dict; with ``out``, also write ``eval_<dataset>.json`` / ``.md``,
     TREC runs and qrels (in ``trec_dir``, default ``out/eval_<dataset>_trec``), and (``plots``) PNG
     plots there.
@@ -180,7 +180,7 @@ def evaluate(
     question (default: the retriever's). ``budgets``: more budgets at which every method's context
     P / R / F1 is also reported (ranking metrics do not depend on the budget).
     """
-    from engine.query import pipeline
+    from spectrag.query import pipeline
 
     if batch_size < 1:
         raise SpectragError(f"--batch-size must be >= 1, got {batch_size}")
@@ -240,15 +240,15 @@ def evaluate(
             for row in result["budgets"][str(b)].values():
                 row["overall"] = {k: row["overall"][k] for k in ("P", "R", "F1")}
     if ablations:
-        from engine.eval.variants import run_ablations
+        from spectrag.eval.variants import run_ablations
 
         result["ablations"] = run_ablations(retriever, texts, qvecs, budget, batch_size, scorer, runs, log)
     if sweep:
-        from engine.eval.variants import run_sweep
+        from spectrag.eval.variants import run_sweep
 
         result["sweep"] = run_sweep(retriever, texts, qvecs, budget, batch_size, scorer, log, runs)
     if out is not None:
-        from engine.eval.report import write_outputs
+        from spectrag.eval.report import write_outputs
 
         result["outputs"] = write_outputs(Path(out), result, runs, scorer, ds, plots=plots, log=log,
                                           trec_dir=Path(trec_dir) if trec_dir is not None else None)

@@ -3,7 +3,7 @@ and query vectors as the main evaluation.
 
 Ablations switch off one stage (expansion: ``hops = 0``; diffusion: ``alpha = 0``; spectral
 proximity: mode ``ppr``; bridging, where the pipeline has it) or one edge signal (the graph
-re-fused without it, :mod:`engine.eval.graphs`) at a time. The sweep varies one parameter of
+re-fused without it, :mod:`spectrag.eval.graphs`) at a time. The sweep varies one parameter of
 :class:`RetrieverConfig` around its default with everything else fixed; the default is always
 one of the points, so it matches the main table.
 
@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from engine.errors import SpectragError
-from engine.eval.metrics import paired_bootstrap_ci
-from engine.eval.runner import run_method, with_config
-from engine.eval.score import METRICS, Run, Scorer
+from spectrag.errors import SpectragError
+from spectrag.eval.metrics import paired_bootstrap_ci
+from spectrag.eval.runner import run_method, with_config
+from spectrag.eval.score import METRICS, Run, Scorer
 
 R5 = METRICS.index("R@5")
 
@@ -66,7 +66,7 @@ def run_ablations(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, r
     it keeps that rounding out of each signal's delta (and shows its size). Signals that the
     index does not hold, or that have no edges, are listed instead of run (nothing to remove).
     """
-    from engine.eval.graphs import rebuild_graph, stored_signals, with_graph
+    from spectrag.eval.graphs import rebuild_graph, stored_signals, with_graph
 
     if retriever.state.weights is None:
         raise SpectragError("--ablations needs the chunk graph, but this index was built without it")

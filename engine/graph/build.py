@@ -24,13 +24,13 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-from engine.config import GraphConfig
-from engine.errors import ConfigError, CorpusError
-from engine.graph import signals as sig
-from engine.graph.fuse import FusedGraph, fuse_signals
-from engine.graph.spectrum import Spectrum, spectral_coordinates
-from engine.index import usage
-from engine.index.chunk import Chunk
+from spectrag.config import GraphConfig
+from spectrag.errors import ConfigError, CorpusError
+from spectrag.graph import signals as sig
+from spectrag.graph.fuse import FusedGraph, fuse_signals
+from spectrag.graph.spectrum import Spectrum, spectral_coordinates
+from spectrag.index import usage
+from spectrag.index.chunk import Chunk
 
 FOLDER = "graph"
 
@@ -41,7 +41,7 @@ def _doc_codes(chunks: Sequence[Chunk]) -> np.ndarray:
 
 
 def _entities(chunks: Sequence[Chunk], config: GraphConfig) -> tuple[list[list[str]], dict[str, Any]]:
-    from engine.graph.entities import extract_entities, load_openie_entities
+    from spectrag.graph.entities import extract_entities, load_openie_entities
 
     texts = [c.text for c in chunks]
     if config.entities_file:
@@ -93,8 +93,8 @@ def build_signals(
     """Every enabled edge signal as a directed sparse ``[n, n]`` matrix, and build facts.
     ``makers``: signals built another way (an incremental add updates the stored ones), timed
     and ordered like the others."""
-    from engine.graph.citations import citation_edges
-    from engine.graph.entities import entity_incidence
+    from spectrag.graph.citations import citation_edges
+    from spectrag.graph.entities import entity_incidence
 
     n = len(chunks)
     weights = config.signal_weights()

@@ -40,7 +40,7 @@ from urllib.parse import unquote
 import ahocorasick
 import numpy as np
 
-from engine.index.chunk import Chunk
+from spectrag.index.chunk import Chunk
 
 LINK, FOOTNOTE, URL, TITLE = 0, 1, 2, 3
 KIND_NAMES = ("link", "footnote", "url", "title")

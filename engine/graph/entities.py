@@ -27,14 +27,14 @@ a leading "the " dropped):
      ``. ! ?``, at a line start, after a Markdown ``#``, ``|``, ``>`` or a list bullet; a
      period after an abbreviation such as ``St.`` or an initial does not end a sentence), at
      least two characters long and not a common word (:data:`STOPWORDS`: the common English
-     words of :data:`engine.graph.citations.COMMON_WORDS`, months, weekdays, pronouns, roman
+     words of :data:`spectrag.graph.citations.COMMON_WORDS`, months, weekdays, pronouns, roman
      numerals, heading words such as ``Introduction``). A section number before a heading word
      (``## 2.1 Conquest``) makes it sentence-initial, and is itself no number entity.
   5. **Acronyms**: a word of 2--6 capitals followed by optional digits (``NRA``, ``VMTC``,
      ``HCR2``) is kept even when sentence-initial; roman numerals are not acronyms. Mixed forms
      (``G20``, ``UoS``) follow rule 4; dotted ones (``U.S.``) are missed.
   6. **Corpus titles** (``titles=``) mentioned in the text, whole-word and case-insensitive
-     (:class:`engine.graph.citations.TitleMatcher`), e.g. ``Great Flood of 1907``.
+     (:class:`spectrag.graph.citations.TitleMatcher`), e.g. ``Great Flood of 1907``.
 
 * :func:`load_openie_entities` -- HippoRAG's OpenIE output (``extracted_entities`` per
   passage, produced by an LLM), mapped onto chunks by their text.
@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from engine.graph.citations import COMMON_WORDS, TitleMatcher
+from spectrag.graph.citations import COMMON_WORDS, TitleMatcher
 
 # --- normalization ---------------------------------------------------------------------------
 
@@ -293,10 +293,10 @@ def extract_entities(
     ``titles``, the corpus titles each text mentions are added. Shapes: ``[T]`` -> ``[T][*]``.
 
     ``workers``: processes (0: the usable CPUs, at most 8, from 20,000 texts on, else 1); the
-    texts are split into contiguous blocks (:func:`engine.index.pool.map_blocks`), so the result
+    texts are split into contiguous blocks (:func:`spectrag.index.pool.map_blocks`), so the result
     does not depend on it.
     """
-    from engine.index.pool import map_blocks, resolve_workers
+    from spectrag.index.pool import map_blocks, resolve_workers
 
     matcher = TitleMatcher(titles) if titles else None
     keys = [normalize_entity(t) for t in titles] if titles else []
@@ -338,8 +338,8 @@ def load_openie_entities(
     path = Path(path)
     if len(chunk_texts) != len(chunk_titles):
         raise ValueError(f"{len(chunk_texts)} chunk texts but {len(chunk_titles)} chunk titles")
-    # the one reader and passage matcher of the format (engine.kg imports this module)
-    from engine.kg.openie import match_chunks, read_openie
+    # the one reader and passage matcher of the format (spectrag.kg imports this module)
+    from spectrag.kg.openie import match_chunks, read_openie
 
     docs = read_openie(path)
     per_chunk: list[set[str] | None] = [None] * len(chunk_texts)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from engine.graph.signals import top_k_per_row
+from spectrag.graph.signals import top_k_per_row
 
 
 def symmetrize(matrix: sp.csr_matrix) -> sp.csr_matrix:

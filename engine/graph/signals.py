@@ -14,7 +14,7 @@ citation     link / URL / footnote / title mention from i to j                  
 utility      cosine of the mean embeddings of generated questions (kNN)           max(0, cos)
 ============ ===================================================================== ==========
 
-Signals are returned as directed edge sets; :mod:`engine.graph.fuse` symmetrizes them.
+Signals are returned as directed edge sets; :mod:`spectrag.graph.fuse` symmetrizes them.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def knn_index(
 ):
     """The FAISS inner-product index :func:`semantic_edges` searches, over ``embeddings [n, d]``,
     filled tile by tile (a memory-mapped input is read once, never copied whole)."""
-    from engine.index.dense import load_faiss  # the project's FAISS loader (install hint, BLAS threshold)
+    from spectrag.index.dense import load_faiss  # the project's FAISS loader (install hint, BLAS threshold)
 
     faiss = load_faiss()
 

@@ -27,7 +27,7 @@ import scipy.sparse as sp
 import torch
 from scipy.sparse.csgraph import connected_components, reverse_cuthill_mckee
 
-from kernels.lanczos import lanczos_eigsh
+from spectrag.kernels.lanczos import lanczos_eigsh
 
 SIGMA = 3.0
 DTYPES = ("auto", "float64", "float32")
@@ -70,7 +70,7 @@ def scipy_to_torch_csr(matrix: sp.csr_matrix, dtype: torch.dtype = torch.float64
 
 def laplacian_csr(weights: sp.spmatrix) -> sp.csr_matrix:
     """``L_sym = I - D^{-1/2} W D^{-1/2}`` in float64 as scipy CSR, with the conventions of
-    :func:`kernels.laplacian.normalized_laplacian` (an isolated node has an identity row; a
+    :func:`spectrag.kernels.laplacian.normalized_laplacian` (an isolated node has an identity row; a
     self-loop counts once in the degree and gives ``L_ii = 1 - W_ii / d_i``). Built with scipy
     in O(nnz) passes: at 10^6 nodes the torch kernel's coalesce steps took about 40 s.
     Shapes: ``[n, n]`` -> ``[n, n]``."""

@@ -6,7 +6,7 @@ __all__ = ["add_documents"]
 
 def __getattr__(name: str):  # imported on first use: the build's dependencies stay unloaded until then
     if name == "add_documents":
-        from engine.index.incremental import add_documents
+        from spectrag.index.incremental import add_documents
 
         return add_documents
-    raise AttributeError(f"module 'engine.index' has no attribute {name!r}")
+    raise AttributeError(f"module 'spectrag.index' has no attribute {name!r}")

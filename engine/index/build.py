@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config import IndexConfig
-from engine.errors import ConfigError, CorpusError
-from engine.index import usage
-from engine.index.chunk import Chunk, chunk_corpus
-from engine.index.dense import DenseIndex
-from engine.index.embed import Embedder
-from engine.index.lexical import BM25Index
-from engine.index.load import Document, detect_format, iter_documents
-from engine.index.store import (
+from spectrag.config import IndexConfig
+from spectrag.errors import ConfigError, CorpusError
+from spectrag.index import usage
+from spectrag.index.chunk import Chunk, chunk_corpus
+from spectrag.index.dense import DenseIndex
+from spectrag.index.embed import Embedder
+from spectrag.index.lexical import BM25Index
+from spectrag.index.load import Document, detect_format, iter_documents
+from spectrag.index.store import (
     CHUNKS,
     EMBEDDINGS,
     Index,
@@ -29,7 +29,7 @@ from engine.index.store import (
     write_chunks,
     write_manifest,
 )
-from engine.index.tokens import TOKENIZER
+from spectrag.index.tokens import TOKENIZER
 
 PACKAGES = ("spectrag", "torch", "numpy", "scipy", "faiss-cpu", "bm25s", "sentence-transformers", "transformers", "tiktoken")
 
@@ -96,7 +96,7 @@ def _check_documents(docs: list[Document], source: Path, skip_empty: bool) -> tu
 def _check_inputs(config: IndexConfig, *, embeddings_supplied: bool) -> None:
     """The config's input files and sources, checked before any work (a missing file found at
     step 7 would have cost the whole build)."""
-    from engine.kg.build import check_kg_inputs
+    from spectrag.kg.build import check_kg_inputs
 
     if config.graph.enabled and config.graph.entities_file and not Path(config.graph.entities_file).is_file():
         raise ConfigError(f"graph.entities_file {config.graph.entities_file} does not exist")
@@ -117,7 +117,7 @@ def build_index(
 ) -> Index:
     """Build an index of the corpus at ``source`` into ``out_dir`` and return it loaded.
 
-    ``fmt`` is a corpus format of :mod:`engine.index.load` or ``auto``. The folder appears only
+    ``fmt`` is a corpus format of :mod:`spectrag.index.load` or ``auto``. The folder appears only
     when the build has finished (atomic rename); an existing one is replaced only with
     ``overwrite=True``. ``embeddings`` (float32 ``[n_chunks, d]``, L2-normalized) supplies
     precomputed chunk vectors instead of running the model (synthetic benchmarks, external
@@ -157,13 +157,13 @@ def build_index(
 
     graph = None
     if config.graph.enabled:
-        from engine.graph.build import build_graph
+        from spectrag.graph.build import build_graph
 
         graph = build_graph(chunks, vectors, config.graph, encode=embedder.encode if embedder else None)
         stage("graph")
     kg = None
     if config.kg.enabled:  # offline step 7, before the embedder closes: it embeds names and relations
-        from engine.kg.build import build_kg
+        from spectrag.kg.build import build_kg
 
         kg = build_kg(chunks, config.kg, encode=embedder.encode if embedder else None, progress=progress)
         stage("kg")
@@ -179,12 +179,12 @@ def build_index(
         write_chunks(tmp / CHUNKS, chunks)
         graph_facts = None
         if graph is not None:
-            from engine.graph.build import save_graph
+            from spectrag.graph.build import save_graph
 
             fused, spectrum, graph_facts = graph
             graph_facts = {**graph_facts, "order": save_graph(tmp, fused, spectrum)}
         if kg is not None:
-            from engine.kg.store import save_kg
+            from spectrag.kg.store import save_kg
 
             save_kg(tmp, kg[0])
         write_manifest(

@@ -25,9 +25,9 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from engine.config import ChunkConfig
-from engine.index.load import Document
-from engine.index.tokens import count_tokens, get_encoding
+from spectrag.config import ChunkConfig
+from spectrag.index.load import Document
+from spectrag.index.tokens import count_tokens, get_encoding
 
 
 @dataclass(frozen=True)
@@ -263,9 +263,9 @@ def chunk_corpus(
     ``workers``: processes (0: the usable CPUs, at most 8, for corpora of at least 20,000
     documents, else 1). Forked workers chunk contiguous blocks of documents, which they inherit
     rather than receive pickled, and the blocks are concatenated in order
-    (:func:`engine.index.pool.map_blocks`), so the result does not depend on ``workers``.
+    (:func:`spectrag.index.pool.map_blocks`), so the result does not depend on ``workers``.
     """
-    from engine.index.pool import map_blocks, resolve_workers
+    from spectrag.index.pool import map_blocks, resolve_workers
 
     def block(lo: int, hi: int) -> list[Chunk]:
         return [c for doc in docs[lo:hi] for c in chunk_document(doc, config)]

@@ -1,7 +1,7 @@
 """Stage 4a of the offline build: the exact inner-product (dense) index.
 
 On the CPU this is FAISS ``IndexFlatIP``. On a GPU it is faiss-gpu when installed, else a
-tiled torch matmul + top-k (:func:`kernels.tiled_topk_ip`): both exact, so results agree up to
+tiled torch matmul + top-k (:func:`spectrag.kernels.tiled_topk_ip`): both exact, so results agree up to
 the order of exactly tied scores.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import ConfigError
+from spectrag.errors import ConfigError
 
 
 BLAS_THRESHOLD = 20  # queries per search from which FAISS uses sgemm (FAISS's historical default)
@@ -82,7 +82,7 @@ class DenseIndex:
         if self.backend == "torch":
             import torch
 
-            from kernels import tiled_topk_ip
+            from spectrag.kernels import tiled_topk_ip
 
             if self._torch_db is None:
                 self._torch_db = torch.tensor(np.asarray(self.vectors), device=self.device)  # copy off the read-only map

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config import DEFAULT_MODEL, EmbedConfig
-from engine.errors import ConfigError
+from spectrag.config import DEFAULT_MODEL, EmbedConfig
+from spectrag.errors import ConfigError
 
 
 def resolve_model_path(model: str) -> Path:

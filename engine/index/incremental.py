@@ -46,7 +46,7 @@ symmetrized kNN graph, so row i holds i's own k nearest plus the rows that have 
 which are no nearer; its k strongest entries are i's list (up to exact ties).
 
 The new version is written into a temporary folder beside the index and swapped in
-(:func:`engine.index.store.atomic_directory`): an interrupted add leaves the old index as it was.
+(:func:`spectrag.index.store.atomic_directory`): an interrupted add leaves the old index as it was.
 """
 
 from __future__ import annotations
@@ -60,15 +60,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from engine.config import GraphConfig
-from engine.errors import CorpusError, SpectragError
-from engine.index.build import BuildReport, _check_documents, _versions, embedding_text, stage_recorder
-from engine.index.chunk import Chunk, chunk_corpus
-from engine.index.dense import DenseIndex, load_faiss
-from engine.index.lexical import BM25Index
-from engine.index.load import Document, detect_format, iter_documents
-from engine.graph.fuse import signal_matrix
-from engine.index.store import (
+from spectrag.config import GraphConfig
+from spectrag.errors import CorpusError, SpectragError
+from spectrag.index.build import BuildReport, _check_documents, _versions, embedding_text, stage_recorder
+from spectrag.index.chunk import Chunk, chunk_corpus
+from spectrag.index.dense import DenseIndex, load_faiss
+from spectrag.index.lexical import BM25Index
+from spectrag.index.load import Document, detect_format, iter_documents
+from spectrag.graph.fuse import signal_matrix
+from spectrag.index.store import (
     CHUNKS,
     EMBEDDINGS,
     MANIFEST,
@@ -151,7 +151,7 @@ def add_documents(
             stage("graph")
         kg = None
         if old.manifest.get("kg"):  # no incremental path yet (entity merging is global): rebuilt in full
-            from engine.kg.build import build_kg
+            from spectrag.kg.build import build_kg
 
             kg = build_kg(chunks, config.kg, encode=encode, progress=progress)
             stage("kg")
@@ -179,12 +179,12 @@ def add_documents(
         bm25.save(tmp)
         write_chunks(tmp / CHUNKS, chunks)
         if graph is not None:
-            from engine.graph.build import save_graph
+            from spectrag.graph.build import save_graph
 
             fused, spectrum, facts = graph
             manifest["graph"] = {**facts, "order": save_graph(tmp, fused, spectrum)}
         if kg is not None:
-            from engine.kg.store import save_kg
+            from spectrag.kg.store import save_kg
 
             save_kg(tmp, kg[0])
             manifest["kg"] = kg[1]
@@ -228,7 +228,7 @@ def _embed(old: Index, texts: list[str], supplied: np.ndarray | None, report: Ad
             f"embeddings: {old.path} embeds with the model {info['model']!r}; supplied vectors would not "
             "match its queries (pass embeddings only to an index built from supplied embeddings)"
         )
-    from engine.index.embed import Embedder
+    from spectrag.index.embed import Embedder
 
     embedder = Embedder(old.config.embed)
     if embedder.fingerprint != info.get("fingerprint"):
@@ -260,10 +260,10 @@ def update_graph(
     encode: Callable[[list[str]], np.ndarray] | None = None,
 ):
     """The chunk graph of ``chunks`` whose first ``n_old`` have the graph ``old_graph``
-    (:func:`engine.graph.build.load_graph`), as :func:`engine.graph.build.build_graph` returns
+    (:func:`spectrag.graph.build.load_graph`), as :func:`spectrag.graph.build.build_graph` returns
     it. ``dense`` is the FAISS index of all ``vectors [n, d]``."""
-    from engine.graph import signals as sig
-    from engine.graph.build import _doc_codes, build_graph
+    from spectrag.graph import signals as sig
+    from spectrag.graph.build import _doc_codes, build_graph
 
     new = chunks[n_old:]
     old = lambda name, size: stored_signal(old_graph, name, n_old, size)  # noqa: E731
@@ -309,11 +309,11 @@ def semantic_update(
 
     ``old_sym [n_old, n_old]`` is the stored, symmetrized semantic signal; ``index`` a FAISS
     IndexFlatIP of all ``vectors`` (built here when None). New rows are searched against all
-    rows, as :func:`engine.graph.signals.semantic_edges` does; each old row keeps the ``k``
+    rows, as :func:`spectrag.graph.signals.semantic_edges` does; each old row keeps the ``k``
     strongest of its old list and its ``k`` nearest new rows. Cost ``O((n + n_old) m d)`` for
     ``m = n - n_old`` new rows, against ``O(n^2 d)`` for a rebuild. Shapes: -> ``[n, n]``.
     """
-    from engine.graph.signals import coo, knn_index, knn_rows, top_k_per_row
+    from spectrag.graph.signals import coo, knn_index, knn_rows, top_k_per_row
 
     n = vectors.shape[0]
     if index is None:
@@ -344,10 +344,10 @@ def warm_start(weights: sp.csr_matrix, previous: np.ndarray) -> np.ndarray:
 
 
 def warm_spectrum(weights: sp.csr_matrix, previous: np.ndarray, config: GraphConfig):
-    """:func:`engine.graph.spectrum.spectral_coordinates` of ``weights`` with the settings
+    """:func:`spectrag.graph.spectrum.spectral_coordinates` of ``weights`` with the settings
     ``build_graph`` uses, Lanczos started from the previous coordinates ``[n_old, m]``
     (:func:`warm_start`) instead of a random vector: the same eigenpairs to ``tol``."""
-    from engine.graph.build import spectrum_of
+    from spectrag.graph.build import spectrum_of
 
     v0 = warm_start(weights, previous) if previous.shape[1] else None
     spectrum = spectrum_of(weights, config, v0=v0)

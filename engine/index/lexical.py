@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from engine.config import BM25Config
-from engine.errors import ConfigError, IndexFormatError
+from spectrag.config import BM25Config
+from spectrag.errors import ConfigError, IndexFormatError
 
 TOKEN_FILES = ("tokens.indptr.npy", "tokens.ids.npy")  # the tokenized chunks, beside the matrix
 
@@ -235,7 +235,7 @@ def top_k_scores(indptr, cols, vals, k: int):
     """Top-``k`` positive entries per row of a ``[B, n]`` score CSR (torch tensors on any device),
     ties to the smaller chunk id; BM25 scores are >= 0 and a zero is no match, so rows with fewer
     positive entries end in id -1, score 0. Shapes: -> scores, ids ``[B, k]``."""
-    from kernels.topk import topk_sparse_rows
+    from spectrag.kernels.topk import topk_sparse_rows
 
     scores, ids = topk_sparse_rows(indptr, cols, vals, k)  # positive entries rank first
     no_match = scores <= 0

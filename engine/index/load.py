@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import CorpusError
+from spectrag.errors import CorpusError
 
 FORMATS = ("folder", "jsonl", "json", "musique", "2wiki", "hotpotqa", "multihop-rag", "beir")
 TEXT_SUFFIXES = (".md", ".markdown", ".txt")

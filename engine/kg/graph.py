@@ -6,7 +6,7 @@ entity "related_to" (a relation list in COO form: subject, object, predicate, th
 embedded, the chunk it came from). Embeddings: one row per entity (of its name: our sources give
 no descriptions) and one per *distinct* relation text, float32, L2-normalized.
 
-Entities are merged by normalized key (:func:`engine.graph.entities.normalize_entity`) and by
+Entities are merged by normalized key (:func:`spectrag.graph.entities.normalize_entity`) and by
 alias (``alias -> key``, e.g. an acronym defined in the text), so "The Northern Rail
 Authority", "northern rail authority" and "NRA" are one node, as the paper merges entities whose
 name or alias overlaps.
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from engine.graph.entities import normalize_entity
+from spectrag.graph.entities import normalize_entity
 
 
 @dataclass(frozen=True)

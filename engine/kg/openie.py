@@ -3,7 +3,7 @@ format, ``{"docs": [{"title", "text" | "passage", "extracted_entities": [...],
 "extracted_triples": [[subject, relation, object], ...]}]}``.
 
 Each record goes to the chunk(s) holding its passage, matched as the entity edge signal matches
-them (:func:`engine.graph.entities.load_openie_entities`): the chunk text equal to the record's
+them (:func:`spectrag.graph.entities.load_openie_entities`): the chunk text equal to the record's
 ``text``, else equal after whitespace normalization, else equal to its ``passage``; among
 several, those with the record's title. The chunk describes the record's entities and both ends
 of its triples (HippoRAG makes triple ends graph nodes too). A triple's relation text is
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.errors import CorpusError
-from engine.graph.citations import title_key
-from engine.index.load import read_json
-from engine.kg.graph import Extraction, Triple
+from spectrag.errors import CorpusError
+from spectrag.graph.citations import title_key
+from spectrag.index.load import read_json
+from spectrag.kg.graph import Extraction, Triple
 
 
 def _ws(text: str) -> str:

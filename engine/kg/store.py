@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from engine.errors import IndexFormatError
-from engine.kg.graph import KnowledgeGraph, check_embeddings
+from spectrag.errors import IndexFormatError
+from spectrag.kg.graph import KnowledgeGraph, check_embeddings
 
 FOLDER = "kg"
 _REL = ("subject", "object", "predicate", "text", "chunk")

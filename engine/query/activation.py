@@ -1,7 +1,7 @@
 """Online step 3 with the knowledge graph: spreading activation (SA-RAG 3.5-3.6) for a batch,
 turned into chunk candidates, a proximity signal and the relations used.
 
-    seeds, subgraphs, spreading    kernels.spreading_activation            flat (query, entity) pairs
+    seeds, subgraphs, spreading    spectrag.kernels.spreading_activation            flat (query, entity) pairs
     active entities                activation >= tau_a
     chunks                         chunks describing an active entity       flat (query, chunk) pairs
                                    chunk activation = max over them         in [0, 1]
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.errors import SpectragError
-from kernels.activation import LAYOUTS, ActivationResult, spreading_activation
-from kernels.csr import csr_entries
-from kernels.topk import topk_by_row
+from spectrag.errors import SpectragError
+from spectrag.kernels.activation import LAYOUTS, ActivationResult, spreading_activation
+from spectrag.kernels.csr import csr_entries
+from spectrag.kernels.topk import topk_by_row
 
 KG_MODES = ("activation", "combined")
 
@@ -44,7 +44,7 @@ class ActivationConfig:
     tau_d: smallest cosine(query, chunk) of a retrieved chunk (default: 0.45).
     tau_r: smallest cosine(query, relation) of a relation given as context (default: 0.5).
     max_relations: relations kept per query, best first (default: 20).
-    layout: ``auto`` | ``ragged`` | ``dense``, see :mod:`kernels.activation` (default: auto).
+    layout: ``auto`` | ``ragged`` | ``dense``, see :mod:`spectrag.kernels.activation` (default: auto).
     """
 
     k: int = 3

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import click
 
-from engine.errors import SpectragError
-from engine.query.queries import iter_queries
+from spectrag.errors import SpectragError
+from spectrag.query.queries import iter_queries
 
 
 def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, mode: str, budget: int | None,
                 batch_size: int, out_file: Path | None, trec_file: Path | None, with_text: bool) -> int:
     """Write one JSON line per query (and optionally a TREC run); returns the number of queries."""
-    from engine.index.store import load_index
-    from engine.query.pipeline import Retriever, RetrieverConfig
+    from spectrag.index.store import load_index
+    from spectrag.query.pipeline import Retriever, RetrieverConfig
 
     if not texts and query_file is None:
         raise SpectragError("no queries: pass --queries FILE or -q TEXT")

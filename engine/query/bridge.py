@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.topk import positions_by_score_then_id
+from spectrag.kernels.topk import positions_by_score_then_id
 
 
 def bridge_relevance(

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from kernels.topk import topk_sparse_rows
+from spectrag.kernels.topk import topk_sparse_rows
 
 SEED_BONUS = 2.0
 

@@ -4,7 +4,7 @@
     expand   two hops over W from the top seeds, capped at P     [B, P]    (graph modes)
     blocks   induced candidate subgraphs                          [B, P, P]
     score    r = cos(q, c);  p = heat | PPR | spectral proximity  [B, P]
-    bridge   x = r carried along relational edges (max-plus)      [B, P]    (engine.query.bridge)
+    bridge   x = r carried along relational edges (max-plus)      [B, P]    (spectrag.query.bridge)
              s2 = (1 - alpha) x + alpha p                         (Algorithm 1, line 7)
     select   token-budgeted greedy selection                      [B, K_sel]
 
@@ -22,16 +22,16 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from engine.errors import SpectragError
-from engine.query.activation import KG_MODES, ActivationBatch, ActivationConfig, KGState, activate
-from engine.query.bridge import bridge_relevance
-from engine.query.context import Context, build_contexts
-from engine.query.expand import candidate_blocks_of, expand
-from engine.query.expand_torch import candidate_blocks_torch, expand_torch
-from engine.query.fuse import reciprocal_rank_fusion
-from engine.query.propagate import heat_proximity, ppr_proximity, spectral_proximity
-from engine.query.state import QueryState
-from kernels.select import SelectConfig, budget_select
+from spectrag.errors import SpectragError
+from spectrag.query.activation import KG_MODES, ActivationBatch, ActivationConfig, KGState, activate
+from spectrag.query.bridge import bridge_relevance
+from spectrag.query.context import Context, build_contexts
+from spectrag.query.expand import candidate_blocks_of, expand
+from spectrag.query.expand_torch import candidate_blocks_torch, expand_torch
+from spectrag.query.fuse import reciprocal_rank_fusion
+from spectrag.query.propagate import heat_proximity, ppr_proximity, spectral_proximity
+from spectrag.query.state import QueryState
+from spectrag.kernels.select import SelectConfig, budget_select
 
 MODES = ("dense", "bm25", "hybrid", "heat", "ppr", "spectral")
 GRAPH_MODES = ("heat", "ppr", "spectral")
@@ -55,13 +55,13 @@ class RetrieverConfig:
     damping: PPR damping (default: 0.85).
     bridge_rounds: rounds of query-aware bridging over relational edges, 0 = off (default: 1).
     bridge_sources, bridge_lambda, bridge_gamma: its ``m``, ``lambda`` and ``gamma``
-        (default: 5, 0.3, 0.05); see :mod:`engine.query.bridge`.
+        (default: 5, 0.3, 0.05); see :mod:`spectrag.query.bridge`.
     select: token-budget selection settings, including the budget (default: 12,000 tokens).
     activation: spreading-activation settings of modes activation and combined (default: the
-        SA-RAG paper's values, :class:`engine.query.activation.ActivationConfig`).
+        SA-RAG paper's values, :class:`spectrag.query.activation.ActivationConfig`).
     device: ``auto`` (CUDA when present) or a torch device string (default: auto).
     graph_backend: where expansion and the induced blocks run: ``scipy`` (CPU sparse products),
-        ``torch`` (tensors on the device, :mod:`engine.query.expand_torch`) or ``auto``: torch
+        ``torch`` (tensors on the device, :mod:`spectrag.query.expand_torch`) or ``auto``: torch
         when the device is not the CPU, so a GPU batch never leaves the GPU (default: auto).
     """
 

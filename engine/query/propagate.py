@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.heat import chebyshev_heat_dense_batched
-from kernels.pagerank import personalized_pagerank_dense_batched
+from spectrag.kernels.heat import chebyshev_heat_dense_batched
+from spectrag.kernels.pagerank import personalized_pagerank_dense_batched
 
 
 def _scale(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from engine.errors import CorpusError
-from engine.index.load import iter_json_lines, read_json, read_text
+from spectrag.errors import CorpusError
+from spectrag.index.load import iter_json_lines, read_json, read_text
 
 TEXT_FIELDS = ("query", "question", "text")
 

@@ -12,8 +12,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from engine.errors import SpectragError
-from engine.graph.fuse import signal_matrix
+from spectrag.errors import SpectragError
+from spectrag.graph.fuse import signal_matrix
 
 
 # Signals that say *how* two chunks are related (a shared entity, a title mention, a citation,
@@ -63,7 +63,7 @@ class QueryState:
 
     @classmethod
     def from_index(cls, index, device: str | torch.device = "cpu", graph: dict | None = None) -> "QueryState":
-        """``graph`` (the keys of ``engine.graph.build.load_graph``: weights, coordinates,
+        """``graph`` (the keys of ``spectrag.graph.build.load_graph``: weights, coordinates,
         clusters) replaces the index's stored graph, e.g. a graph rebuilt without one signal."""
         device = torch.device(device)
         n = len(index.chunks)
@@ -91,9 +91,9 @@ class QueryState:
         )
 
     def torch_graph(self, name: str):
-        """``weights`` or ``relations`` as a :class:`engine.query.expand_torch.TorchCSR` on the
+        """``weights`` or ``relations`` as a :class:`spectrag.query.expand_torch.TorchCSR` on the
         device, copied once on first use."""
-        from engine.query.expand_torch import TorchCSR
+        from spectrag.query.expand_torch import TorchCSR
 
         if name not in self._torch_graphs:
             self._torch_graphs[name] = TorchCSR.from_scipy(getattr(self, name), self.device)

@@ -1,5 +1,5 @@
 r"""Fused gather-multiply-scatter in Triton: the ``backend="triton"`` path of
-:func:`kernels.edge_propagate.edge_propagate`.
+:func:`spectrag.kernels.edge_propagate.edge_propagate`.
 
 .. math::
     Y[j, b] = \sum_{e : dst_e = j} W[e, b] \, X[src_e, b]
@@ -32,7 +32,7 @@ from types import SimpleNamespace
 
 import torch
 
-from kernels.triton import interpreting, require
+from spectrag.kernels.triton import interpreting, require
 
 __all__ = ["edge_propagate_triton"]
 
@@ -101,7 +101,7 @@ def edge_propagate_triton(
 ) -> torch.Tensor:
     """``Y[dst_e, b] += weight[e, b] * x[src_e, b]`` with one fused Triton kernel.
 
-    Inputs are assumed validated by :func:`kernels.edge_propagate.edge_propagate` (int64
+    Inputs are assumed validated by :func:`spectrag.kernels.edge_propagate.edge_propagate` (int64
     indices in range, ``weight`` ``[E, B]`` or ``[E, 1]``, one device). ``dst_sorted`` picks
     the segment kernel (``True``) or the atomic one (``False``); ``None`` checks ``dst``.
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, shared_file
 
-from engine.config import ChunkConfig
-from engine.errors import CorpusError
-from engine.eval.datasets import load_dataset
-from engine.eval.gold import chunk_gold, map_gold, unit_table
-from engine.index.chunk import chunk_document
-from engine.index.load import iter_documents
+from spectrag.config import ChunkConfig
+from spectrag.errors import CorpusError
+from spectrag.eval.datasets import load_dataset
+from spectrag.eval.gold import chunk_gold, map_gold, unit_table
+from spectrag.index.chunk import chunk_document
+from spectrag.index.load import iter_documents
 
 FORMATS = FIXTURES / "formats"
 

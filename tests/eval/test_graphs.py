@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.errors import SpectragError
-from engine.eval.graphs import rebuild_graph, stored_signals, with_graph
-from engine.query.pipeline import Retriever
+from spectrag.errors import SpectragError
+from spectrag.eval.graphs import rebuild_graph, stored_signals, with_graph
+from spectrag.query.pipeline import Retriever
 
 
 def test_refusing_every_signal_reproduces_the_stored_graph(sample_index):

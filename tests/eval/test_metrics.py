@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from engine.eval import metrics as M
+from spectrag.eval import metrics as M
 
 KS = [1, 2, 5, 10]
 

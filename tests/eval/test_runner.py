@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from engine.cli import main
-from engine.eval import DATASETS, evaluate
-from engine.eval.runner import available_modes, cache_folder
-from engine.eval.score import KS
-from engine.eval.variants import SWEEP
+from spectrag.cli import main
+from spectrag.eval import DATASETS, evaluate
+from spectrag.eval.runner import available_modes, cache_folder
+from spectrag.eval.score import KS
+from spectrag.eval.variants import SWEEP
 
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 
@@ -105,8 +105,8 @@ def test_index_is_built_once_into_the_cache_and_reused(tmp_path, index_config):
     assert not again["index"]["built"] and again["index"]["path"] == first["index"]["path"]
     assert again["methods"] == {"dense": {**first["methods"]["dense"], "seconds": again["methods"]["dense"]["seconds"],
                                           "queries_per_second": again["methods"]["dense"]["queries_per_second"]}}
-    from engine.eval.datasets import load_dataset
-    from engine.config import IndexConfig, ChunkConfig
+    from spectrag.eval.datasets import load_dataset
+    from spectrag.config import IndexConfig, ChunkConfig
 
     ds = load_dataset("sample")
     assert cache_folder(ds, IndexConfig(chunk=ChunkConfig(chunk_size=256, overlap=64)), tmp_path) != Path(first["index"]["path"])
@@ -158,9 +158,9 @@ def test_cli_datasets_match_the_loaders():
 def test_openie_file_beside_a_hipporag_corpus_is_found(tmp_path):
     import shutil
 
-    from engine.config import IndexConfig
-    from engine.eval.datasets import load_dataset
-    from engine.eval.runner import find_openie, with_openie
+    from spectrag.config import IndexConfig
+    from spectrag.eval.datasets import load_dataset
+    from spectrag.eval.runner import find_openie, with_openie
     from conftest import FIXTURES
 
     shutil.copy(FIXTURES / "formats" / "musique.json", tmp_path / "mq_corpus.json")
@@ -192,8 +192,8 @@ def test_sweep_covers_activation_settings_exactly_when_the_mode_runs(evaluated):
 def test_sweep_sets_nested_activation_settings():
     from types import SimpleNamespace
 
-    from engine.eval.variants import _get, _with
-    from engine.query.pipeline import RetrieverConfig
+    from spectrag.eval.variants import _get, _with
+    from spectrag.query.pipeline import RetrieverConfig
 
     base = SimpleNamespace(config=RetrieverConfig())
     other = _with(base, "activation.tau_d", 0.1)

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from engine.graph.citations import (
+from spectrag.graph.citations import (
     FOOTNOTE,
     LINK,
     TITLE,
@@ -20,7 +20,7 @@ from engine.graph.citations import (
     citation_edges,
     title_key,
 )
-from engine.index.chunk import Chunk
+from spectrag.index.chunk import Chunk
 
 
 def _chunk(doc_id: str, text: str, title: str = "", url: str = "") -> Chunk:
@@ -88,7 +88,7 @@ def _reference_titles(titles: list[str], texts: list[str]) -> list[list[int]]:
 
 
 def _common():
-    from engine.graph.citations import COMMON_WORDS
+    from spectrag.graph.citations import COMMON_WORDS
 
     return COMMON_WORDS
 
@@ -213,10 +213,10 @@ def test_links_resolve_relative_paths_extensions_and_urls():
 
 @pytest.fixture(scope="module")
 def sample_chunks() -> list[Chunk]:
-    from engine.config import ChunkConfig
-    from engine.demo import sample_corpus
-    from engine.index.chunk import chunk_document
-    from engine.index.load import load_documents
+    from spectrag.config import ChunkConfig
+    from spectrag.demo import sample_corpus
+    from spectrag.index.chunk import chunk_document
+    from spectrag.index.load import load_documents
 
     return [c for d in load_documents(sample_corpus()) for c in chunk_document(d, ChunkConfig())]
 
@@ -269,9 +269,9 @@ def test_sample_corpus_footnotes(sample_chunks):
 def test_musique_title_mention_edges():
     from conftest import shared_file
 
-    from engine.config import ChunkConfig
-    from engine.index.chunk import chunk_document
-    from engine.index.load import load_documents
+    from spectrag.config import ChunkConfig
+    from spectrag.index.chunk import chunk_document
+    from spectrag.index.load import load_documents
 
     docs = load_documents(shared_file("musique", "musique_train_corpus.json"))
     chunks = [c for d in docs for c in chunk_document(d, ChunkConfig())]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from engine.errors import CorpusError
-from engine.graph.entities import (
+from spectrag.errors import CorpusError
+from spectrag.graph.entities import (
     EntityIncidence,
     entity_incidence,
     extract_entities,
@@ -78,10 +78,10 @@ def test_extract_entities_with_titles():
 
 @pytest.fixture(scope="module")
 def sample_chunks():
-    from engine.config import ChunkConfig
-    from engine.demo import sample_corpus
-    from engine.index.chunk import chunk_document
-    from engine.index.load import load_documents
+    from spectrag.config import ChunkConfig
+    from spectrag.demo import sample_corpus
+    from spectrag.index.chunk import chunk_document
+    from spectrag.index.load import load_documents
 
     return [c for d in load_documents(sample_corpus()) for c in chunk_document(d, ChunkConfig())]
 
@@ -170,9 +170,9 @@ def test_openie_missing_file(tmp_path):
 def test_openie_musique_reproduces_file_counts():
     from conftest import shared_file
 
-    from engine.config import ChunkConfig
-    from engine.index.chunk import chunk_document
-    from engine.index.load import load_documents
+    from spectrag.config import ChunkConfig
+    from spectrag.index.chunk import chunk_document
+    from spectrag.index.load import load_documents
 
     corpus = shared_file("musique", "musique_train_corpus.json")
     openie = shared_file("musique", OPENIE)

@@ -11,10 +11,10 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from engine.graph import entities as ent
-from engine.graph import spectrum as spec
-from engine.graph.signals import entity_edges, ivf_nlist, semantic_edges, top_k_per_row
-from kernels.laplacian import normalized_laplacian
+from spectrag.graph import entities as ent
+from spectrag.graph import spectrum as spec
+from spectrag.graph.signals import entity_edges, ivf_nlist, semantic_edges, top_k_per_row
+from spectrag.kernels.laplacian import normalized_laplacian
 
 
 def _clustered(n: int, d: int, clusters: int, seed: int) -> np.ndarray:

@@ -8,9 +8,9 @@ import pytest
 import scipy.sparse as sp
 from scipy.sparse.csgraph import laplacian
 
-from engine.graph.fuse import fuse_signals
-from engine.graph.signals import adjacency_edges, coo, entity_edges, section_edges, semantic_edges, top_k_per_row, utility_edges
-from engine.graph.spectrum import spectral_coordinates
+from spectrag.graph.fuse import fuse_signals
+from spectrag.graph.signals import adjacency_edges, coo, entity_edges, section_edges, semantic_edges, top_k_per_row, utility_edges
+from spectrag.graph.spectrum import spectral_coordinates
 
 
 def _edges(m: sp.spmatrix) -> dict[tuple[int, int], float]:

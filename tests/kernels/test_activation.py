@@ -15,8 +15,8 @@ import torch
 from scipy.sparse.csgraph import shortest_path
 
 from conftest import load_reference_module
-from kernels import spreading_activation
-from kernels.activation import khop_pairs, rescale_weights, spread
+from spectrag.kernels import spreading_activation
+from spectrag.kernels.activation import khop_pairs, rescale_weights, spread
 
 
 ref = load_reference_module("spectrag_sa_reference", "kg/sa_reference.py")
@@ -66,7 +66,7 @@ def test_rescale_weights():
 
 
 def test_pair_cosines_by_product_or_by_gather():
-    from kernels.activation import _pair_cos
+    from spectrag.kernels.activation import _pair_cos
 
     rng = np.random.default_rng(5)
     q, emb = torch.from_numpy(_unit(rng, 6, 16)), torch.from_numpy(_unit(rng, 50, 16))

@@ -1,12 +1,12 @@
-"""Tests for kernels.edge_propagate (torch backend) against a plain Python loop over edges."""
+"""Tests for spectrag.kernels.edge_propagate (torch backend) against a plain Python loop over edges."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from kernels import triton as ktriton
-from kernels.edge_propagate import edge_propagate
+from spectrag.kernels import triton as ktriton
+from spectrag.kernels.edge_propagate import edge_propagate
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 
@@ -127,7 +127,7 @@ def _csr(n=60, seed=0):
 
 
 def test_csr_int32_same_product():
-    from kernels.csr import csr_int32
+    from spectrag.kernels.csr import csr_int32
 
     A = _csr()
     A32 = csr_int32(A)
@@ -138,9 +138,9 @@ def test_csr_int32_same_product():
 
 
 def test_heat_and_ppr_same_result_with_int64_or_int32_operators():
-    from kernels.csr import csr_int32
-    from kernels.heat import chebyshev_heat
-    from kernels.pagerank import personalized_pagerank, random_walk_operator
+    from spectrag.kernels.csr import csr_int32
+    from spectrag.kernels.heat import chebyshev_heat
+    from spectrag.kernels.pagerank import personalized_pagerank, random_walk_operator
 
     A = _csr(seed=1)
     n = A.shape[0]
@@ -159,8 +159,8 @@ def test_heat_and_ppr_same_result_with_int64_or_int32_operators():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_sparse_operator_on_cpu_is_a_clear_error(dtype):
-    from kernels.heat import chebyshev_heat
-    from kernels.pagerank import personalized_pagerank
+    from spectrag.kernels.heat import chebyshev_heat
+    from spectrag.kernels.pagerank import personalized_pagerank
 
     A = _csr(seed=2)
     X = torch.rand(A.shape[0], 2).to(dtype)
@@ -172,9 +172,9 @@ def test_half_precision_sparse_operator_on_cpu_is_a_clear_error(dtype):
 
 @pytest.mark.parametrize("density", [0.05, 0.6])
 def test_dense_block_kernels_same_result_as_block_diagonal_csr(density):
-    from kernels.csr import block_diagonal_csr, use_sparse_blocks
-    from kernels.heat import chebyshev_heat_dense_batched
-    from kernels.pagerank import personalized_pagerank_dense_batched
+    from spectrag.kernels.csr import block_diagonal_csr, use_sparse_blocks
+    from spectrag.kernels.heat import chebyshev_heat_dense_batched
+    from spectrag.kernels.pagerank import personalized_pagerank_dense_batched
 
     g = torch.Generator().manual_seed(3)
     B, P = 6, 30

@@ -1,4 +1,4 @@
-"""Tests for kernels.heat (Chebyshev heat-kernel diffusion)."""
+"""Tests for spectrag.kernels.heat (Chebyshev heat-kernel diffusion)."""
 
 import math
 import numpy as np
@@ -10,7 +10,7 @@ import torch
 from scipy.sparse.csgraph import laplacian
 from scipy.special import ive
 
-from kernels.heat import (
+from spectrag.kernels.heat import (
     chebyshev_heat,
     chebyshev_heat_dense_batched,
     chebyshev_heat_lowrank,

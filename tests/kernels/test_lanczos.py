@@ -1,4 +1,4 @@
-"""Tests for kernels.lanczos against numpy.linalg.eigh, scipy eigsh and closed forms.
+"""Tests for spectrag.kernels.lanczos against numpy.linalg.eigh, scipy eigsh and closed forms.
 
 Tolerances: float64 runs use tol=1e-8 (or the default 1e-6 where stated) and must match the
 reference eigenvalues to 1e-8 * max(1, |lambda|); float32 runs use tol=1e-5 and must match to
@@ -18,8 +18,8 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 import torch
 
-from kernels.lanczos import LanczosNotConverged, LanczosResult, lanczos_eigsh
-from kernels.laplacian import normalized_laplacian
+from spectrag.kernels.lanczos import LanczosNotConverged, LanczosResult, lanczos_eigsh
+from spectrag.kernels.laplacian import normalized_laplacian
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled")
 
@@ -401,7 +401,7 @@ def test_bad_arguments(args, kwargs, exc, match):
 def test_orthonormalize_against_returns_an_exact_decomposition(dtype, rows):
     """w = Q^T h + w_orth with w_orth orthogonal to Q, whether one full pass sufficed or not
     (a w almost inside span(Q) forces the repeat)."""
-    from kernels.lanczos import _orthonormalize_against
+    from spectrag.kernels.lanczos import _orthonormalize_against
 
     g = torch.Generator().manual_seed(rows)
     Q = torch.linalg.qr(torch.randn(500, rows, generator=g, dtype=torch.float64))[0].T.to(dtype)  # orthonormal rows

@@ -1,4 +1,4 @@
-"""Tests for kernels.laplacian against a NumPy formula and scipy.sparse.csgraph."""
+"""Tests for spectrag.kernels.laplacian against a NumPy formula and scipy.sparse.csgraph."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 import torch
 
-from kernels.laplacian import degree_vector, normalized_laplacian
+from spectrag.kernels.laplacian import degree_vector, normalized_laplacian
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled")
 

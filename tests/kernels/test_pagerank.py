@@ -1,4 +1,4 @@
-"""Tests for kernels.pagerank (batched personalized PageRank)."""
+"""Tests for spectrag.kernels.pagerank (batched personalized PageRank)."""
 
 import networkx as nx
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from kernels.pagerank import (
+from spectrag.kernels.pagerank import (
     PageRankNotConverged,
     PageRankResult,
     personalized_pagerank,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.select import SelectConfig, SelectResult, budget_select, budget_select_reference
+from spectrag.kernels.select import SelectConfig, SelectResult, budget_select, budget_select_reference
 
 
 

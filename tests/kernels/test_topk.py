@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import tiled_topk_ip
+from spectrag.kernels import tiled_topk_ip
 
 
 def _brute(xq: np.ndarray, xb: np.ndarray, k: int) -> np.ndarray:
@@ -75,7 +75,7 @@ def test_k_larger_than_n_and_bad_shapes():
 
 
 def test_ties_at_the_cut_go_to_the_smaller_id():
-    from kernels.topk import topk_smallest_id_ties
+    from spectrag.kernels.topk import topk_smallest_id_ties
 
     scores = torch.tensor([[0.5, 0.9, 0.5, 0.5, 0.1], [1.0, 1.0, 1.0, 1.0, 1.0]])
     s, i = topk_smallest_id_ties(scores, 3)
@@ -100,7 +100,7 @@ def _sparse_rows_reference(rows: list[list[tuple[int, float]]], k: int):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_topk_sparse_rows_matches_sorted_python(seed):
-    from kernels.topk import topk_sparse_rows
+    from spectrag.kernels.topk import topk_sparse_rows
 
     rng = np.random.default_rng(seed)
     k = int(rng.integers(1, 12))
@@ -126,7 +126,7 @@ def test_topk_sparse_rows_matches_sorted_python(seed):
 
 
 def test_topk_sparse_rows_empty_and_bad_k():
-    from kernels.topk import topk_sparse_rows
+    from spectrag.kernels.topk import topk_sparse_rows
 
     s, i = topk_sparse_rows(torch.tensor([0, 0, 0]), torch.empty(0, dtype=torch.int64), torch.empty(0), 3)
     assert i.tolist() == [[-1] * 3] * 2 and s.abs().sum() == 0
@@ -135,7 +135,7 @@ def test_topk_sparse_rows_empty_and_bad_k():
 
 
 def test_topk_by_row_equals_topk_sparse_rows_and_allows_k_zero():
-    from kernels.topk import topk_by_row, topk_sparse_rows
+    from spectrag.kernels.topk import topk_by_row, topk_sparse_rows
 
     row = torch.tensor([0, 0, 0, 2, 2, 3])
     ids, vals = torch.tensor([5, 1, 3, 9, 2, 4]), torch.tensor([0.5, 0.9, 0.5, 0.1, 0.3, 0.7])

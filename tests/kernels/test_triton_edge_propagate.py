@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import triton as ktriton
-from kernels.edge_propagate import edge_propagate
+from spectrag.kernels import triton as ktriton
+from spectrag.kernels.edge_propagate import edge_propagate
 
 pytestmark = pytest.mark.skipif(
     not ktriton.available(), reason="triton is not installed (pip install -e '.[gpu]'); the torch backend is tested instead"
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def interpreter(monkeypatch):
-    # read when the JIT functions are first built (kernels.triton.edge_propagate._kernels)
+    # read when the JIT functions are first built (spectrag.kernels.triton.edge_propagate._kernels)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 

@@ -15,14 +15,14 @@ import torch
 from click.testing import CliRunner
 
 from conftest import load_reference_module
-from engine.cli import main
-from engine.config import EmbedConfig, IndexConfig, KGConfig, load_config
-from engine.demo import sample_corpus, sample_questions
-from engine.errors import ConfigError, IndexFormatError, SpectragError
-from engine.index.build import build_index
-from engine.index.store import load_index
-from engine.query.activation import KG_MODES, ActivationConfig
-from engine.query.pipeline import Retriever, RetrieverConfig
+from spectrag.cli import main
+from spectrag.config import EmbedConfig, IndexConfig, KGConfig, load_config
+from spectrag.demo import sample_corpus, sample_questions
+from spectrag.errors import ConfigError, IndexFormatError, SpectragError
+from spectrag.index.build import build_index
+from spectrag.index.store import load_index
+from spectrag.query.activation import KG_MODES, ActivationConfig
+from spectrag.query.pipeline import Retriever, RetrieverConfig
 
 QUESTIONS = [q["question"] for q in sample_questions()]
 
@@ -116,8 +116,8 @@ def test_kg_config(tmp_path, embed_cache):
 
 
 def load_index_chunks():
-    from engine.index.chunk import chunk_document
-    from engine.index.load import iter_documents
+    from spectrag.index.chunk import chunk_document
+    from spectrag.index.load import iter_documents
 
     return [c for d in iter_documents(sample_corpus(), "folder") for c in chunk_document(d, IndexConfig().chunk)]
 

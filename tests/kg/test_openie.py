@@ -8,10 +8,10 @@ import json
 import pytest
 from conftest import shared_file
 
-from engine.errors import CorpusError
-from engine.graph.entities import normalize_entity
-from engine.kg.graph import assemble
-from engine.kg.openie import load_openie
+from spectrag.errors import CorpusError
+from spectrag.graph.entities import normalize_entity
+from spectrag.kg.graph import assemble
+from spectrag.kg.openie import load_openie
 
 OPENIE = "openie_musique_train_gpt-3.5-turbo-1106_1890.json"
 

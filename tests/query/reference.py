@@ -1,10 +1,10 @@
 """A plain, per-query reference of the whole online pipeline (SpectRAG Algorithm 1), for tests
 and for ``bench/bench_query.py``.
 
-It computes, for ONE query, what :meth:`engine.query.pipeline.Retriever.score_batch` computes
+It computes, for ONE query, what :meth:`spectrag.query.pipeline.Retriever.score_batch` computes
 for a batch, with Python loops and standard libraries and without any of the batched code
-paths (no ``engine.query.*`` function, no ``kernels.*`` kernel except the per-query selection
-reference :func:`kernels.select.budget_select_reference`):
+paths (no ``spectrag.query.*`` function, no ``kernels.*`` kernel except the per-query selection
+reference :func:`spectrag.kernels.select.budget_select_reference`):
 
 ============ ===================================================================================
 stage        how the reference does it
@@ -26,7 +26,7 @@ bridge       dict of dicts of the relational signals (``graph["signals"]`` witho
              and their relational neighbours in the pool
 score        ``s2 = (1 - alpha) x + alpha p`` (``x`` bridged relevance); ranking by ``s2``
              (ties: smaller chunk id)
-select       :func:`kernels.select.budget_select_reference` on the pool in pool order
+select       :func:`spectrag.kernels.select.budget_select_reference` on the pool in pool order
 ============ ===================================================================================
 
 Conventions the batched pipeline documents and this reference follows (checked against
@@ -36,7 +36,7 @@ networkx where one exists):
   other candidate touches, or a two-hop node whose one-hop link was cut by ``P``) is dangling.
   ``networkx.pagerank`` (``dangling=None``) hands a dangling node's mass back according to the
   personalization vector, starts from the uniform vector ``1/n`` and stops when the L1 change
-  is below ``n * tol``; :func:`kernels.pagerank.personalized_pagerank_dense_batched` documents
+  is below ``n * tol``; :func:`spectrag.kernels.pagerank.personalized_pagerank_dense_batched` documents
   exactly that model, so networkx is used unchanged (``max_iter=200`` as in the pipeline).
 * **Normalized Laplacian of an isolated node.** The pipeline's ``block_laplacian`` is
   ``I - D^-1/2 W D^-1/2`` with ``D^-1/2 = 0`` on degree-0 nodes, i.e. ``L[i, i] = 1`` for an
@@ -59,10 +59,10 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from kernels.select import budget_select_reference
+from spectrag.kernels.select import budget_select_reference
 
 GRAPH_MODES = ("heat", "ppr", "spectral")
-PPR_TOL = 1e-8  # engine.query.propagate.ppr_proximity's default, which the pipeline uses
+PPR_TOL = 1e-8  # spectrag.query.propagate.ppr_proximity's default, which the pipeline uses
 PPR_MAX_ITER = 200
 
 
@@ -236,7 +236,7 @@ def spectral(ref: ReferenceIndex, pool: list[int], seeds: list[int]) -> dict[int
 
 
 def bridge(ref: ReferenceIndex, pool: list[int], relevance: dict[int, float], cfg) -> dict[int, float]:
-    """Max-plus bridging over relational edges inside the pool (engine.query.bridge)."""
+    """Max-plus bridging over relational edges inside the pool (spectrag.query.bridge)."""
     x = dict(relevance)
     members = set(pool)
     lam, gamma = cfg.bridge_lambda, cfg.bridge_gamma

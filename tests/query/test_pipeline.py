@@ -9,9 +9,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from engine.demo import sample_questions
-from engine.errors import SpectragError
-from engine.query.pipeline import MODES, Retriever, RetrieverConfig
+from spectrag.demo import sample_questions
+from spectrag.errors import SpectragError
+from spectrag.query.pipeline import MODES, Retriever, RetrieverConfig
 
 QUESTIONS = [q["question"] for q in sample_questions()]
 
@@ -99,7 +99,7 @@ def test_bad_queries_and_settings(retriever):
 
 
 def test_cli_retrieve_writes_jsonl_and_trec(sample_index, tmp_path):
-    from engine.cli import main
+    from spectrag.cli import main
 
     queries = tmp_path / "q.jsonl"
     queries.write_text("".join(json.dumps({"id": f"x{i}", "question": q}) + "\n" for i, q in enumerate(QUESTIONS[:3])))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-import engine.query.propagate as propagate
-from kernels.pagerank import personalized_pagerank_dense_batched
+import spectrag.query.propagate as propagate
+from spectrag.kernels.pagerank import personalized_pagerank_dense_batched
 
 
 def random_blocks(seed: int, batch: int = 6, p: int = 50):

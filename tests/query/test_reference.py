@@ -32,8 +32,8 @@ import pytest
 import torch
 
 from conftest import load_reference_module
-from engine.demo import sample_questions
-from engine.query.pipeline import MODES, GRAPH_MODES, Retriever, RetrieverConfig
+from spectrag.demo import sample_questions
+from spectrag.query.pipeline import MODES, GRAPH_MODES, Retriever, RetrieverConfig
 
 _ref = load_reference_module("spectrag_query_reference", "query/reference.py")
 bm25_list, reference_retrieve, reference_state, subgraph = (
@@ -206,10 +206,10 @@ def write_corpus(folder: Path, seed: int = 7) -> tuple[list[int], list[str]]:
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
-    from engine.config import EmbedConfig, IndexConfig
-    from engine.index.build import build_index
-    from engine.index.chunk import chunk_document
-    from engine.index.load import iter_documents
+    from spectrag.config import EmbedConfig, IndexConfig
+    from spectrag.index.build import build_index
+    from spectrag.index.chunk import chunk_document
+    from spectrag.index.load import iter_documents
 
     root = tmp_path_factory.mktemp("synthetic")
     corpus = root / "corpus"
