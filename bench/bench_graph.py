@@ -76,11 +76,11 @@ sys.path.insert(0, ROOT)
 
 from spectrag.config import GraphConfig  # noqa: E402
 from spectrag.graph import signals as sig  # noqa: E402
-from spectrag.graph.citations import citation_edges  # noqa: E402
-from spectrag.graph.entities import entity_incidence, extract_entities  # noqa: E402
+from spectrag.graph.citations import citation_edges# noqa: E402
+from spectrag.extract.entities import entity_incidence, extract_entities# noqa: E402
 from spectrag.graph.fuse import fuse_signals  # noqa: E402
 from spectrag.graph.spectrum import _deflated_operator  # noqa: E402
-from spectrag.index.chunk import Chunk  # noqa: E402
+from spectrag.types import Chunk# noqa: E402
 from spectrag.kernels.lanczos import lanczos_eigsh  # noqa: E402
 from make_synthetic import pseudo_word  # noqa: E402
 

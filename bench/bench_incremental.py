@@ -88,7 +88,7 @@ def signal_edges(index, name: str) -> set[tuple[int, int]]:
 def checks(add_idx, full_idx, old_coords: np.ndarray, vectors: np.ndarray) -> dict:
     """Equality with the rebuild; differing semantic edges with their float64 cosines (a swap
     of two candidates whose float32 scores tie shows as one edge on each side)."""
-    from spectrag.index.incremental import warm_start
+    from spectrag.incremental import warm_start
 
     diff: dict[str, int] = {}
     semantic: dict[str, list] = {}
@@ -123,7 +123,7 @@ def time_spectrum(index, old_coords: np.ndarray, repeats: int) -> dict:
     """The spectrum stage alone on the final graph (``spectral_coordinates`` with the index's
     settings: Lanczos + k-means), random start vs the warm start; median seconds."""
     from spectrag.graph.build import spectrum_of
-    from spectrag.index.incremental import warm_start
+    from spectrag.incremental import warm_start
 
     w, cfg = index.graph["weights"], index.config.graph
     out = {}
@@ -141,7 +141,7 @@ def run(args) -> dict:
 
     from spectrag import build_index
     from spectrag.config import EmbedConfig, IndexConfig
-    from spectrag.index import add_documents
+    from spectrag import add_documents
 
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)

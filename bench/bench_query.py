@@ -68,7 +68,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from spectrag.query.pipeline import Retriever, RetrieverConfig  # noqa: E402
+from spectrag.retriever import Retriever# noqa: E402
+from spectrag.config import RetrieverConfig
 from make_synthetic import SYLLABLES, pseudo_word  # noqa: E402
 
 
@@ -137,8 +138,8 @@ def musique(index_dir: str):
     if not (os.path.exists(corpus) and os.path.exists(questions)):
         log(f"MuSiQue skipped: {corpus} or {questions} is absent")
         return None
-    from spectrag.index.build import build_index
-    from spectrag.index.store import load_index
+    from spectrag.build import build_index
+    from spectrag.store import load_index
 
     path = os.path.join(index_dir, "musique")
     info = {"name": "musique", "path": os.path.relpath(path, ROOT)}
@@ -203,8 +204,8 @@ def synthetic_passages(n: int, seed: int):
 def synthetic(index_dir: str, n_chunks: int, dim: int, n_queries: int, seed: int = 0):
     """The synthetic index of ``n_chunks`` one-chunk passages (built once) and its query set."""
     from spectrag.config import EmbedConfig, IndexConfig
-    from spectrag.index.build import build_index
-    from spectrag.index.store import load_index
+    from spectrag.build import build_index
+    from spectrag.store import load_index
 
     name = f"synthetic-{n_chunks}-d{dim}"
     path = os.path.join(index_dir, name)
@@ -248,7 +249,7 @@ def synthetic(index_dir: str, n_chunks: int, dim: int, n_queries: int, seed: int
 def prebuilt(spec: str):
     """``INDEX_DIR:CORPUS_DIR``: an index built by ``bench/bench_scale.py`` from a corpus of
     ``bench/make_synthetic.py``, queried with that corpus's query set."""
-    from spectrag.index.store import load_index
+    from spectrag.store import load_index
     from make_synthetic import load_queries
 
     index_dir, corpus_dir = spec.split(":", 1)

@@ -13,7 +13,7 @@ written to ``--corpus`` (default ``/tmp/spectrag-synth-corpus-<n>``) and reused 
 the default configuration (the model is not run: the vectors are supplied). The index folder
 (default ``/tmp/spectrag-synth-<1eK>``) is kept for query benchmarks. Per stage, the manifest
 records wall seconds, CPU seconds (this process and its finished worker processes, all
-threads) and the peak resident memory during the stage (``engine/index/usage.py``: the kernel's
+threads) and the peak resident memory during the stage (``engine/util/usage.py``: the kernel's
 high-water mark, reset at each stage start); the graph stage is broken down per signal.
 
 **Checks after the build** (not part of the build times):
@@ -92,8 +92,8 @@ def machine(threads: int) -> dict:
 
 
 def build(corpus: Path, index_dir: Path):
-    from spectrag.index import usage
-    from spectrag.index.build import build_index
+    from spectrag.util import usage
+    from spectrag.build import build_index
 
     emb = np.load(corpus / "embeddings.npy", mmap_mode="r")  # (n, d) float32, never copied whole
     t0 = time.perf_counter()

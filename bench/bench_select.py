@@ -35,7 +35,9 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from spectrag.kernels.select import SelectConfig, budget_select, budget_select_reference  # noqa: E402
+from spectrag.config import SelectConfig# noqa: E402
+from spectrag.kernels.select import budget_select
+from spectrag.reference.select import budget_select_reference
 
 
 def make_inputs(B: int, P: int, d: int, seed: int) -> dict:

@@ -13,7 +13,7 @@ links to 10 random chunks of its own cluster (symmetrised: ~20 nonzeros per row,
 per document, 32-dim spectral coordinates; a knowledge graph of ``n / 4`` entities with ~4
 directed relations each for spreading activation.
 
-The end-to-end query is the ``spectral`` mode of ``spectrag.query.pipeline`` composed from
+The end-to-end query is the ``spectral`` mode of ``spectrag.pipeline`` composed from
 kernels on the device (engine itself is not imported: it pulls tokenizers and FAISS):
 dense seeds (tiled matmul top-50) -> two-hop expansion to P = 200 -> induced ``[B, P, P]``
 blocks -> relevance, PPR on the blocks (float32) and spectral proximity -> ``budget_select``.
@@ -54,16 +54,20 @@ from spectrag.kernels.pagerank import (  # noqa: E402
     personalized_pagerank_dense_batched,
     random_walk_operator,
 )
-from spectrag.kernels.select import SelectConfig, budget_select  # noqa: E402
+from spectrag.config import SelectConfig# noqa: E402
+from spectrag.kernels.select import budget_select
 from spectrag.kernels.topk import tiled_topk_ip  # noqa: E402
 
 # the engine's device expansion and blocks (these modules import neither FAISS nor sentence-transformers)
-from spectrag.query.expand import expand  # noqa: E402
-from spectrag.query.expand_torch import TorchCSR, candidate_blocks_torch, expand_torch  # noqa: E402
+from spectrag.expand.pool import expand# noqa: E402
+from spectrag.kernels.csr import TorchCSR# noqa: E402
+from spectrag.expand.blocks import candidate_blocks_torch
+from spectrag.expand.pool import expand_torch
 from spectrag.index.lexical import top_k_scores  # noqa: E402  (bm25s is imported lazily there)
-from spectrag.query.bridge import bridge_relevance  # noqa: E402
-from spectrag.query.pipeline import RetrieverConfig  # noqa: E402
-from spectrag.query.propagate import block_laplacian, ppr_proximity, spectral_proximity  # noqa: E402
+from spectrag.rescore.bridge import bridge_relevance  # noqa: E402
+from spectrag.config import RetrieverConfig# noqa: E402
+from spectrag.kernels.laplacian import block_laplacian# noqa: E402
+from spectrag.propagate.proximity import ppr_proximity, spectral_proximity
 
 warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
 warnings.filterwarnings("ignore", message=".*Sparse invariant checks are implicitly disabled.*")
@@ -201,7 +205,7 @@ def make_kg(n_ent: int, dev: torch.device, seed: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Online stages composed from kernels (device versions of engine/query/expand.py)
+# Online stages composed from kernels (device versions of engine/expand/pool.py)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -211,7 +215,7 @@ def graph_of(data: dict) -> TorchCSR:
 
 def expand_device(data: dict, seeds: torch.Tensor, seed_w: torch.Tensor, p: int = P, hops: int = 2) -> torch.Tensor:
     """Candidate pools ``[B, p]`` (-1 padded) on the device: the engine's torch expansion
-    (``spectrag.query.expand_torch``), what ``Retriever`` runs on a GPU."""
+    (``spectrag.expand.pool``), what ``Retriever`` runs on a GPU."""
     return expand_torch(seeds, seed_w, graph_of(data), max_candidates=p, hops=hops)[0]
 
 

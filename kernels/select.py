@@ -30,7 +30,7 @@ states are kept as ``[B, P]`` tensors and updated incrementally after every pick
 product ``bmm([B, 1, d], [B, d, P])`` of the new picks against their pools feeds a running
 maximum, so a step costs ``O(B P d)``, never a recomputation from scratch (and nothing when
 ``lam == 0``; the whole core costs one ``bmm([B, core_size, d], [B, d, P])``).  Ties in every ``argmax`` go to the smaller position, so the result is
-deterministic and equal to the per-query reference :func:`budget_select_reference`.
+deterministic and equal to the per-query reference :func:`spectrag.reference.select.budget_select_reference`.
 
 Scores, utilities and the precision floor are computed in float64 (float32 on MPS, which has
 no float64); cosines in the dtype of ``embeddings``.  ``l ** rho`` is evaluated once per
@@ -40,13 +40,12 @@ distinct token length, so equal lengths get bit-identical normalisers.
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Union
 
 import torch
 
-__all__ = ["SelectConfig", "SelectResult", "budget_select", "budget_select_reference"]
+__all__ = ["SelectParams", "SelectResult", "budget_select"]
 
 PHASE_CORE, PHASE_TAIL, PHASE_BACKFILL, PHASE_PAD = 0, 1, 2, -1
 
@@ -57,45 +56,24 @@ PHASE_CORE, PHASE_TAIL, PHASE_BACKFILL, PHASE_PAD = 0, 1, 2, -1
 
 
 @dataclass(frozen=True)
-class SelectConfig:
-    """Parameters of :func:`budget_select` (the same names as its keyword arguments).
+class SelectParams:
+    """The selection's keyword arguments, checked (one record, so the batched kernel and the
+    reference read the same values). Defaults are neutral: score-order filling of the budget."""
 
-    Args:
-        budget: token budget ``B_tok`` per query, ``>= 0`` (default: 12000).
-        core_size: size of the protected core, ``>= 0`` (default: 3).
-        a: weight of the relevance ``s``, ``>= 0`` (default: 1.0).
-        b: weight of the graph proximity ``Prox``, ``>= 0`` (default: 0.3).
-        c: weight of ``ClusterGain``, ``>= 0`` (default: 0.1).
-        d: weight of ``DocGain``, ``>= 0`` (default: 0.1).
-        lam: redundancy penalty ``lambda``, ``>= 0`` (default: 0.2).
-        rho: length-normalisation exponent in ``U / l**rho``, in ``[0, 1]`` (default: 0.0).
-
-    The defaults of ``lam`` and ``rho`` were chosen on MuSiQue (bench/results/eval_musique.md):
-    any ``rho > 0`` favours short chunks and lowered the F1 of the context set at 500-2,000
-    token budgets (e.g. 32.4 vs 37.9 at 500 tokens for rho 0.3 vs 0), and a lighter redundancy
-    penalty kept more second-hop evidence.
-        precision_floor: tail candidates need ``s >= precision_floor * max s`` of their query,
-            in ``[0, 1]`` (default: 0.5).
-        backfill: fill the remaining budget by descending ``s`` once the tail is exhausted
-            (default: True).
-    """
-
-    budget: int = 12_000
-    core_size: int = 3
+    core_size: int = 0
     a: float = 1.0
-    b: float = 0.3
-    c: float = 0.1
-    d: float = 0.1
-    lam: float = 0.2
+    b: float = 0.0
+    c: float = 0.0
+    d: float = 0.0
+    lam: float = 0.0
     rho: float = 0.0
-    precision_floor: float = 0.5
+    precision_floor: float = 0.0
     backfill: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("budget", "core_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+        v = self.core_size
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"core_size must be an int >= 0, got {v!r}")
         for name, lo, hi in (
             ("a", 0.0, math.inf), ("b", 0.0, math.inf), ("c", 0.0, math.inf),
             ("d", 0.0, math.inf), ("lam", 0.0, math.inf), ("rho", 0.0, 1.0),
@@ -171,9 +149,7 @@ def _check_finite(name: str, T: torch.Tensor, mask: torch.Tensor) -> None:
         )
 
 
-def _validate(scores, prox, tokens, mask, embeddings, clusters, docs, config, budget) -> _Inputs:
-    if not isinstance(config, SelectConfig):
-        raise TypeError(f"config must be a SelectConfig, got {type(config).__name__}")
+def _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget) -> _Inputs:
     named = (("scores", scores), ("prox", prox), ("tokens", tokens), ("mask", mask),
              ("embeddings", embeddings), ("clusters", clusters), ("docs", docs))
     for name, T in named:
@@ -227,8 +203,6 @@ def _validate(scores, prox, tokens, mask, embeddings, clusters, docs, config, bu
         )
     tok = torch.where(mask, tok, torch.ones((), dtype=torch.int64, device=device))
 
-    if budget is None:
-        budget = config.budget
     if isinstance(budget, torch.Tensor):
         if budget.is_floating_point() or budget.is_complex() or budget.dtype == torch.bool:
             raise TypeError(f"budget must be an int or an integer tensor, got dtype {budget.dtype}")
@@ -282,9 +256,17 @@ def budget_select(
     embeddings: torch.Tensor,
     clusters: torch.Tensor,
     docs: torch.Tensor,
-    config: SelectConfig = SelectConfig(),
     *,
-    budget: Optional[Union[int, torch.Tensor]] = None,
+    budget: Union[int, torch.Tensor],
+    core_size: int = 0,
+    a: float = 1.0,
+    b: float = 0.0,
+    c: float = 0.0,
+    d: float = 0.0,
+    lam: float = 0.0,
+    rho: float = 0.0,
+    precision_floor: float = 0.0,
+    backfill: bool = True,
 ) -> SelectResult:
     r"""Greedy token-budgeted context selection for ``B`` queries at once.
 
@@ -310,9 +292,20 @@ def budget_select(
             cosine; not checked).
         clusters: spectral cluster id of each candidate.
         docs: document id of each candidate.
-        config: the selection parameters (default: ``SelectConfig()``).
-        budget: per-query token budget overriding ``config.budget``: an int or an integer
-            tensor ``[B]`` on the inputs' device (default: None).
+        budget: token budget ``B_tok`` per query, ``>= 0``: an int or an integer tensor ``[B]``
+            on the inputs' device.
+        core_size: size of the protected core, ``>= 0`` (default: 0).
+        a, b, c, d: weights of ``s``, ``Prox``, ``ClusterGain`` and ``DocGain``, ``>= 0``
+            (default: 1, 0, 0, 0).
+        lam: redundancy penalty ``lambda``, ``>= 0`` (default: 0).
+        rho: length-normalisation exponent in ``U / l**rho``, in ``[0, 1]`` (default: 0).
+        precision_floor: tail candidates need ``s >= precision_floor * max s`` of their query,
+            in ``[0, 1]`` (default: 0).
+        backfill: fill the remaining budget by descending ``s`` once the tail is exhausted
+            (default: True).
+
+    The defaults are neutral (the budget filled in score order); the engine's values are in
+    :class:`spectrag.config.SelectConfig`.
 
     Returns:
         :class:`SelectResult`, every tensor on the device of ``scores``.
@@ -322,7 +315,8 @@ def budget_select(
         budget ``[B]`` -> order, phase, utility ``[B, K]``; selected ``[B, P]``;
         used_tokens ``[B]``.
     """
-    inp = _validate(scores, prox, tokens, mask, embeddings, clusters, docs, config, budget)
+    cfg = SelectParams(core_size, a, b, c, d, lam, rho, precision_floor, backfill)
+    inp = _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget)
     B, P = scores.shape
     device = scores.device
     work = _work_dtype(device)
@@ -331,7 +325,6 @@ def budget_select(
     if n_valid_max == 0:
         return _empty_result(B, P, device, work)
 
-    cfg = config
     E = inp.embeddings  # (B, P, d)
     s = inp.scores.to(work)  # (B, P)
     tok = inp.tokens  # (B, P) int64
@@ -448,129 +441,4 @@ def budget_select(
         phase=phase[:, :K].contiguous(),
         utility=utility[:, :K].contiguous(),
         n_steps=n_core + n_greedy,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Per-query reference (plain Python over lists)
-# ---------------------------------------------------------------------------------------------
-
-
-def budget_select_reference(
-    scores: torch.Tensor,
-    prox: torch.Tensor,
-    tokens: torch.Tensor,
-    mask: torch.Tensor,
-    embeddings: torch.Tensor,
-    clusters: torch.Tensor,
-    docs: torch.Tensor,
-    config: SelectConfig = SelectConfig(),
-    *,
-    budget: Optional[Union[int, torch.Tensor]] = None,
-) -> SelectResult:
-    """The same selection as :func:`budget_select`, one query at a time in plain Python.
-
-    Inputs are validated like :func:`budget_select`, then every query is converted to Python
-    lists and selected with explicit loops (dot products as Python sums).  Used by the tests as
-    the independent reference and by ``bench/bench_select.py`` as the baseline.
-    """
-    inp = _validate(scores, prox, tokens, mask, embeddings, clusters, docs, config, budget)
-    B, P = scores.shape
-    device = scores.device
-    work = _work_dtype(device)
-    cfg = config
-    orders, phases, utils, used, core_steps, greedy_steps = [], [], [], [], 0, 0
-    for q in range(B):
-        valid = inp.mask[q].tolist()
-        ids = [i for i in range(P) if valid[i]]
-        s = inp.scores[q].tolist()
-        p = inp.prox[q].tolist()
-        ln = inp.tokens[q].tolist()
-        cl = inp.clusters[q].tolist()
-        dc = inp.docs[q].tolist()
-        emb = inp.embeddings[q].tolist()
-        remaining = int(inp.budget[q])
-        norm = [float(ln[i]) ** cfg.rho for i in range(P)]
-        chosen: list[int] = []
-        ph: list[int] = []
-        ut: list[float] = []
-        taken = [False] * P
-        red = [0.0] * P
-        seen_clusters: set = set()
-        seen_docs: set = set()
-
-        def take(i: int, phase_id: int, value: float) -> None:
-            nonlocal remaining
-            chosen.append(i)
-            ph.append(phase_id)
-            ut.append(value)
-            taken[i] = True
-            remaining -= ln[i]
-            seen_clusters.add(cl[i])
-            seen_docs.add(dc[i])
-            ei = emb[i]
-            for j in ids:
-                dot = sum(map(operator.mul, emb[j], ei))
-                if dot > red[j]:
-                    red[j] = dot
-
-        # (1) protected core
-        by_score = sorted(ids, key=lambda i: (-s[i], i))
-        core = by_score[: cfg.core_size]
-        for i in core:
-            if ln[i] <= remaining:
-                take(i, PHASE_CORE, s[i])
-        core_steps = max(core_steps, len(core))
-
-        # (2) tail with the precision floor
-        floor = cfg.precision_floor * max(s[i] for i in ids) if ids else 0.0
-        n_greedy = 0
-        while True:
-            best, best_key = -1, 0.0
-            for i in ids:
-                if taken[i] or ln[i] > remaining or not s[i] >= floor:
-                    continue
-                cluster_gain = 0.0 if cl[i] in seen_clusters else 1.0
-                doc_gain = 0.0 if dc[i] in seen_docs else 1.0
-                u = cfg.a * s[i] + cfg.b * p[i] + cfg.c * cluster_gain + cfg.d * doc_gain - cfg.lam * red[i]
-                k = u / norm[i]
-                if best < 0 or k > best_key:
-                    best, best_key = i, k
-            if best < 0:
-                break
-            take(best, PHASE_TAIL, best_key)
-            n_greedy += 1
-
-        # (3) backfill by descending s
-        while cfg.backfill:
-            best = -1
-            for i in ids:
-                if not taken[i] and ln[i] <= remaining and (best < 0 or s[i] > s[best]):
-                    best = i
-            if best < 0:
-                break
-            take(best, PHASE_BACKFILL, s[best])
-            n_greedy += 1
-        greedy_steps = max(greedy_steps, n_greedy)
-
-        orders.append(chosen)
-        phases.append(ph)
-        utils.append(ut)
-        used.append(int(inp.budget[q]) - remaining)
-
-    K = max((len(o) for o in orders), default=0)
-    if K == 0:
-        return _empty_result(B, P, device, work, core_steps + greedy_steps)
-    pad = lambda rows, fill: [r + [fill] * (K - len(r)) for r in rows]  # noqa: E731
-    selected = [[False] * P for _ in range(B)]
-    for q, o in enumerate(orders):
-        for i in o:
-            selected[q][i] = True
-    return SelectResult(
-        order=torch.tensor(pad(orders, -1), dtype=torch.int64, device=device),
-        selected=torch.tensor(selected, dtype=torch.bool, device=device).reshape(B, P),
-        used_tokens=torch.tensor(used, dtype=torch.int64, device=device),
-        phase=torch.tensor(pad(phases, PHASE_PAD), dtype=torch.int8, device=device),
-        utility=torch.tensor(pad(utils, math.nan), dtype=work, device=device),
-        n_steps=core_steps + greedy_steps,
     )

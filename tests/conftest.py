@@ -14,21 +14,6 @@ if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not Path("/dev/nvidia0"
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 FIXTURES = Path(__file__).parent / "fixtures"
-TESTS = Path(__file__).parent
-
-
-def load_reference_module(name: str, relative_path: str):
-    """A plain-Python reference under ``tests/`` (e.g. ``query/reference.py``), imported once
-    under ``name``: the test folders are not packages, and a unique name cannot be shadowed."""
-    import importlib.util
-    import sys
-
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, TESTS / relative_path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
@@ -48,7 +33,7 @@ def index_config(embed_cache):
 def sample_index(tmp_path_factory, index_config):
     """The sample corpus indexed once with the default model (about 10 s on 2 cores)."""
     from spectrag import build_index
-    from spectrag.demo import sample_corpus
+    from spectrag.cli.demo import sample_corpus
 
     return build_index(sample_corpus(), tmp_path_factory.mktemp("idx") / "sample", index_config)
 

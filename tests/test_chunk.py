@@ -9,10 +9,11 @@ import re
 import pytest
 
 from spectrag.config import PRESETS, ChunkConfig
-from spectrag.demo import sample_corpus
+from spectrag.cli.demo import sample_corpus
 from spectrag.index.chunk import _TABLE, chunk_document
-from spectrag.index.load import Document, load_documents
-from spectrag.index.tokens import count_tokens
+from spectrag.types import Document
+from spectrag.index.load import load_documents
+from spectrag.util.tokens import count_tokens
 
 WORDS = "river bridge town engineer harbour council railway lake island festival ship north".split()
 

@@ -39,11 +39,23 @@ def test_round_trip_through_dict():
     [
         ("[chunk]\nsize = 3\n", "unknown key(s) ['size'] in [chunk]"),
         ("[retrieval]\nk = 3\n", "unknown section(s) ['retrieval']"),
+        ("[expand]\nhops = -1\n", "expand.hops must be an integer >= 0, got -1"),
+        ("[retriever]\nmode = 'magic'\n", "retriever.mode must be one of 'dense'"),
+        ("[retriever]\nexpand = 3\n", "[expand] is a table of its own"),
+        ("[bridge]\nlambda = 0.3\n", "unknown key(s) ['lambda'] in [bridge]"),
+        ("[bm25]\nk1 = nan\n", "bm25.k1 must be a finite number > 0, got nan"),
+        ("[chunk]\nchunk_size = 100.5\n", "chunk.chunk_size must be an integer >= 8, got 100.5"),
+        ("[embed]\ndevice = 3\n", "embed.device must be a string, got 3"),
+        ("[graph]\nmin_cos = nan\n", "graph.min_cos must be a finite number"),
+        ("[graph]\nentity_top_k = -1\n", "graph.entity_top_k must be an integer >= 1, got -1"),
+        ("[seed]\nrrf_k = nan\n", "seed.rrf_k must be an integer >= 0, got nan"),
+        ("[activation]\ntau_a = nan\n", "activation.tau_a must be a finite number"),
+        ("[graph.weights]\nentity = 'high'\n", "graph.weights.entity must be a number in [0, 1]"),
         ("[graph]\nk = 3\n", "unknown key(s) ['k'] in [graph]"),
         ("[graph.weights]\nsemantics = 0.5\n", "graph.weights has unknown signal(s) ['semantics']"),
-        ("[graph]\ntau = 1.5\n", "graph.tau must be in [0, 1)"),
+        ("[graph]\ntau = 1.5\n", "graph.tau must be a finite number >= 0 and < 1, got 1.5"),
         ("[chunk]\nchunk_size = 100\noverlap = 100\n", "chunk.overlap must be in [0, chunk_size=100)"),
-        ("[bm25]\nmethod = 'okapi'\n", "bm25.method must be one of"),
+        ("[bm25]\nmethod = 'okapi'\n", "bm25.method must be one of 'lucene'"),
         ("[embed]\ndevice = 'tpu'\n", "embed.device must be auto, cpu or cuda"),
         ("[chunk\n", "is not valid TOML"),
     ],
@@ -61,3 +73,37 @@ def test_missing_config_and_unknown_preset(tmp_path):
         load_config(tmp_path / "none.toml")
     with pytest.raises(ConfigError, match="unknown preset 'huge'"):
         load_config(preset="huge")
+
+
+def test_online_tables_load_and_keep_the_offline_ones(tmp_path):
+    from spectrag.config import load_retriever_config
+
+    path = tmp_path / "both.toml"
+    path.write_text("[chunk]\nchunk_size = 256\noverlap = 64\n[retriever]\nmode = 'ppr'\nbudget = 4000\n"
+                    "[expand]\nmax_candidates = 300\n[bridge]\nlam = 0.25\n[select]\ncore_size = 2\n")
+    online = load_retriever_config(path)
+    assert (online.mode, online.budget, online.expand.max_candidates, online.bridge.lam) == ("ppr", 4000, 300, 0.25)
+    assert online.select.core_size == 2 and online.expand.hops == 2  # untouched fields keep their defaults
+    assert load_config(path).chunk.chunk_size == 256  # the same file builds the index
+    assert load_retriever_config(path, mode="dense", expand__hops=0).get("expand.hops") == 0
+
+
+def test_replace_names_the_bad_table_and_key():
+    from spectrag.config import RetrieverConfig
+
+    config = RetrieverConfig()
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['lambda'\] in \[bridge\]"):
+        config.replace(bridge__lambda=0.5)
+    with pytest.raises(ConfigError, match="no stage table 'bridges'"):
+        config.replace(bridges__lam=0.5)
+    with pytest.raises(ConfigError, match="propagate.alpha must be a finite number >= 0 and <= 1, got 2.0"):
+        config.replace(propagate__alpha=2.0)
+    assert config.replace(**{"expand.hops": 1}).expand.hops == 1 and config.expand.hops == 2
+
+
+def test_baselines_select_with_their_own_explicit_table():
+    from spectrag.config import RetrieverConfig
+
+    base = RetrieverConfig().baseline_select
+    assert (base.core_size, base.b, base.c, base.d, base.lam, base.precision_floor) == (0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert RetrieverConfig().select.core_size == 3

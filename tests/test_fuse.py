@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from spectrag.query.fuse import reciprocal_rank_fusion
+from spectrag.seed.rrf import reciprocal_rank_fusion
 
 
 def _reference(lists: list[list[int]], k: int) -> list[tuple[float, int]]:

@@ -1,4 +1,4 @@
-"""Incremental indexing (spectrag.index.incremental) against a full rebuild of the union: chunks,
+"""Incremental indexing (spectrag.incremental) against a full rebuild of the union: chunks,
 embeddings, dense and BM25 search, every graph signal, the fused graph, the spectrum and the
 Retriever's results; the exact semantic kNN update against semantic_edges; Lanczos warm starts;
 atomicity and bad input."""
@@ -22,13 +22,14 @@ from spectrag.config import EmbedConfig, IndexConfig
 from spectrag.errors import CorpusError, IndexFormatError, SpectragError
 from spectrag.graph.fuse import signal_matrix
 from spectrag.graph.signals import semantic_edges
-from spectrag.index import add_documents
+from spectrag import add_documents
 from spectrag.index.chunk import chunk_document
-from spectrag.index.incremental import semantic_update, warm_start
+from spectrag.incremental import semantic_update, warm_start
 from spectrag.index.lexical import BM25Index
 from spectrag.index.load import iter_documents
-from spectrag.index.store import MANIFEST
-from spectrag.query.pipeline import Retriever, RetrieverConfig
+from spectrag.store import MANIFEST
+from spectrag.retriever import Retriever
+from spectrag.config import RetrieverConfig
 from spectrag.kernels.lanczos import lanczos_eigsh
 
 DIM = 32
@@ -304,7 +305,7 @@ def old_copy(synth, tmp_path) -> Path:
 
 @pytest.mark.parametrize("where", ["bm25", "spectrum"])
 def test_failed_add_leaves_the_old_index(old_copy, synth, monkeypatch, where):
-    import spectrag.index.incremental as inc_mod
+    import spectrag.incremental as inc_mod
 
     before = {p.relative_to(old_copy): p.read_bytes() for p in old_copy.rglob("*") if p.is_file()}
 
@@ -357,7 +358,7 @@ def test_clashing_ids_empty_addition_and_embeddings(synth, old_copy, tmp_path):
 def sample_split(tmp_path_factory):
     """The sample corpus indexed as its first 20 files, then the last 10 added, with an
     embedding cache of its own (so no vector comes from the full build's cache)."""
-    from spectrag.demo import sample_corpus
+    from spectrag.cli.demo import sample_corpus
 
     root = tmp_path_factory.mktemp("sample-split")
     files = sorted(p for p in sample_corpus().iterdir() if p.is_file())
@@ -373,7 +374,7 @@ def sample_split(tmp_path_factory):
 
 
 def test_sample_add_equals_full_rebuild(sample_split, sample_index):
-    from spectrag.demo import sample_questions
+    from spectrag.cli.demo import sample_questions
 
     _, inc = sample_split
     full = sample_index
@@ -415,7 +416,7 @@ def test_knowledge_graph_is_rebuilt_in_full(tmp_path, embed_cache):
     """An index with a knowledge graph gets the graph of all chunks, as a rebuild would."""
     pytest.importorskip("spectrag.kg.build")
     from spectrag.config import KGConfig
-    from spectrag.demo import sample_corpus
+    from spectrag.cli.demo import sample_corpus
 
     files = sorted(p for p in sample_corpus().iterdir() if p.is_file())[:5]
     for name, part in (("first", files[:3]), ("rest", files[3:]), ("all", files)):

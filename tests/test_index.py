@@ -15,7 +15,7 @@ from spectrag.config import BM25Config, EmbedConfig, IndexConfig
 from spectrag.errors import ConfigError, CorpusError, IndexFormatError, SpectragError
 from spectrag.index.dense import DenseIndex
 from spectrag.index.lexical import BM25Index
-from spectrag.index.store import MANIFEST
+from spectrag.store import MANIFEST
 
 QUESTIONS = ["In which town was the designer of the Veltra Bridge born?", "Who founded the Greywater Shipping Company?"]
 

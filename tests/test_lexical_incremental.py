@@ -14,12 +14,12 @@ import pytest
 from spectrag import build_index, load_index
 from spectrag.config import BM25Config, EmbedConfig, GraphConfig, IndexConfig
 from spectrag.errors import ConfigError, IndexFormatError
-from spectrag.index import add_documents
+from spectrag import add_documents
 from spectrag.index.chunk import chunk_document
 from spectrag.index import lexical
 from spectrag.index.lexical import TOKEN_FILES, BM25Index
 from spectrag.index.load import iter_documents
-from spectrag.index.store import MANIFEST
+from spectrag.store import MANIFEST
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 TOKENIZATION = {"stemmed": {}, "plain": {"stemmer": "", "stopwords": ""}}

@@ -14,7 +14,7 @@ PROBE = f"""
 import importlib.util, sys
 for name in {ABSENT!r}:
     sys.modules[name] = None  # import of any of them raises ImportError
-import spectrag, spectrag.kernels, spectrag.query.expand, spectrag.query.expand_torch, spectrag.index.lexical
+import spectrag, spectrag.kernels, spectrag.expand.pool, spectrag.expand.pool, spectrag.index.lexical
 sys.path.insert(0, "bench")
 sys.argv = ["gpu_check.py"]
 spec = importlib.util.spec_from_file_location("gpu_check", "bench/gpu_check.py")
@@ -32,4 +32,4 @@ def test_engine_names_still_resolve():
     import spectrag
 
     assert spectrag.build_index.__name__ == "build_index" and spectrag.load_index.__name__ == "load_index"
-    assert spectrag.add_documents.__module__ == "spectrag.index.incremental"
+    assert spectrag.add_documents.__module__ == "spectrag.incremental"

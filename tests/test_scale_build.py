@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from spectrag.config import PRESETS, ChunkConfig
-from spectrag.demo import sample_corpus
+from spectrag.cli.demo import sample_corpus
 from spectrag.index import chunk as chunking
-from spectrag.index import usage
-from spectrag.index.load import Document, load_documents
-from spectrag.index.pool import map_blocks, resolve_workers
+from spectrag.util import usage
+from spectrag.types import Document
+from spectrag.index.load import load_documents
+from spectrag.util.pool import map_blocks, resolve_workers
 
 WORDS = "river bridge town engineer harbour council railway lake island festival ship north".split()
 

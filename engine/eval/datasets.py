@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from spectrag.errors import CorpusError
-from spectrag.index.load import iter_json_lines, read_json, read_text
+from spectrag.util.io import iter_json_lines, read_json, read_text
 
 DATASETS = ("musique", "2wiki", "hotpotqa", "multihop-rag", "beir", "sample")
 SAMPLE = Path(__file__).resolve().parents[1] / "sample"

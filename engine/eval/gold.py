@@ -23,7 +23,7 @@ import torch
 
 from spectrag.errors import CorpusError
 from spectrag.eval.datasets import Key, Question, passage_key
-from spectrag.index.load import Document
+from spectrag.types import Document
 
 PASSAGE_FORMATS = ("musique", "2wiki", "hotpotqa")
 KEY_NAMES = {"passage": "title+text", "doc": "document id", "title_url": "title+url", "title": "title (unique)"}

@@ -20,6 +20,8 @@ import scipy.sparse as sp
 from spectrag.errors import SpectragError
 from spectrag.graph.build import spectrum_of
 from spectrag.graph.fuse import fuse_signals, signal_matrix
+from spectrag.graph.relational import relational_graph
+from spectrag.state import QueryState
 
 
 def stored_signals(index) -> dict[str, sp.csr_matrix]:
@@ -49,14 +51,13 @@ def rebuild_graph(index, drop: tuple[str, ...] = (), signals: dict[str, sp.csr_m
     facts = {"dropped": list(drop), "edges": int(fused.weights.nnz // 2), "components": spectrum.components,
              "isolated_nodes": spectrum.isolated, "spectrum": spectrum.report}
     kept_edges = {name: index.graph["signals"][name] for name in keep}  # the stored (rows, cols, weights)
-    return {"weights": fused.weights, "coordinates": spectrum.coordinates, "eigenvalues": spectrum.eigenvalues,
+    relations = relational_graph(kept_edges, cfg.signal_weights(), len(index.chunks))
+    return {"weights": fused.weights, "relations": relations, "coordinates": spectrum.coordinates, "eigenvalues": spectrum.eigenvalues,
             "clusters": spectrum.clusters, "signals": kept_edges, "facts": facts}
 
 
 def with_graph(retriever, graph: dict[str, Any]):
     """A copy of ``retriever`` (same index and config) whose query state uses ``graph``."""
-    from spectrag.query.state import QueryState
-
     other = copy.copy(retriever)
     other.state = QueryState.from_index(retriever.index, retriever.state.device, graph=graph)
     return other

@@ -1,28 +1,34 @@
 """``evaluate``: build or reuse an index, run every method on all questions in batches, score.
 
 Query vectors are embedded once and shared by every method, ablation, sweep point and budget;
-each batch goes through :meth:`Retriever.score_batch`, and the scoring is tensor work over all
+each batch goes through :func:`spectrag.pipeline.run` (:mod:`spectrag.eval.run`), and the scoring is tensor work over all
 questions at once (:mod:`spectrag.eval.score`, :mod:`spectrag.eval.metrics`). Ablations and the
 sweep are in :mod:`spectrag.eval.variants`.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from spectrag.config import IndexConfig, with_openie
+from spectrag.build import build_index
+from spectrag.config import MODES, IndexConfig, with_openie
 from spectrag.errors import SpectragError
 from spectrag.eval.datasets import Dataset, load_dataset
-from spectrag.eval.score import Run, make_scorer
+from spectrag.eval.report import write_outputs
+from spectrag.eval.run import Run, run_method
+from spectrag.eval.score import make_scorer
+from spectrag.eval.variants import run_ablations, run_sweep
+from spectrag.index.embed import default_cache_dir
+from spectrag.retriever import Retriever
+from spectrag.store import Index, load_index
 
 # --- index ---------------------------------------------------------------------------------
 
@@ -35,8 +41,6 @@ def _fingerprint(path: Path) -> list[Any]:
 
 def cache_folder(ds: Dataset, config: IndexConfig, cache_dir: str | Path | None = None) -> Path:
     """``<cache>/eval/<dataset>-<hash of corpus path, corpus files, format and config>``."""
-    from spectrag.index.embed import default_cache_dir
-
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "eval"
     key = json.dumps({"corpus": str(ds.corpus.resolve()), "files": _fingerprint(ds.corpus), "format": ds.fmt,
                       "config": config.to_dict()}, sort_keys=True)
@@ -56,9 +60,6 @@ def resolve_index(ds: Dataset, index=None, config: IndexConfig | None = None, ca
                   log: Callable[[str], None] = lambda _: None):
     """The index to evaluate: ``index`` (an :class:`Index` or a folder) when given, else the cache
     folder's, built there first when absent (atomically, by :func:`build_index`)."""
-    from spectrag.index.build import build_index
-    from spectrag.index.store import Index, load_index
-
     if isinstance(index, Index):
         return index, {"path": str(index.path), "built": False}
     if index is not None:
@@ -77,46 +78,12 @@ def resolve_index(ds: Dataset, index=None, config: IndexConfig | None = None, ca
     return built, {"path": str(folder), "built": True, "seconds": round(time.perf_counter() - start, 1)}
 
 
-# --- running ---------------------------------------------------------------------------------
-
-
-def _pad_cat(parts: list[torch.Tensor]) -> torch.Tensor:
-    width = max(1, max(p.shape[1] for p in parts))
-    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]), value=-1) for p in parts])
-
-
-def run_method(retriever, texts: list[str], qvecs: torch.Tensor, mode: str, budget: int | None,
-               batch_size: int) -> Run:
-    """``retriever.score_batch`` over the questions in batches of ``batch_size``."""
-    ranks, sels, used = [], [], []
-    seconds = 0.0
-    for lo in range(0, len(texts), batch_size):
-        start = time.perf_counter()
-        res = retriever.score_batch(texts[lo : lo + batch_size], budget=budget, mode=mode, qvecs=qvecs[lo : lo + batch_size])
-        seconds += time.perf_counter() - start
-        pos = res.selected
-        chosen = torch.where(pos >= 0, res.candidates.gather(1, pos.clamp(min=0)), torch.full_like(pos, -1))
-        ranks.append(res.ranking().cpu())
-        sels.append(chosen.cpu())
-        used.append(res.used_tokens.cpu())
-    return Run(_pad_cat(ranks), _pad_cat(sels), torch.cat(used), seconds)
-
-
-def with_config(retriever, **overrides: Any):
-    """A copy of ``retriever`` sharing its state, with ``RetrieverConfig`` fields replaced."""
-    other = copy.copy(retriever)
-    other.config = replace(retriever.config, **overrides)
-    return other
-
-
 # --- methods ---------------------------------------------------------------------------------
 
 
 def available_modes() -> tuple[str, ...]:
-    """Every retrieval mode of the pipeline (``MODES`` plus ``KG_MODES``)."""
-    from spectrag.query import pipeline
-
-    return tuple(pipeline.MODES) + tuple(pipeline.KG_MODES)
+    """Every retrieval mode of the pipeline (:data:`spectrag.config.MODES`)."""
+    return MODES
 
 
 def resolve_methods(spec: str | Sequence[str], modes: Sequence[str]) -> tuple[list[str], bool]:
@@ -180,8 +147,6 @@ def evaluate(
     question (default: the retriever's). ``budgets``: more budgets at which every method's context
     P / R / F1 is also reported (ranking metrics do not depend on the budget).
     """
-    from spectrag.query import pipeline
-
     if batch_size < 1:
         raise SpectragError(f"--batch-size must be >= 1, got {batch_size}")
     for b in ([budget] if budget is not None else []) + list(budgets):
@@ -202,12 +167,12 @@ def evaluate(
     if gold_gap := scorer.gold.report["unmapped"]:
         log(f"warning: {gold_gap} of {scorer.gold.report['gold_items']} gold items could not be mapped to the corpus")
 
-    retriever = pipeline.Retriever(idx, retriever_config)
+    retriever = Retriever(idx, retriever_config)
     texts = [q.text for q in ds.questions]
     start = time.perf_counter()
     qvecs = torch.cat([retriever.embed(texts[lo : lo + batch_size]) for lo in range(0, len(texts), batch_size)])
     embed_seconds = time.perf_counter() - start
-    eff_budget = retriever.config.select.budget if budget is None else budget
+    eff_budget = retriever.config.budget if budget is None else budget
 
     result: dict[str, Any] = {
         "command": command,
@@ -240,19 +205,13 @@ def evaluate(
             for row in result["budgets"][str(b)].values():
                 row["overall"] = {k: row["overall"][k] for k in ("P", "R", "F1")}
     if ablations:
-        from spectrag.eval.variants import run_ablations
-
         result["ablations"] = run_ablations(retriever, texts, qvecs, budget, batch_size, scorer, runs, log)
     if sweep:
-        from spectrag.eval.variants import run_sweep
-
         result["sweep"] = run_sweep(retriever, texts, qvecs, budget, batch_size, scorer, log, runs)
     if out is not None:
-        from spectrag.eval.report import write_outputs
-
         result["outputs"] = write_outputs(Path(out), result, runs, scorer, ds, plots=plots, log=log,
                                           trec_dir=Path(trec_dir) if trec_dir is not None else None)
     return result
 
 
-__all__ = ["available_modes", "cache_folder", "evaluate", "resolve_index", "run_method", "with_config"]
+__all__ = ["available_modes", "cache_folder", "evaluate", "resolve_index"]

@@ -1,7 +1,7 @@
 """Ablations of the full pipeline and a one-at-a-time sensitivity sweep, on the same questions
 and query vectors as the main evaluation.
 
-Ablations switch off one stage (expansion: ``hops = 0``; diffusion: ``alpha = 0``; spectral
+Ablations switch off one stage (expansion: ``expand.hops = 0``; diffusion: ``propagate.alpha = 0``; spectral
 proximity: mode ``ppr``; bridging, where the pipeline has it) or one edge signal (the graph
 re-fused without it, :mod:`spectrag.eval.graphs`) at a time. The sweep varies one parameter of
 :class:`RetrieverConfig` around its default with everything else fixed; the default is always
@@ -15,14 +15,14 @@ question moves R@5 by 0.3-0.5 points, so small differences are within noise.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import torch
 
 from spectrag.errors import SpectragError
 from spectrag.eval.metrics import paired_bootstrap_ci
-from spectrag.eval.runner import run_method, with_config
+from spectrag.eval.graphs import rebuild_graph, stored_signals, with_graph
+from spectrag.eval.run import run_method, with_config
 from spectrag.eval.score import METRICS, Run, Scorer
 
 R5 = METRICS.index("R@5")
@@ -30,30 +30,15 @@ R5 = METRICS.index("R@5")
 FULL = "spectral"  # the full pipeline, the base of the ablations and most sweeps
 SWEEP: dict[str, tuple[str, tuple[float, ...]]] = {
     # parameter: (mode it is swept on, values around the default)
-    "alpha": ("spectral", (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)),
-    "heat_t": ("heat", (0.25, 0.5, 1.0, 2.0, 4.0)),
-    "damping": ("spectral", (0.5, 0.7, 0.85, 0.95)),
-    "n_seeds": ("spectral", (5, 10, 20, 40)),
-    "max_candidates": ("spectral", (50, 100, 200, 400)),
+    "propagate.alpha": ("spectral", (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)),
+    "propagate.t": ("heat", (0.25, 0.5, 1.0, 2.0, 4.0)),
+    "propagate.damping": ("spectral", (0.5, 0.7, 0.85, 0.95)),
+    "expand.n_seeds": ("spectral", (5, 10, 20, 40)),
+    "expand.max_candidates": ("spectral", (50, 100, 200, 400)),
     # spreading activation (indexes with a knowledge graph only): seeds and the chunk filter
     "activation.k": ("activation", (1, 3, 5, 10)),
     "activation.tau_d": ("activation", (0.0, 0.3, 0.45, 0.6)),
 }
-
-
-def _get(config, param: str):
-    """``param`` of a RetrieverConfig, ``section.field`` for a nested settings object."""
-    for part in param.split("."):
-        config = getattr(config, part)
-    return config
-
-
-def _with(retriever, param: str, value):
-    """``retriever`` with ``param`` (possibly ``section.field``) set to ``value``."""
-    if "." not in param:
-        return with_config(retriever, **{param: value})
-    section, field = param.split(".", 1)
-    return with_config(retriever, **{section: replace(getattr(retriever.config, section), **{field: value})})
 
 
 def run_ablations(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, runs: dict[str, Run],
@@ -66,8 +51,6 @@ def run_ablations(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, r
     it keeps that rounding out of each signal's delta (and shows its size). Signals that the
     index does not hold, or that have no edges, are listed instead of run (nothing to remove).
     """
-    from spectrag.eval.graphs import rebuild_graph, stored_signals, with_graph
-
     if retriever.state.weights is None:
         raise SpectragError("--ablations needs the chunk graph, but this index was built without it")
     cfg = retriever.config
@@ -87,12 +70,14 @@ def run_ablations(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, r
         return rows[name]
 
     add("full", f"{FULL}: every stage and signal", retriever, baseline="")
-    add("-expansion", f"hops = 0: the pool is the {cfg.n_seeds} fused seeds, no graph neighbours", with_config(retriever, hops=0))
-    add("-diffusion", "alpha = 0: ranked by query relevance alone over the expanded pool", with_config(retriever, alpha=0.0))
+    add("-expansion", f"expand.hops = 0: the pool is the {cfg.expand.n_seeds} fused seeds, no graph neighbours",
+        with_config(retriever, expand__hops=0))
+    add("-diffusion", "propagate.alpha = 0: ranked by query relevance alone over the expanded pool",
+        with_config(retriever, propagate__alpha=0.0))
     add("-spectral proximity", "PPR proximity only (= mode ppr)", retriever, mode="ppr")
-    if cfg.bridge_rounds > 0:  # the query-aware bridging step
-        add("-bridging", "bridge_rounds = 0: no relevance carried along relational edges",
-            with_config(retriever, bridge_rounds=0))
+    if cfg.bridge.rounds > 0:  # the query-aware bridging step
+        add("-bridging", "bridge.rounds = 0: no relevance carried along relational edges",
+            with_config(retriever, bridge__rounds=0))
     signals = stored_signals(retriever.index)
     weights = retriever.index.config.graph.signal_weights()
     absent = sorted(set(weights) - set(signals))
@@ -123,7 +108,7 @@ def run_sweep(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, log: 
     runs = runs or {}
     out: dict[str, Any] = {}
     for param, (mode, values) in SWEEP.items():
-        default = _get(retriever.config, param)
+        default = retriever.config.get(param)
         points, per_q = [], []
         if mode not in runs:
             try:
@@ -134,7 +119,7 @@ def run_sweep(retriever, texts, qvecs, budget, batch_size, scorer: Scorer, log: 
         for v in sorted({type(default)(v) for v in values} | {default}):  # the default is always a point
             log(f"sweep {param} = {v}")
             run = runs[mode] if (v == default and mode in runs) else \
-                run_method(_with(retriever, param, v), texts, qvecs, mode, budget, batch_size)
+                run_method(with_config(retriever, **{param: v}), texts, qvecs, mode, budget, batch_size)
             full_q = scorer.per_question(run)
             points.append({"value": v, "default": v == default, **scorer.summary(run, detail=False, per_q=full_q)})
             per_q.append(full_q[:, R5])

@@ -2,6 +2,7 @@
 ``graph/`` in the index directory::
 
     graph/weights.{indptr,indices,data}.npy      fused symmetric W as CSR (chunk-id order)
+    graph/relations.{indptr,indices,data}.npy    the relational graph bridging walks (graph/relational.py)
     graph/signals/<name>.{rows,cols,weights}.npy each signal's undirected edges (i < j)
     graph/coordinates.npy  float32 [n, m]         spectral coordinates (eq. 13)
     graph/eigenvalues.npy  float64 [m]
@@ -28,9 +29,10 @@ from spectrag.config import GraphConfig
 from spectrag.errors import ConfigError, CorpusError
 from spectrag.graph import signals as sig
 from spectrag.graph.fuse import FusedGraph, fuse_signals
+from spectrag.graph.relational import relational_graph
 from spectrag.graph.spectrum import Spectrum, spectral_coordinates
-from spectrag.index import usage
-from spectrag.index.chunk import Chunk
+from spectrag.util import usage
+from spectrag.types import Chunk
 
 FOLDER = "graph"
 
@@ -41,7 +43,8 @@ def _doc_codes(chunks: Sequence[Chunk]) -> np.ndarray:
 
 
 def _entities(chunks: Sequence[Chunk], config: GraphConfig) -> tuple[list[list[str]], dict[str, Any]]:
-    from spectrag.graph.entities import extract_entities, load_openie_entities
+    from spectrag.extract.entities import extract_entities
+    from spectrag.extract.openie import load_openie_entities
 
     texts = [c.text for c in chunks]
     if config.entities_file:
@@ -94,7 +97,7 @@ def build_signals(
     ``makers``: signals built another way (an incremental add updates the stored ones), timed
     and ordered like the others."""
     from spectrag.graph.citations import citation_edges
-    from spectrag.graph.entities import entity_incidence
+    from spectrag.extract.entities import entity_incidence
 
     n = len(chunks)
     weights = config.signal_weights()
@@ -207,18 +210,25 @@ def _bandwidth(matrix: sp.csr_matrix) -> int:
     return int(np.abs(coo.row - coo.col).max(initial=0))
 
 
-def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum) -> dict[str, Any]:
+def _save_csr(out: Path, name: str, m: sp.csr_matrix) -> None:
+    np.save(out / f"{name}.indptr.npy", m.indptr.astype(np.int64))
+    np.save(out / f"{name}.indices.npy", m.indices.astype(np.int64))
+    np.save(out / f"{name}.data.npy", m.data.astype(np.float32))
+
+
+def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum, config: GraphConfig) -> dict[str, Any]:
     """Write ``graph/`` under ``folder``; returns order facts for the manifest."""
     out = folder / FOLDER
     (out / "signals").mkdir(parents=True)
     w = fused.weights
-    np.save(out / "weights.indptr.npy", w.indptr.astype(np.int64))
-    np.save(out / "weights.indices.npy", w.indices.astype(np.int64))
-    np.save(out / "weights.data.npy", w.data.astype(np.float32))
+    _save_csr(out, "weights", w)
+    stored = {}
     for name, upper in fused.signals.items():
-        np.save(out / "signals" / f"{name}.rows.npy", upper.row.astype(np.int64))
-        np.save(out / "signals" / f"{name}.cols.npy", upper.col.astype(np.int64))
-        np.save(out / "signals" / f"{name}.weights.npy", upper.data.astype(np.float32))
+        stored[name] = (upper.row.astype(np.int64), upper.col.astype(np.int64), upper.data.astype(np.float32))
+        for part, array in zip(("rows", "cols", "weights"), stored[name]):
+            np.save(out / "signals" / f"{name}.{part}.npy", array)
+    # from the signals as stored (float32), so a load of an older index computes the same graph
+    _save_csr(out, "relations", relational_graph(stored, config.signal_weights(), w.shape[0]))
     np.save(out / "coordinates.npy", spectrum.coordinates)
     np.save(out / "eigenvalues.npy", spectrum.eigenvalues)
     np.save(out / "clusters.npy", spectrum.clusters)
@@ -230,12 +240,18 @@ def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum) -> dict[str,
 
 
 def load_graph(folder: Path) -> dict[str, Any]:
-    """Memory-mapped graph arrays: ``weights`` (scipy CSR over the maps), coordinates, clusters."""
+    """Memory-mapped graph arrays: ``weights`` and ``relations`` (scipy CSR over the maps; the
+    relations are None in an index written before they were stored), coordinates, clusters."""
     src = folder / FOLDER
     load = lambda name: np.load(src / name, mmap_mode="r")  # noqa: E731
-    indptr = load("weights.indptr.npy")
-    n = len(indptr) - 1
-    weights = sp.csr_matrix((load("weights.data.npy"), load("weights.indices.npy"), indptr), shape=(n, n))
+
+    def csr(name: str) -> sp.csr_matrix:
+        indptr = load(f"{name}.indptr.npy")
+        n = len(indptr) - 1
+        return sp.csr_matrix((load(f"{name}.data.npy"), load(f"{name}.indices.npy"), indptr), shape=(n, n))
+
+    weights = csr("weights")
+    relations = csr("relations") if (src / "relations.indptr.npy").exists() else None
     signals = {}
     for path in sorted((src / "signals").glob("*.rows.npy")):
         name = path.name[: -len(".rows.npy")]
@@ -243,6 +259,7 @@ def load_graph(folder: Path) -> dict[str, Any]:
                          load(f"signals/{name}.weights.npy"))
     return {
         "weights": weights,
+        "relations": relations,
         "signals": signals,  # name -> (rows, cols, weights): each signal's undirected edges, i < j
         "coordinates": load("coordinates.npy"),
         "eigenvalues": load("eigenvalues.npy"),

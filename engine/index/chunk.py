@@ -26,22 +26,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from spectrag.config import ChunkConfig
-from spectrag.index.load import Document
-from spectrag.index.tokens import count_tokens, get_encoding
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """A contiguous slice ``[start, end)`` of one document's text."""
-
-    doc_id: str
-    title: str
-    section: tuple[str, ...]
-    url: str
-    text: str
-    n_tokens: int
-    start: int
-    end: int
+from spectrag.types import Chunk, Document
+from spectrag.util.tokens import count_tokens, get_encoding
 
 
 @dataclass(frozen=True)
@@ -263,9 +249,9 @@ def chunk_corpus(
     ``workers``: processes (0: the usable CPUs, at most 8, for corpora of at least 20,000
     documents, else 1). Forked workers chunk contiguous blocks of documents, which they inherit
     rather than receive pickled, and the blocks are concatenated in order
-    (:func:`spectrag.index.pool.map_blocks`), so the result does not depend on ``workers``.
+    (:func:`spectrag.util.pool.map_blocks`), so the result does not depend on ``workers``.
     """
-    from spectrag.index.pool import map_blocks, resolve_workers
+    from spectrag.util.pool import map_blocks, resolve_workers
 
     def block(lo: int, hi: int) -> list[Chunk]:
         return [c for doc in docs[lo:hi] for c in chunk_document(doc, config)]

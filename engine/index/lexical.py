@@ -22,9 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 from spectrag.config import BM25Config
 from spectrag.errors import ConfigError, IndexFormatError
+from spectrag.kernels.topk import topk_sparse_rows
 
 TOKEN_FILES = ("tokens.indptr.npy", "tokens.ids.npy")  # the tokenized chunks, beside the matrix
 
@@ -152,8 +154,16 @@ class BM25Index:
     def search(
         self, queries: list[str], k: int, *, tile: int = 256, device="cpu", backend: str = "auto"
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` chunks per query, ties by smaller chunk id; slots past the last chunk with a
-        non-zero score hold id -1 and score 0 (FAISS's convention).
+        """Top-``k`` chunks per query text: :meth:`search_terms` of :meth:`query_matrix`.
+        Shapes: -> scores, ids ``[B, min(k, n)]``."""
+        return self.search_terms(self.query_matrix(queries), k, tile=tile, device=device, backend=backend)
+
+    def search_terms(
+        self, terms: sp.csr_matrix, k: int, *, tile: int = 256, device="cpu", backend: str = "auto"
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` chunks per row of the query term counts ``terms [B, vocab]``, ties by smaller
+        chunk id; slots past the last chunk with a non-zero score hold id -1 and score 0
+        (FAISS's convention).
 
         ``backend``: ``scipy`` (sparse products on the CPU), ``torch`` (torch sparse products on
         ``device``; the matrix is copied there once) or ``auto``: scipy on the CPU, torch on any
@@ -162,32 +172,31 @@ class BM25Index:
 
         Shapes: -> scores, ids ``[B, min(k, n)]``.
         """
-        import torch
-
         device = torch.device(device)
         if backend not in ("auto", "scipy", "torch"):
             raise ConfigError(f"BM25 search backend must be auto, scipy or torch, got {backend!r}")
+        if terms.shape[1] != self.matrix.shape[0]:
+            raise ValueError(f"terms must be [B, vocab = {self.matrix.shape[0]}], got {terms.shape}")
         on_torch = backend == "torch" or (backend == "auto" and device.type != "cpu")
         k = min(k, self.n)
-        scores = np.empty((len(queries), k), dtype=np.float32)
-        ids = np.empty((len(queries), k), dtype=np.int64)
-        for lo in range(0, len(queries), tile):
-            batch = queries[lo : lo + tile]
+        batch = terms.shape[0]
+        scores = np.empty((batch, k), dtype=np.float32)
+        ids = np.empty((batch, k), dtype=np.int64)
+        for lo in range(0, batch, tile):
+            part = terms[lo : lo + tile]
             if not on_torch:
-                rows = self.score(batch)  # (tile, n) sparse: only chunks sharing a term
+                rows = (part @ self.matrix).tocsr()  # (tile, n) sparse: only chunks sharing a term
                 indptr, cols, vals = (torch.from_numpy(a) for a in (rows.indptr, rows.indices, rows.data))
             else:
-                indptr, cols, vals = self._score_on(batch, device)
+                indptr, cols, vals = self._score_on(part, device)
             s, i = top_k_scores(indptr, cols, vals, k)
             scores[lo : lo + tile] = s.cpu().numpy()
             ids[lo : lo + tile] = i.cpu().numpy()
         return scores, ids
 
-    def _score_on(self, queries: list[str], device):
-        """:meth:`score` as torch sparse products on ``device``: CSR ``(indptr, cols, values)``
+    def _score_on(self, q: sp.csr_matrix, device):
+        """``q @ matrix`` as torch sparse products on ``device``: CSR ``(indptr, cols, values)``
         of the ``[B, n]`` scores."""
-        import torch
-
         cache = self._device_matrix
         if device not in cache:
             m = self.matrix
@@ -195,7 +204,6 @@ class BM25Index:
                 torch.from_numpy(np.array(m.indptr, dtype=np.int64)), torch.from_numpy(np.array(m.indices, dtype=np.int64)),
                 torch.from_numpy(np.array(m.data, dtype=np.float32)), size=m.shape, check_invariants=False,
             ).to(device)
-        q = self.query_matrix(queries)
         q = torch.sparse_csr_tensor(torch.as_tensor(q.indptr, dtype=torch.int64), torch.as_tensor(q.indices, dtype=torch.int64),
                                     torch.as_tensor(q.data, dtype=torch.float32), size=q.shape,
                                     check_invariants=False).to(device)
@@ -235,8 +243,6 @@ def top_k_scores(indptr, cols, vals, k: int):
     """Top-``k`` positive entries per row of a ``[B, n]`` score CSR (torch tensors on any device),
     ties to the smaller chunk id; BM25 scores are >= 0 and a zero is no match, so rows with fewer
     positive entries end in id -1, score 0. Shapes: -> scores, ids ``[B, k]``."""
-    from spectrag.kernels.topk import topk_sparse_rows
-
     scores, ids = topk_sparse_rows(indptr, cols, vals, k)  # positive entries rank first
     no_match = scores <= 0
     return scores.masked_fill(no_match, 0.0), ids.masked_fill(no_match, -1)

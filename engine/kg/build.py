@@ -2,8 +2,8 @@
 
 Sources, in order of preference (``kg.source = auto`` takes the first available):
 
-1. an OpenIE extraction file (:mod:`spectrag.kg.openie`, ``kg.openie_file`` / ``--openie``);
-2. the LLM-free extractor with co-occurrence relations (:mod:`spectrag.kg.extract`);
+1. an OpenIE extraction file (:mod:`spectrag.extract.openie`, ``kg.openie_file`` / ``--openie``);
+2. the LLM-free extractor with co-occurrence relations (:mod:`spectrag.extract.relations`);
 3. an LLM (``kg.source = llm``): the seam is :func:`llm_extraction`; the client comes later.
 
 Entity names and relation texts are embedded with the build's embedder (content-hash cache
@@ -21,10 +21,11 @@ import numpy as np
 
 from spectrag.config import KGConfig
 from spectrag.errors import ConfigError
-from spectrag.index.chunk import Chunk
-from spectrag.kg.extract import acronym_aliases, extract
-from spectrag.kg.graph import Extraction, KnowledgeGraph, assemble
-from spectrag.kg.openie import load_openie
+from spectrag.types import Chunk
+from spectrag.extract.relations import acronym_aliases, extract
+from spectrag.types import Extraction
+from spectrag.kg.graph import assemble, KnowledgeGraph
+from spectrag.extract.openie import load_openie
 
 
 LLM_MISSING = ("kg.source = 'llm' needs an LLM client, which this version does not have; "

@@ -6,7 +6,7 @@ entity "related_to" (a relation list in COO form: subject, object, predicate, th
 embedded, the chunk it came from). Embeddings: one row per entity (of its name: our sources give
 no descriptions) and one per *distinct* relation text, float32, L2-normalized.
 
-Entities are merged by normalized key (:func:`spectrag.graph.entities.normalize_entity`) and by
+Entities are merged by normalized key (:func:`spectrag.extract.entities.normalize_entity`) and by
 alias (``alias -> key``, e.g. an acronym defined in the text), so "The Northern Rail
 Authority", "northern rail authority" and "NRA" are one node, as the paper merges entities whose
 name or alias overlaps.
@@ -22,29 +22,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from spectrag.graph.entities import normalize_entity
-
-
-@dataclass(frozen=True)
-class Triple:
-    """One extracted relation: surface forms of its ends, the predicate, the text to embed
-    (``subject predicate object`` for OpenIE, the sentence for co-occurrence) and its chunk."""
-
-    chunk: int
-    subject: str
-    predicate: str
-    object: str
-    text: str
-
-
-@dataclass
-class Extraction:
-    """What a source yields: entity surface forms per chunk, the triples, and facts for the
-    manifest. Shapes: ``mentions [n_chunks][*]``."""
-
-    mentions: list[list[str]]
-    triples: list[Triple]
-    facts: dict[str, Any] = field(default_factory=dict)
+from spectrag.extract.entities import normalize_entity
+from spectrag.types import Extraction
 
 
 @dataclass

@@ -9,7 +9,7 @@ import pytest
 
 from spectrag.errors import SpectragError
 from spectrag.eval.graphs import rebuild_graph, stored_signals, with_graph
-from spectrag.query.pipeline import Retriever
+from spectrag.retriever import Retriever
 
 
 def test_refusing_every_signal_reproduces_the_stored_graph(sample_index):

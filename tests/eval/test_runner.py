@@ -189,14 +189,14 @@ def test_sweep_covers_activation_settings_exactly_when_the_mode_runs(evaluated):
         assert not activation_params & set(result["sweep"])
 
 
-def test_sweep_sets_nested_activation_settings():
+def test_sweep_sets_nested_settings():
     from types import SimpleNamespace
 
-    from spectrag.eval.variants import _get, _with
-    from spectrag.query.pipeline import RetrieverConfig
+    from spectrag.config import RetrieverConfig
+    from spectrag.eval.run import with_config
 
     base = SimpleNamespace(config=RetrieverConfig())
-    other = _with(base, "activation.tau_d", 0.1)
-    assert _get(other.config, "activation.tau_d") == 0.1 and other.config.activation.k == base.config.activation.k
+    other = with_config(base, **{"activation.tau_d": 0.1})
+    assert other.config.get("activation.tau_d") == 0.1 and other.config.activation.k == base.config.activation.k
     assert base.config.activation.tau_d == 0.45  # the original is untouched
-    assert _get(_with(base, "alpha", 0.5).config, "alpha") == 0.5
+    assert with_config(base, propagate__alpha=0.5).config.get("propagate.alpha") == 0.5

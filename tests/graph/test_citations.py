@@ -10,17 +10,9 @@ import re
 import numpy as np
 import pytest
 
-from spectrag.graph.citations import (
-    FOOTNOTE,
-    LINK,
-    TITLE,
-    URL,
-    CitationEdges,
-    TitleMatcher,
-    citation_edges,
-    title_key,
-)
-from spectrag.index.chunk import Chunk
+from spectrag.graph.citations import citation_edges, CitationEdges, FOOTNOTE, LINK, TITLE, URL
+from spectrag.extract.titles import title_key, TitleMatcher
+from spectrag.types import Chunk
 
 
 def _chunk(doc_id: str, text: str, title: str = "", url: str = "") -> Chunk:
@@ -88,7 +80,7 @@ def _reference_titles(titles: list[str], texts: list[str]) -> list[list[int]]:
 
 
 def _common():
-    from spectrag.graph.citations import COMMON_WORDS
+    from spectrag.extract.titles import COMMON_WORDS
 
     return COMMON_WORDS
 
@@ -214,7 +206,7 @@ def test_links_resolve_relative_paths_extensions_and_urls():
 @pytest.fixture(scope="module")
 def sample_chunks() -> list[Chunk]:
     from spectrag.config import ChunkConfig
-    from spectrag.demo import sample_corpus
+    from spectrag.cli.demo import sample_corpus
     from spectrag.index.chunk import chunk_document
     from spectrag.index.load import load_documents
 

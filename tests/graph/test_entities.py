@@ -11,13 +11,8 @@ import pytest
 import scipy.sparse as sp
 
 from spectrag.errors import CorpusError
-from spectrag.graph.entities import (
-    EntityIncidence,
-    entity_incidence,
-    extract_entities,
-    load_openie_entities,
-    normalize_entity,
-)
+from spectrag.extract.entities import entity_incidence, EntityIncidence, extract_entities, normalize_entity
+from spectrag.extract.openie import load_openie_entities
 
 OPENIE = "openie_musique_train_gpt-3.5-turbo-1106_1890.json"
 
@@ -79,7 +74,7 @@ def test_extract_entities_with_titles():
 @pytest.fixture(scope="module")
 def sample_chunks():
     from spectrag.config import ChunkConfig
-    from spectrag.demo import sample_corpus
+    from spectrag.cli.demo import sample_corpus
     from spectrag.index.chunk import chunk_document
     from spectrag.index.load import load_documents
 

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from spectrag.graph import entities as ent
+from spectrag.extract import entities as ent
 from spectrag.graph import spectrum as spec
 from spectrag.graph.signals import entity_edges, ivf_nlist, semantic_edges, top_k_per_row
 from spectrag.kernels.laplacian import normalized_laplacian

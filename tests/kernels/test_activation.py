@@ -1,10 +1,12 @@
 """Batched spreading activation (kernels/activation.py) against plain per-query references
-(tests/kg/sa_reference.py): the synchronous update on random graphs, the paper's sequential BFS
+(spectrag/reference/activation.py): the synchronous update on random graphs, the paper's sequential BFS
 where visit order cannot matter, invariants (bounds, monotonicity) and batch == single.
 
 Tolerances: float32 kernel vs float64 reference, 1e-5 absolute."""
 
 from __future__ import annotations
+
+import importlib
 
 import random
 
@@ -14,12 +16,11 @@ import scipy.sparse as sp
 import torch
 from scipy.sparse.csgraph import shortest_path
 
-from conftest import load_reference_module
 from spectrag.kernels import spreading_activation
 from spectrag.kernels.activation import khop_pairs, rescale_weights, spread
 
 
-ref = load_reference_module("spectrag_sa_reference", "kg/sa_reference.py")
+ref = importlib.import_module("spectrag.reference.activation")
 TOL = 1e-5
 
 

@@ -3,6 +3,8 @@ brute-force optima where greedy is exact, edge cases and input errors."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import itertools
 import math
 
@@ -10,7 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from spectrag.kernels.select import SelectConfig, SelectResult, budget_select, budget_select_reference
+from spectrag.config import SelectConfig
+from spectrag.kernels.select import SelectResult, budget_select
+from spectrag.reference.select import budget_select_reference
+from spectrag.reference.select import budget_select_reference
 
 
 
@@ -19,6 +24,11 @@ from spectrag.kernels.select import SelectConfig, SelectResult, budget_select, b
 # ---------------------------------------------------------------------------------------------
 
 INPUT_NAMES = ("scores", "prox", "tokens", "mask", "embeddings", "clusters", "docs")
+
+
+def params(budget=12_000, **kw) -> dict:
+    """The kernel's keyword arguments: the engine's selection defaults (SelectConfig) and a budget."""
+    return {"budget": budget, **asdict(SelectConfig(**kw))}
 
 
 def make_case(
@@ -69,8 +79,8 @@ def make_case(
     )
 
 
-def random_config(rng: np.random.Generator, case: dict) -> tuple[SelectConfig, object]:
-    cfg = SelectConfig(
+def random_config(rng: np.random.Generator, case: dict) -> tuple[dict, object]:
+    cfg = params(
         budget=int(rng.choice([0, 5, 40, 120, 10_000])),
         core_size=int(rng.choice([0, 1, 3, 5])),
         a=float(rng.choice([1.0, 0.5, 0.0])),
@@ -82,7 +92,7 @@ def random_config(rng: np.random.Generator, case: dict) -> tuple[SelectConfig, o
         precision_floor=float(rng.choice([0.0, 0.3, 0.5, 1.0])),
         backfill=bool(rng.integers(2)),
     )
-    budget = None
+    budget = cfg["budget"]
     if rng.integers(3) == 0:  # per-query budgets
         B = case["scores"].shape[0]
         budget = torch.from_numpy(rng.integers(0, 150, B))
@@ -99,9 +109,9 @@ def assert_same(r: SelectResult, q: SelectResult) -> None:
     torch.testing.assert_close(r.utility, q.utility, rtol=1e-12, atol=1e-12, equal_nan=True)
 
 
-def check_invariants(case: dict, cfg: SelectConfig, res: SelectResult, budget=None) -> None:
+def check_invariants(case: dict, cfg: dict, res: SelectResult, budget=None) -> None:
     B, P = case["scores"].shape
-    bud = torch.full((B,), cfg.budget) if budget is None else torch.as_tensor(budget).expand(B)
+    bud = torch.full((B,), cfg["budget"]) if budget is None else torch.as_tensor(budget).expand(B)
     mask, tok, s = case["mask"], case["tokens"], case["scores"].double()
     K = res.order.shape[1]
     assert res.order.dtype == torch.int64 and res.phase.dtype == torch.int8
@@ -119,7 +129,7 @@ def check_invariants(case: dict, cfg: SelectConfig, res: SelectResult, budget=No
         assert phases == sorted(phases)  # core, then tail, then backfill
         ids = [i for i in range(P) if mask[q, i]]
         # core = top-core_size by s (ties: position), each taken iff it fits, in that order
-        top = sorted(ids, key=lambda i: (-float(s[q, i]), i))[: cfg.core_size]
+        top = sorted(ids, key=lambda i: (-float(s[q, i]), i))[: cfg["core_size"]]
         rem, core = int(bud[q]), []
         for i in top:
             if int(tok[q, i]) <= rem:
@@ -127,12 +137,12 @@ def check_invariants(case: dict, cfg: SelectConfig, res: SelectResult, budget=No
                 rem -= int(tok[q, i])
         assert [i for i, p in zip(picks, phases) if p == 0] == core
         if ids:
-            floor = cfg.precision_floor * max(float(s[q, i]) for i in ids)
+            floor = cfg["precision_floor"] * max(float(s[q, i]) for i in ids)
             assert all(float(s[q, i]) >= floor for i, p in zip(picks, phases) if p == 1)
         left = int(bud[q]) - used
         unpicked = [i for i in ids if not res.selected[q, i]]
         fitting = [i for i in unpicked if int(tok[q, i]) <= left]
-        if cfg.backfill:
+        if cfg["backfill"]:
             assert not fitting  # backfill fills until nothing fits
         else:
             assert not [i for i in fitting if float(s[q, i]) >= floor]
@@ -157,8 +167,8 @@ def test_equals_reference_on_random_cases(ties):
             n_clusters=int(rng.choice([1, 3, 50])), n_docs=int(rng.choice([1, 4, 50])),
         )
         cfg, budget = random_config(rng, case)
-        r = budget_select(**case, config=cfg, budget=budget)
-        q = budget_select_reference(**case, config=cfg, budget=budget)
+        r = budget_select(**case, **{**cfg, "budget": budget})
+        q = budget_select_reference(**case, **{**cfg, "budget": budget})
         assert_same(r, q)
         check_invariants(case, cfg, r, budget)
 
@@ -167,11 +177,11 @@ def test_equals_reference_on_random_cases(ties):
 @pytest.mark.parametrize("backfill", [True, False])
 def test_equals_reference_default_weights(rho, backfill):
     case = make_case(11, 6, 40, d=8, tokens=(5, 60), n_clusters=5, n_docs=8)
-    cfg = SelectConfig(budget=300, rho=rho, backfill=backfill)
-    assert_same(budget_select(**case, config=cfg), budget_select_reference(**case, config=cfg))
+    cfg = params(budget=300, rho=rho, backfill=backfill)
+    assert_same(budget_select(**case, **cfg), budget_select_reference(**case, **cfg))
     ties = make_case(12, 6, 40, ties=True)
-    cfg = SelectConfig(budget=120, rho=rho, backfill=backfill, precision_floor=0.75)
-    assert_same(budget_select(**ties, config=cfg), budget_select_reference(**ties, config=cfg))
+    cfg = params(budget=120, rho=rho, backfill=backfill, precision_floor=0.75)
+    assert_same(budget_select(**ties, **cfg), budget_select_reference(**ties, **cfg))
 
 
 def test_exact_ties_go_to_smaller_position():
@@ -184,21 +194,21 @@ def test_exact_ties_go_to_smaller_position():
         clusters=torch.zeros(B, P, dtype=torch.int64), docs=torch.zeros(B, P, dtype=torch.int64),
     )
     for core in (0, 2):
-        cfg = SelectConfig(budget=4, core_size=core)
-        r = budget_select(**case, config=cfg)
+        cfg = params(budget=4, core_size=core)
+        r = budget_select(**case, **cfg)
         assert r.order.tolist() == [[0, 1, 2, 3]] * B
-        assert_same(r, budget_select_reference(**case, config=cfg))
+        assert_same(r, budget_select_reference(**case, **cfg))
 
 
 def test_batched_equals_single_query_calls():
     case = make_case(5, 12, 30, d=5, tokens=(3, 40))
     budget = torch.arange(12) * 25
-    cfg = SelectConfig(budget=0, core_size=2, rho=0.5, lam=1.0)
-    r = budget_select(**case, config=cfg, budget=budget)
+    cfg = params(budget=0, core_size=2, rho=0.5, lam=1.0)
+    r = budget_select(**case, **{**cfg, "budget": budget})
     K = r.order.shape[1]
     for q in range(12):
         one = {k: v[q : q + 1] for k, v in case.items()}
-        r1 = budget_select(**one, config=cfg, budget=budget[q : q + 1])
+        r1 = budget_select(**one, **{**cfg, "budget": budget[q : q + 1]})
         k = r1.order.shape[1]
         assert torch.equal(r1.order[0], r.order[q, :k]) and r.order[q, k:].eq(-1).all()
         assert torch.equal(r1.phase[0], r.phase[q, :k])
@@ -211,11 +221,11 @@ def test_batched_equals_single_query_calls():
 def test_permutation_equivariance():
     # no ties: permuting the candidate positions of each query permutes the result
     case = make_case(21, 4, 25, d=6, tokens=(2, 30), garbage=False)
-    cfg = SelectConfig(budget=150, core_size=2)
-    r = budget_select(**case, config=cfg)
+    cfg = params(budget=150, core_size=2)
+    r = budget_select(**case, **cfg)
     perm = torch.stack([torch.randperm(25, generator=torch.Generator().manual_seed(q)) for q in range(4)])
     permuted = {k: v.gather(1, perm if v.dim() == 2 else perm.unsqueeze(2).expand_as(v)) for k, v in case.items()}
-    rp = budget_select(**permuted, config=cfg)
+    rp = budget_select(**permuted, **cfg)
     back = torch.where(rp.order >= 0, perm.gather(1, rp.order.clamp_min(0)), rp.order)
     assert torch.equal(back, r.order) and torch.equal(rp.phase, r.phase)
     torch.testing.assert_close(rp.utility, r.utility, equal_nan=True)
@@ -223,11 +233,11 @@ def test_permutation_equivariance():
 
 def test_float32_inputs_and_output_dtype():
     case = make_case(3, 5, 20, ties=True, dtype=torch.float32)  # dyadic: exact in float32
-    cfg = SelectConfig(budget=60, rho=0.5)
-    r = budget_select(**case, config=cfg)
+    cfg = params(budget=60, rho=0.5)
+    r = budget_select(**case, **cfg)
     assert r.utility.dtype == torch.float64
-    assert_same(r, budget_select_reference(**case, config=cfg))
-    r64 = budget_select(**{k: v.double() if v.is_floating_point() else v for k, v in case.items()}, config=cfg)
+    assert_same(r, budget_select_reference(**case, **cfg))
+    r64 = budget_select(**{k: v.double() if v.is_floating_point() else v for k, v in case.items()}, **cfg)
     assert_same(r, r64)
 
 
@@ -241,16 +251,16 @@ def test_invariants_larger_pools(backfill):
     rng = np.random.default_rng(7)
     for seed in range(6):
         case = make_case(100 + seed, 16, 120, d=12, tokens=(10, 200), n_clusters=6, n_docs=20)
-        cfg = SelectConfig(budget=int(rng.integers(50, 3000)), core_size=int(rng.integers(0, 6)),
+        cfg = params(budget=int(rng.integers(50, 3000)), core_size=int(rng.integers(0, 6)),
                            precision_floor=float(rng.uniform(0, 1)), backfill=backfill)
-        check_invariants(case, cfg, budget_select(**case, config=cfg))
+        check_invariants(case, cfg, budget_select(**case, **cfg))
 
 
 def test_backfill_fills_and_off_leaves_budget():
     # floor 1.0: only the top score passes the tail; the rest must come from backfill
     case = make_case(8, 3, 20, tokens=(1, 10), garbage=False, pad=0.0)
-    on = budget_select(**case, config=SelectConfig(budget=60, core_size=0, precision_floor=1.0))
-    off = budget_select(**case, config=SelectConfig(budget=60, core_size=0, precision_floor=1.0, backfill=False))
+    on = budget_select(**case, **params(budget=60, core_size=0, precision_floor=1.0))
+    off = budget_select(**case, **params(budget=60, core_size=0, precision_floor=1.0, backfill=False))
     assert off.order.shape[1] == 1 and off.phase.eq(1).all()
     assert (on.phase == 2).sum(1).ge(1).all() and (on.used_tokens > off.used_tokens).all()
     assert on.used_tokens.le(60).all()
@@ -269,11 +279,11 @@ def test_core_skips_what_does_not_fit_and_is_taken_first():
         mask=torch.ones(1, 5, dtype=torch.bool), embeddings=torch.ones(1, 5, 1, dtype=torch.float64),
         clusters=torch.zeros(1, 5, dtype=torch.int64), docs=torch.zeros(1, 5, dtype=torch.int64),
     )
-    r = budget_select(**case, config=SelectConfig(budget=12, core_size=3, precision_floor=0.0))
+    r = budget_select(**case, **params(budget=12, core_size=3, precision_floor=0.0))
     # core: 0 fits, 1 (50 tokens) is skipped and not replaced, 2 fits; then 4, 3 (tail)
     assert r.order.tolist() == [[0, 2, 4, 3]] and r.phase.tolist() == [[0, 0, 1, 1]]
     assert r.used_tokens.tolist() == [12] and r.utility[0, :2].tolist() == [0.9, 0.7]
-    assert_same(r, budget_select_reference(**case, config=SelectConfig(budget=12, core_size=3, precision_floor=0.0)))
+    assert_same(r, budget_select_reference(**case, **params(budget=12, core_size=3, precision_floor=0.0)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,18 +307,18 @@ def test_unit_tokens_top_k_is_optimal(seed):
     P = 9
     case = make_case(seed, 2, P, pad=0.0, garbage=False)
     case["tokens"] = torch.ones(2, P, dtype=torch.int64)
-    cfg0 = SelectConfig(core_size=0, a=1.0, b=0.0, c=0.0, d=0.0, lam=0.0, rho=0.0, precision_floor=0.0)
+    cfg0 = params(core_size=0, a=1.0, b=0.0, c=0.0, d=0.0, lam=0.0, rho=0.0, precision_floor=0.0)
     for k in range(P + 2):
-        r = budget_select(**case, config=cfg0, budget=k)
+        r = budget_select(**case, **{**cfg0, "budget": k})
         for q in range(2):
             s = case["scores"][q].tolist()
             picks = [i for i in r.order[q].tolist() if i >= 0]
             assert sorted(picks) == sorted(np.argsort(-np.asarray(s), kind="stable")[:k].tolist())
             assert math.isclose(sum(s[i] for i in picks), brute_force(s, [1] * P, k), rel_tol=1e-12)
     # additive utility a*s + b*prox with unit tokens (any rho: l**rho == 1): greedy == optimum
-    cfg1 = SelectConfig(core_size=0, a=0.7, b=0.4, c=0.0, d=0.0, lam=0.0, rho=1.0, precision_floor=0.0)
+    cfg1 = params(core_size=0, a=0.7, b=0.4, c=0.0, d=0.0, lam=0.0, rho=1.0, precision_floor=0.0)
     for k in (0, 1, 3, 6):
-        r = budget_select(**case, config=cfg1, budget=k)
+        r = budget_select(**case, **{**cfg1, "budget": k})
         for q in range(2):
             u = (0.7 * case["scores"][q] + 0.4 * case["prox"][q]).tolist()
             picks = [i for i in r.order[q].tolist() if i >= 0]
@@ -320,10 +330,10 @@ def test_equal_lengths_top_floor_budget_over_length(seed):
     P, L = 8, 7
     case = make_case(seed, 1, P, pad=0.0, garbage=False)
     case["tokens"] = torch.full((1, P), L)
-    cfg = SelectConfig(core_size=0, a=1.0, b=0.0, c=0.0, d=0.0, lam=0.0, rho=0.5, precision_floor=0.0)
+    cfg = params(core_size=0, a=1.0, b=0.0, c=0.0, d=0.0, lam=0.0, rho=0.5, precision_floor=0.0)
     s = case["scores"][0].tolist()
     for budget in (0, 6, 7, 20, 21, 48, 100):
-        r = budget_select(**case, config=cfg, budget=budget)
+        r = budget_select(**case, **{**cfg, "budget": budget})
         picks = [i for i in r.order[0].tolist() if i >= 0]
         assert len(picks) == min(budget // L, P)
         assert math.isclose(sum(s[i] for i in picks), brute_force(s, [L] * P, budget), rel_tol=1e-12)
@@ -337,47 +347,47 @@ def test_equal_lengths_top_floor_budget_over_length(seed):
 def test_budget_smaller_than_every_chunk_gives_empty_selection():
     case = make_case(4, 3, 10, tokens=(20, 40))
     for budget in (0, 19, torch.tensor([0, 5, 19])):
-        r = budget_select(**case, config=SelectConfig(budget=12_000), budget=budget)
+        r = budget_select(**case, **{**params(budget=12_000), "budget": budget})
         assert r.order.shape == (3, 0) and r.phase.shape == (3, 0) and r.utility.shape == (3, 0)
         assert not r.selected.any() and r.used_tokens.tolist() == [0, 0, 0]
-        assert_same(r, budget_select_reference(**case, budget=budget))
+        assert_same(r, budget_select_reference(**case, **{**params(), "budget": budget}))
     # one empty query among others: its row is all -1
-    r = budget_select(**case, budget=torch.tensor([100, 5, 100]))
+    r = budget_select(**case, **{**params(), "budget": torch.tensor([100, 5, 100])})
     assert r.order[1].eq(-1).all() and r.phase[1].eq(-1).all() and int(r.used_tokens[1]) == 0
     assert r.order[0].ge(0).any()
 
 
 def test_single_candidate_and_all_masked_and_empty_batch():
     case = make_case(6, 4, 1, garbage=False, pad=0.0)
-    r = budget_select(**case, config=SelectConfig(budget=100))
+    r = budget_select(**case, **params(budget=100))
     assert r.order.tolist() == [[0]] * 4 and r.phase.tolist() == [[0]] * 4
-    assert_same(r, budget_select_reference(**case, config=SelectConfig(budget=100)))
-    r = budget_select(**case, config=SelectConfig(budget=100, core_size=0))
+    assert_same(r, budget_select_reference(**case, **params(budget=100)))
+    r = budget_select(**case, **params(budget=100, core_size=0))
     assert r.phase.tolist() == [[1]] * 4  # the only candidate is the top: it passes any floor
     case["mask"][:] = False
-    r = budget_select(**case)
+    r = budget_select(**case, **params())
     assert r.order.shape == (4, 0) and r.n_steps == 0
-    assert_same(r, budget_select_reference(**case))
+    assert_same(r, budget_select_reference(**case, **params()))
     empty = {k: v[:0] for k, v in case.items()}
-    r = budget_select(**empty)
+    r = budget_select(**empty, **params())
     assert r.order.shape == (0, 0) and r.selected.shape == (0, 1)
 
 
 def test_budget_larger_than_pool_selects_everything():
     case = make_case(9, 5, 12)
-    r = budget_select(**case, config=SelectConfig(budget=10**9, precision_floor=1.0))
+    r = budget_select(**case, **params(budget=10**9, precision_floor=1.0))
     assert torch.equal(r.selected, case["mask"])
     assert r.order.shape[1] == int(case["mask"].sum(1).max())
     assert torch.equal(r.used_tokens, (case["tokens"] * case["mask"]).sum(1))
-    assert_same(r, budget_select_reference(**case, config=SelectConfig(budget=10**9, precision_floor=1.0)))
+    assert_same(r, budget_select_reference(**case, **params(budget=10**9, precision_floor=1.0)))
 
 
 def test_thousand_small_pools():
     case = make_case(10, 1000, 8, d=4, tokens=(1, 6), pad=0.3)
-    cfg = SelectConfig(budget=12, core_size=1)
-    r = budget_select(**case, config=cfg)
+    cfg = params(budget=12, core_size=1)
+    r = budget_select(**case, **cfg)
     assert r.order.shape[0] == 1000 and r.used_tokens.le(12).all()
-    assert_same(r, budget_select_reference(**case, config=cfg))
+    assert_same(r, budget_select_reference(**case, **cfg))
 
 
 def test_nan_in_padding_is_ignored():
@@ -388,7 +398,7 @@ def test_nan_in_padding_is_ignored():
     clean["embeddings"][~m] = 0.0
     clean["prox"][~m] = 0.0
     clean["tokens"][~m] = 1
-    assert_same(budget_select(**dirty), budget_select(**clean))
+    assert_same(budget_select(**dirty, **params()), budget_select(**clean, **params()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,9 +447,9 @@ def test_bad_inputs_raise_with_the_argument_named():
     ]
     for change, exc, match in bad:
         with pytest.raises(exc, match=match):
-            budget_select(**_bad(case, **change))
+            budget_select(**_bad(case, **change), **params())
         with pytest.raises(exc, match=match):
-            budget_select_reference(**_bad(case, **change))
+            budget_select_reference(**_bad(case, **change), **params())
 
     for budget, exc, match in [
         (-1, ValueError, "budget must be >= 0, got -1"),
@@ -450,17 +460,14 @@ def test_bad_inputs_raise_with_the_argument_named():
         (torch.ones(4), TypeError, "integer tensor"),
     ]:
         with pytest.raises(exc, match=match):
-            budget_select(**case, budget=budget)
-    with pytest.raises(TypeError, match="config must be a SelectConfig"):
-        budget_select(**case, config={"budget": 3})
+            budget_select(**case, **{**params(), "budget": budget})
 
 
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(budget=-5), "budget must be an int >= 0"),
-        (dict(budget=1.5), "budget must be an int >= 0"),
         (dict(core_size=-1), "core_size must be an int >= 0"),
+        (dict(core_size=1.5), "core_size must be an int >= 0"),
         (dict(rho=1.5), r"rho must be \[0, 1\], got 1.5"),
         (dict(precision_floor=-0.1), r"precision_floor must be \[0, 1\]"),
         (dict(lam=-1.0), "lam must be >= 0"),
@@ -469,14 +476,10 @@ def test_bad_inputs_raise_with_the_argument_named():
         (dict(backfill=1), "backfill must be a bool"),
     ],
 )
-def test_bad_config(kwargs, match):
+def test_bad_parameters(kwargs, match):
+    case = make_case(0, 2, 5)
     with pytest.raises((ValueError, TypeError), match=match):
-        SelectConfig(**kwargs)
-
-
-def test_config_is_frozen():
-    with pytest.raises(AttributeError):
-        SelectConfig().budget = 3  # type: ignore[misc]
+        budget_select(**case, **{**params(), **kwargs})
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -485,9 +488,9 @@ def test_cuda_equals_cpu():
     for seed in range(20):
         case = make_case(seed, 7, 33, ties=bool(seed % 2))
         cfg, budget = random_config(rng, case)
-        r = budget_select(**case, config=cfg, budget=budget)
+        r = budget_select(**case, **{**cfg, "budget": budget})
         cuda = {k: v.cuda() for k, v in case.items()}
-        rc = budget_select(**cuda, config=cfg, budget=None if budget is None else budget.cuda())
+        rc = budget_select(**cuda, **{**cfg, "budget": budget.cuda() if torch.is_tensor(budget) else budget})
         assert rc.order.device.type == "cuda"
         assert_same(SelectResult(*(t.cpu() if isinstance(t, torch.Tensor) else t for t in (
             rc.order, rc.selected, rc.used_tokens, rc.phase, rc.utility, rc.n_steps))), r)

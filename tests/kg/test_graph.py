@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spectrag.kg.extract import COOCCURS, acronym_aliases, extract, split_sentences
-from spectrag.kg.graph import Extraction, Triple, adjacency, assemble
+from spectrag.extract.relations import COOCCURS, acronym_aliases, extract, split_sentences
+from spectrag.types import Extraction, Triple
+from spectrag.kg.graph import adjacency, assemble
 
 TEXTS = [
     "The Northern Rail Authority (NRA) was founded in Skarholt. Jan Philip Solovej chaired the NRA in 1912.",

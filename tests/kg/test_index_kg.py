@@ -5,6 +5,8 @@ reference, and ``spectrag index --openie`` / ``retrieve --mode activation`` end 
 
 from __future__ import annotations
 
+import importlib
+
 import json
 import shutil
 from dataclasses import replace
@@ -14,21 +16,21 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from conftest import load_reference_module
 from spectrag.cli import main
 from spectrag.config import EmbedConfig, IndexConfig, KGConfig, load_config
-from spectrag.demo import sample_corpus, sample_questions
+from spectrag.cli.demo import sample_corpus, sample_questions
 from spectrag.errors import ConfigError, IndexFormatError, SpectragError
-from spectrag.index.build import build_index
-from spectrag.index.store import load_index
-from spectrag.query.activation import KG_MODES, ActivationConfig
-from spectrag.query.pipeline import Retriever, RetrieverConfig
+from spectrag.build import build_index
+from spectrag.store import load_index
+from spectrag.config import ActivationConfig, KG_MODES
+from spectrag.retriever import Retriever
+from spectrag.config import RetrieverConfig
 
 QUESTIONS = [q["question"] for q in sample_questions()]
 
 
 def _reference():
-    return load_reference_module("spectrag_sa_reference", "kg/sa_reference.py")
+    return importlib.import_module("spectrag.reference.activation")
 
 
 @pytest.fixture(scope="module")
@@ -150,10 +152,10 @@ def test_budget_is_never_exceeded(retriever, mode, budget):
 @pytest.mark.parametrize("settings", [ActivationConfig(), ActivationConfig(k=5, hops=3, c=0.2, tau_a=0.3, tau_d=0.3, tau_r=0.3),
                                       ActivationConfig(k=5, c=0.4, tau_a=0.3, tau_d=0.3, tau_r=0.35)])  # tau_r <= c: full subgraph
 def test_pool_and_relations_equal_a_per_query_computation(kg_index, qvecs, settings):
-    """Activation pool and relations from the plain reference (tests/kg/sa_reference.py), one
+    """Activation pool and relations from the plain reference (spectrag/reference/activation.py), one
     query at a time, with Python sets and sorts."""
     ref = _reference()
-    cfg = RetrieverConfig(device="cpu", activation=settings, max_candidates=6)
+    cfg = RetrieverConfig(device="cpu", activation=settings).replace(expand__max_candidates=6)
     batch = Retriever(kg_index, cfg).score_batch(QUESTIONS, mode="activation", qvecs=qvecs)
     kg = kg_index.kg
     adj = ref.adjacency_lists(kg.adj_indptr, kg.adj_indices, np.asarray(kg.rel_text)[np.asarray(kg.adj_relation)])
@@ -171,9 +173,9 @@ def test_pool_and_relations_equal_a_per_query_computation(kg_index, qvecs, setti
                 chunk_act[c] = max(chunk_act.get(c, 0.0), act[u])
         rel = {c: float(chunk_emb[c] @ q) for c in chunk_act}
         pool = [c for c in chunk_act if rel[c] >= settings.tau_d]
-        pool.sort(key=lambda c: (-((1 - cfg.alpha) * rel[c] + cfg.alpha * chunk_act[c]), c))
+        pool.sort(key=lambda c: (-((1 - cfg.activation.alpha) * rel[c] + cfg.activation.alpha * chunk_act[c]), c))
         got = [c for c in batch.candidates[b].tolist() if c >= 0]
-        assert got == pool[: cfg.max_candidates], f"query {b}"
+        assert got == pool[: cfg.expand.max_candidates], f"query {b}"
         assert torch.allclose(batch.proximity[b][batch.candidates[b] >= 0],
                               torch.tensor([chunk_act[c] for c in got], dtype=torch.float32), atol=1e-5)
         used = {}

@@ -9,9 +9,9 @@ import pytest
 from conftest import shared_file
 
 from spectrag.errors import CorpusError
-from spectrag.graph.entities import normalize_entity
+from spectrag.extract.entities import normalize_entity
 from spectrag.kg.graph import assemble
-from spectrag.kg.openie import load_openie
+from spectrag.extract.openie import load_openie
 
 OPENIE = "openie_musique_train_gpt-3.5-turbo-1106_1890.json"
 

@@ -1,11 +1,11 @@
-"""Bridged relevance (spectrag.query.bridge) against a per-query Python loop on random pools."""
+"""Bridged relevance (spectrag.rescore.bridge) against a per-query Python loop on random pools."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from spectrag.query.bridge import bridge_relevance
+from spectrag.rescore.bridge import bridge_relevance
 
 
 def loop_reference(blocks, relevance, candidates, *, sources, lam, gamma, rounds):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spectrag.query.expand import _top_per_row
+from spectrag.expand.pool import _top_per_row
 
 
 @pytest.mark.parametrize("trial", range(60))

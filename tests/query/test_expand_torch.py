@@ -1,4 +1,4 @@
-"""The torch (device) expansion and blocks hold to the scipy path of spectrag.query.expand."""
+"""The torch (device) expansion and blocks hold to the scipy path of spectrag.expand.pool."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from spectrag.query.expand import candidate_blocks_of, expand
-from spectrag.query.expand_torch import TorchCSR, candidate_blocks_torch, expand_torch
+from spectrag.expand.blocks import candidate_blocks_of
+from spectrag.expand.pool import expand
+from spectrag.kernels.csr import TorchCSR
+from spectrag.expand.blocks import candidate_blocks_torch
+from spectrag.expand.pool import expand_torch
 
 
 def _graph(rng, n: int, density: float, dyadic: bool) -> sp.csr_matrix:

@@ -9,9 +9,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from spectrag.demo import sample_questions
+from spectrag.cli.demo import sample_questions
 from spectrag.errors import SpectragError
-from spectrag.query.pipeline import MODES, Retriever, RetrieverConfig
+from spectrag.config import BASELINE_MODES, GRAPH_MODES, RetrieverConfig
+from spectrag.retriever import Retriever
 
 QUESTIONS = [q["question"] for q in sample_questions()]
 
@@ -26,7 +27,7 @@ def qvecs(retriever):
     return retriever.embed(QUESTIONS)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", BASELINE_MODES + GRAPH_MODES)
 def test_batch_equals_single_queries(retriever, qvecs, mode):
     batch = retriever.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
     for b in range(len(QUESTIONS)):
@@ -55,7 +56,7 @@ def test_torch_graph_backend_equals_scipy(sample_index, retriever, qvecs, mode):
         RetrieverConfig(graph_backend="cuda")
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", BASELINE_MODES + GRAPH_MODES)
 @pytest.mark.parametrize("budget", [1, 300, 4000])
 def test_budget_is_never_exceeded(retriever, qvecs, mode, budget):
     contexts = retriever.retrieve(QUESTIONS, budget=budget, mode=mode)
@@ -82,7 +83,7 @@ def test_large_batch_and_deep_seeding(retriever):
     contexts = retriever.retrieve(many, budget=600, mode="hybrid")
     assert len(contexts) == 1000
     assert [c.chunk_id for c in contexts[0].chunks] == [c.chunk_id for c in contexts[12].chunks]
-    deep = Retriever(retriever.index, RetrieverConfig(k_dense=10_000, k_bm25=10_000, max_candidates=10_000))
+    deep = Retriever(retriever.index, RetrieverConfig().replace(seed__k_dense=10_000, seed__k_bm25=10_000, expand__max_candidates=10_000))
     ctx = deep.retrieve(QUESTIONS[:2], mode="spectral")
     assert len(ctx[0].ranking) == len(retriever.index.chunks)
 

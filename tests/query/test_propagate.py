@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-import spectrag.query.propagate as propagate
+import spectrag.propagate.proximity as propagate
 from spectrag.kernels.pagerank import personalized_pagerank_dense_batched
 
 

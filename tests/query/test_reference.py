@@ -1,4 +1,4 @@
-"""The batched pipeline against the plain per-query reference (tests/query/reference.py).
+"""The batched pipeline against the plain per-query reference (spectrag/reference/pipeline.py).
 
 For every mode, ``Retriever.score_batch`` over a batch of queries must give, for each query,
 what :func:`reference_retrieve` gives for that query alone and what ``score_batch`` gives for a
@@ -23,6 +23,8 @@ the BM25 list (the test checks that they do): ``BM25Index.search`` must keep the
 
 from __future__ import annotations
 
+import importlib
+
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -31,11 +33,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import load_reference_module
-from spectrag.demo import sample_questions
-from spectrag.query.pipeline import MODES, GRAPH_MODES, Retriever, RetrieverConfig
+from spectrag.cli.demo import sample_questions
+from spectrag.config import BASELINE_MODES, GRAPH_MODES, RetrieverConfig
+from spectrag.retriever import Retriever
 
-_ref = load_reference_module("spectrag_query_reference", "query/reference.py")
+_ref = importlib.import_module("spectrag.reference.pipeline")
 bm25_list, reference_retrieve, reference_state, subgraph = (
     _ref.bm25_list, _ref.reference_retrieve, _ref.reference_state, _ref.subgraph)
 
@@ -113,7 +115,7 @@ def check_batch(retriever: Retriever, texts: list[str], qvecs: torch.Tensor, mod
     cfg = replace(retriever.config, mode=mode)
     batch = retriever.score_batch(texts, mode=mode, budget=budget, qvecs=qvecs)
     if mode != "dense":
-        check_bm25_lists(retriever.index, texts, cfg.k_bm25)
+        check_bm25_lists(retriever.index, texts, cfg.seed.k_bm25)
     for b, text in enumerate(texts):
         got = batch_row(batch, b)
         where = f"mode {mode}, budget {budget}, query {b}"
@@ -138,7 +140,7 @@ def sample_qvecs(sample_retriever):
     return sample_retriever.embed(QUESTIONS)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", BASELINE_MODES + GRAPH_MODES)
 def test_sample_index_equals_reference(sample_retriever, sample_qvecs, mode):
     check_batch(sample_retriever, QUESTIONS, sample_qvecs, mode, budget=1500)
 
@@ -147,7 +149,7 @@ def test_sample_index_bridging_changes_scores_and_matches_reference(sample_retri
     """Bridging is exercised (some score moves on the sample questions) and its switch-off
     also matches the reference."""
     on = sample_retriever.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
-    off_cfg = replace(sample_retriever.config, bridge_rounds=0)
+    off_cfg = sample_retriever.config.replace(bridge__rounds=0)
     off = Retriever(sample_retriever.index, off_cfg)
     off_result = off.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
     assert torch.equal(on.candidates, off_result.candidates)
@@ -207,7 +209,7 @@ def write_corpus(folder: Path, seed: int = 7) -> tuple[list[int], list[str]]:
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     from spectrag.config import EmbedConfig, IndexConfig
-    from spectrag.index.build import build_index
+    from spectrag.build import build_index
     from spectrag.index.chunk import chunk_document
     from spectrag.index.load import iter_documents
 
@@ -230,20 +232,20 @@ def synthetic(tmp_path_factory):
     return index, qv, qtexts
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", BASELINE_MODES + GRAPH_MODES)
 def test_synthetic_index_equals_reference(synthetic, mode):
     index, qv, texts = synthetic
     assert 250 <= len(index.chunks) <= 400 and index.graph is not None
     retriever = Retriever(index, RetrieverConfig(device="cpu"))
     if mode == "bm25":
-        assert check_bm25_lists(index, texts, retriever.config.k_bm25) > 0, "no BM25 tie straddles the cut"
+        assert check_bm25_lists(index, texts, retriever.config.seed.k_bm25) > 0, "no BM25 tie straddles the cut"
     check_batch(retriever, texts, qv, mode, budget=2500)
 
 
 def test_synthetic_small_pools_cut_and_isolated_nodes(synthetic):
     """P = 30 from 10 seeds: the cut at P drops one-hop links, leaving isolated pool members."""
     index, qv, texts = synthetic
-    retriever = Retriever(index, RetrieverConfig(device="cpu", n_seeds=10, max_candidates=30))
+    retriever = Retriever(index, RetrieverConfig(device="cpu").replace(expand__n_seeds=10, expand__max_candidates=30))
     batch = retriever.score_batch(texts, mode="ppr", budget=2000, qvecs=qv)
     isolated = 0
     for b in range(len(texts)):

@@ -9,7 +9,7 @@ turned into chunk candidates, a proximity signal and the relations used.
                                    best (1 - alpha) r + alpha a first
     relations                      both ends active and cos(q, relation) >= tau_r, best first
 
-Modes (``engine/query/pipeline.py``): ``activation`` ranks that pool by ``(1 - alpha) r +
+Modes (:mod:`spectrag.pipeline`): ``activation`` ranks that pool by ``(1 - alpha) r +
 alpha a`` and fills the budget with the token-budget selector; ``combined`` adds the chunk
 activation as a third proximity beside PPR and spectral proximity (``(ppr + spectral + a) / 3``)
 and adds the activation pool to the expanded candidates. The relation weight compared with
@@ -25,48 +25,10 @@ import numpy as np
 import torch
 
 from spectrag.errors import SpectragError
-from spectrag.kernels.activation import LAYOUTS, ActivationResult, spreading_activation
+from spectrag.config import KG_MODES, ActivationConfig
+from spectrag.kernels.activation import ActivationResult, spreading_activation
 from spectrag.kernels.csr import csr_entries
 from spectrag.kernels.topk import topk_by_row
-
-KG_MODES = ("activation", "combined")
-
-
-@dataclass(frozen=True)
-class ActivationConfig:
-    """Spreading-activation settings (SA-RAG 3.5-3.6; the paper's values as defaults).
-
-    k: seed entities per query, top-k by cosine with the entity embeddings; the paper uses
-        3 (MuSiQue) to 10 (2Wiki) (default: 3).
-    hops: subgraph radius and spreading rounds n; the paper uses 4 (MuSiQue) and 3 (default: 4).
-    c: edge-weight rescaling w' = max(0, (w - c) / (1 - c)) (default: 0.4).
-    tau_a: activation at or above which an entity is active (default: 0.5).
-    tau_d: smallest cosine(query, chunk) of a retrieved chunk (default: 0.45).
-    tau_r: smallest cosine(query, relation) of a relation given as context (default: 0.5).
-    max_relations: relations kept per query, best first (default: 20).
-    layout: ``auto`` | ``ragged`` | ``dense``, see :mod:`spectrag.kernels.activation` (default: auto).
-    """
-
-    k: int = 3
-    hops: int = 4
-    c: float = 0.4
-    tau_a: float = 0.5
-    tau_d: float = 0.45
-    tau_r: float = 0.5
-    max_relations: int = 20
-    layout: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.k < 1 or self.hops < 0 or self.max_relations < 0:
-            raise SpectragError(
-                f"activation needs k >= 1, hops >= 0, max_relations >= 0; got k={self.k}, hops={self.hops}, "
-                f"max_relations={self.max_relations}"
-            )
-        if not 0 <= self.c < 1:
-            raise SpectragError(f"activation.c must be in [0, 1), got {self.c}")
-        if self.layout not in LAYOUTS:
-            raise SpectragError(f"activation.layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
-
 
 @dataclass
 class KGState:
@@ -179,12 +141,11 @@ def activate(
     chunk_emb: torch.Tensor,
     config: ActivationConfig,
     *,
-    alpha: float,
     max_candidates: int,
 ) -> ActivationBatch:
     """Spreading activation and its chunks and relations for ``q [B, d]`` (see the module
     docstring). ``chunk_emb [n_chunks, d]`` are the index's chunk embeddings on the KG's device."""
-    batch, n_chunks = q.shape[0], kg.n_chunks
+    batch, n_chunks, alpha = q.shape[0], kg.n_chunks, config.alpha
     # the reached subgraph reports every relation a query can use (both ends active, cosine >=
     # tau_r > c; report_min: no edges of inactive last-round nodes); with tau_r <= c a relation
     # of weight 0 may qualify, so the full one is needed

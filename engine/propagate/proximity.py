@@ -1,12 +1,13 @@
 """Online step 3: proximity of every candidate to its query's seeds, on the induced candidate
-subgraphs (``[B, P, P]`` dense blocks, batched ``bmm``), by three operators:
+subgraphs (``[B, P, P]`` dense blocks), by three operators:
 
 * ``heat``: :math:`\\exp(-t L_{sub})\\, r^+` with :math:`L_{sub}` the normalized Laplacian of the
   block and :math:`r^+` the clipped dense relevance (SpectRAG eq. 17);
 * ``ppr``: personalized PageRank on the block restarting at the seeds (Algorithm 1, line 6);
 * ``spectral``: max cosine between the candidate's spectral coordinates and the seeds' (eq. 13).
 
-Each is scaled to [0, 1] per query (divided by its maximum over the pool).
+Each is scaled to [0, 1] per query (divided by its maximum over the pool). Mode ``spectral``
+averages PPR and spectral proximity (:func:`pool_proximity`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from spectrag.kernels.heat import chebyshev_heat_dense_batched
+from spectrag.kernels.laplacian import block_laplacian
 from spectrag.kernels.pagerank import personalized_pagerank_dense_batched
 
 
@@ -21,17 +23,6 @@ def _scale(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     x = torch.where(mask, x, torch.zeros_like(x))
     peak = x.amax(dim=1, keepdim=True)
     return torch.where(peak > 0, x / peak.clamp(min=1e-30), torch.zeros_like(x))
-
-
-def block_laplacian(blocks: torch.Tensor) -> torch.Tensor:
-    """``I - D^-1/2 W D^-1/2`` per block; degree-0 nodes (and padding) get an identity row.
-
-    Shapes: ``[B, P, P]`` -> ``[B, P, P]``.
-    """
-    deg = blocks.sum(dim=2)
-    inv = torch.where(deg > 0, deg.clamp(min=1e-30).rsqrt(), torch.zeros_like(deg))
-    eye = torch.eye(blocks.shape[1], dtype=blocks.dtype, device=blocks.device)
-    return eye - inv[:, :, None] * blocks * inv[:, None, :]
 
 
 def heat_proximity(blocks: torch.Tensor, relevance: torch.Tensor, mask: torch.Tensor, t: float) -> torch.Tensor:
@@ -78,3 +69,36 @@ def spectral_proximity(coords: torch.Tensor, candidates: torch.Tensor, seeds: to
     cos = cos.masked_fill((seeds < 0)[:, None, :], float("-inf")).amax(dim=2)
     cos = torch.where(torch.isfinite(cos), cos, torch.zeros_like(cos)).clamp(min=0)
     return torch.where(mask, cos, torch.zeros_like(cos))
+
+
+def seed_restart(candidates: torch.Tensor, seeds: torch.Tensor, seed_weights: torch.Tensor) -> torch.Tensor:
+    """PPR restart mass on the seeds, located in each pool (seeds come first in the pool).
+    Shapes: candidates ``[B, P]``, seeds / weights ``[B, S]`` -> ``[B, P]``."""
+    match = candidates[:, :, None] == seeds[:, None, :]  # (B, P, S)
+    return (match.float() * seed_weights[:, None, :].clamp(min=0)).sum(dim=2)
+
+
+def pool_proximity(
+    mode: str,
+    blocks: torch.Tensor,
+    candidates: torch.Tensor,
+    seeds: torch.Tensor,
+    seed_weights: torch.Tensor,
+    relevance: torch.Tensor,
+    mask: torch.Tensor,
+    coords: torch.Tensor | None,
+    *,
+    t: float = 1.0,
+    damping: float = 0.85,
+    tol: float = 1e-8,
+) -> torch.Tensor:
+    """The proximity of a graph mode: ``heat``, ``ppr``, or ``spectral`` / ``combined`` (the
+    mean of PPR and spectral proximity). Shapes: ``[B, P, P]`` blocks, ``[B, P]`` pools,
+    ``[B, S]`` seeds -> ``[B, P]`` in [0, 1]."""
+    if mode == "heat":
+        return heat_proximity(blocks, relevance, mask, t)
+    ppr = ppr_proximity(blocks, seed_restart(candidates, seeds, seed_weights), mask, damping=damping, tol=tol)
+    if mode == "ppr":
+        return ppr
+    spec = spectral_proximity(coords, candidates, seeds, mask)
+    return (0.5 * ppr + 0.5 * spec).clamp(0.0, 1.0)

@@ -10,21 +10,24 @@ from pathlib import Path
 import click
 
 from spectrag.errors import SpectragError
-from spectrag.query.queries import iter_queries
+from spectrag.cli.queries import iter_queries
+from spectrag.config import RetrieverConfig
+from spectrag.retriever import Retriever
+from spectrag.store import load_index
 
 
-def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, mode: str, budget: int | None,
-                batch_size: int, out_file: Path | None, trec_file: Path | None, with_text: bool) -> int:
+def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, config: RetrieverConfig,
+                budget: int | None, batch_size: int, out_file: Path | None, trec_file: Path | None,
+                with_text: bool) -> int:
     """Write one JSON line per query (and optionally a TREC run); returns the number of queries."""
-    from spectrag.index.store import load_index
-    from spectrag.query.pipeline import Retriever, RetrieverConfig
+    mode = config.mode
 
     if not texts and query_file is None:
         raise SpectragError("no queries: pass --queries FILE or -q TEXT")
     if batch_size < 1:
         raise SpectragError(f"--batch-size must be >= 1, got {batch_size}")
     queries = itertools.chain(((str(i), t) for i, t in enumerate(texts)), iter_queries(query_file) if query_file else ())
-    retriever = Retriever(load_index(index_dir), RetrieverConfig(mode=mode))
+    retriever = Retriever(load_index(index_dir), config)
     out = out_file.open("w", encoding="utf-8") if out_file else sys.stdout
     trec = trec_file.open("w", encoding="utf-8") if trec_file else None
     progress = out_file is not None and sys.stderr.isatty()
@@ -33,7 +36,7 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, m
         with click.progressbar(length=0, label="queries", file=sys.stderr) if progress else _null() as bar:
             while batch := list(itertools.islice(queries, batch_size)):
                 ids, batch_texts = zip(*batch)
-                for qid, ctx in zip(ids, retriever.retrieve(list(batch_texts), budget=budget, mode=mode)):
+                for qid, ctx in zip(ids, retriever.retrieve(list(batch_texts), budget=budget)):
                     row = {"id": qid, **ctx.to_json()}
                     if not with_text:
                         for c in row["chunks"]:

@@ -1,5 +1,5 @@
 """The LLM-free source of entities and relations: the extractor of the entity edge signal
-(:func:`spectrag.graph.entities.extract_entities`) run per sentence, with co-occurrence relations.
+(:func:`spectrag.extract.entities.extract_entities`) run per sentence, with co-occurrence relations.
 
 * **Entities**: every entity the extractor finds in a sentence of a chunk (its rules: dates,
   numbers, capitalized spans, acronyms, corpus titles); the chunk describes them. The surface
@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from spectrag.graph.entities import extract_entities, normalize_entity
-from spectrag.kg.graph import Extraction, Triple
+from spectrag.extract.entities import extract_entities, normalize_entity
+from spectrag.types import Extraction, Triple
 
 COOCCURS = "co-occurs with"
 

@@ -15,7 +15,7 @@ from typing import Any
 import click
 import torch
 
-SAMPLE = Path(__file__).parent / "sample"
+SAMPLE = Path(__file__).resolve().parents[1] / "sample"
 
 
 def sample_corpus() -> Path:
@@ -28,7 +28,7 @@ def sample_questions() -> list[dict[str, Any]]:
 
 def hybrid_search(index, queries: list[str], k: int, depth: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
     """Dense top-``depth`` and BM25 top-``depth`` fused by RRF. Shapes: -> ``[B, k]``."""
-    from spectrag.query.fuse import reciprocal_rank_fusion
+    from spectrag.seed.rrf import reciprocal_rank_fusion
 
     _, dense_ids = index.dense_search(queries, depth)
     _, bm25_ids = index.bm25_search(queries, depth)
@@ -36,7 +36,7 @@ def hybrid_search(index, queries: list[str], k: int, depth: int = 20) -> tuple[t
 
 
 def run_demo(out_dir: Path | None, *, top_k: int = 5, as_json: bool = False) -> list[dict[str, Any]]:
-    from spectrag.index.build import build_index
+    from spectrag.build import build_index
 
     questions = sample_questions()
     with tempfile.TemporaryDirectory(prefix="spectrag-demo-") as tmp:

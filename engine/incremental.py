@@ -46,7 +46,7 @@ symmetrized kNN graph, so row i holds i's own k nearest plus the rows that have 
 which are no nearer; its k strongest entries are i's list (up to exact ties).
 
 The new version is written into a temporary folder beside the index and swapped in
-(:func:`spectrag.index.store.atomic_directory`): an interrupted add leaves the old index as it was.
+(:func:`spectrag.store.atomic_directory`): an interrupted add leaves the old index as it was.
 """
 
 from __future__ import annotations
@@ -62,13 +62,15 @@ import scipy.sparse as sp
 
 from spectrag.config import GraphConfig
 from spectrag.errors import CorpusError, SpectragError
-from spectrag.index.build import BuildReport, _check_documents, _versions, embedding_text, stage_recorder
-from spectrag.index.chunk import Chunk, chunk_corpus
+from spectrag.build import BuildReport, _check_documents, _versions, embedding_text, stage_recorder
+from spectrag.types import Chunk
+from spectrag.index.chunk import chunk_corpus
 from spectrag.index.dense import DenseIndex, load_faiss
 from spectrag.index.lexical import BM25Index
-from spectrag.index.load import Document, detect_format, iter_documents
+from spectrag.types import Document
+from spectrag.index.load import detect_format, iter_documents
 from spectrag.graph.fuse import signal_matrix
-from spectrag.index.store import (
+from spectrag.store import (
     CHUNKS,
     EMBEDDINGS,
     MANIFEST,
@@ -182,7 +184,7 @@ def add_documents(
             from spectrag.graph.build import save_graph
 
             fused, spectrum, facts = graph
-            manifest["graph"] = {**facts, "order": save_graph(tmp, fused, spectrum)}
+            manifest["graph"] = {**facts, "order": save_graph(tmp, fused, spectrum, config.graph)}
         if kg is not None:
             from spectrag.kg.store import save_kg
 

@@ -24,7 +24,8 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+import warnings
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,18 @@ import numpy as np
 
 from spectrag.config import IndexConfig
 from spectrag.errors import IndexFormatError, SpectragError
-from spectrag.index.chunk import Chunk
+from spectrag.types import Chunk
+from spectrag.graph.build import load_graph
+from spectrag.graph.relational import relational_graph
 from spectrag.index.dense import DenseIndex
+from spectrag.index.embed import Embedder
 from spectrag.index.lexical import BM25Index
+from spectrag.kg.store import load_kg
+from spectrag.types import Chunk
+
+class IndexNote(UserWarning):
+    """Something about a loaded index the user may want to act on (it still loads)."""
+
 
 FORMAT = "spectrag-index"
 FORMAT_VERSION = 1
@@ -175,13 +185,15 @@ class Index:
         self.bm25 = BM25Index.load(self.path, self.config.bm25)
         self.graph = None
         if manifest.get("graph"):
-            from spectrag.graph.build import load_graph
-
             self.graph = load_graph(self.path)
+            if self.graph["relations"] is None:  # an index written before the relational graph was stored
+                warnings.warn(f"note: {self.path} was built before graph/relations.* were stored; the relational "
+                              "graph is computed from the stored signals once per load (rebuild the index to store it)",
+                              IndexNote, stacklevel=2)
+                self.graph["relations"] = relational_graph(self.graph["signals"], self.config.graph.signal_weights(),
+                                                           len(self.chunks))
         self.kg = None  # knowledge graph for spreading activation (kg/, engine/kg/store.py)
         if manifest.get("kg"):
-            from spectrag.kg.store import load_kg
-
             self.kg = load_kg(self.path, len(self.chunks))
         self._embedder = None
 
@@ -200,10 +212,6 @@ class Index:
                 raise SpectragError(
                     f"{self.path}: built from embeddings supplied by the caller; pass query vectors, not strings"
                 )
-            from dataclasses import replace
-
-            from spectrag.index.embed import Embedder
-
             # queries are rarely repeated: skip the content-hash cache on this path
             self._embedder = Embedder(replace(self.config.embed, cache_dir=""))
         return self._embedder

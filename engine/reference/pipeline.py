@@ -1,7 +1,7 @@
 """A plain, per-query reference of the whole online pipeline (SpectRAG Algorithm 1), for tests
 and for ``bench/bench_query.py``.
 
-It computes, for ONE query, what :meth:`spectrag.query.pipeline.Retriever.score_batch` computes
+It computes, for ONE query, what :meth:`spectrag.pipeline.Retriever.score_batch` computes
 for a batch, with Python loops and standard libraries and without any of the batched code
 paths (no ``spectrag.query.*`` function, no ``kernels.*`` kernel except the per-query selection
 reference :func:`spectrag.kernels.select.budget_select_reference`):
@@ -52,17 +52,20 @@ networkx where one exists):
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict
 
-import networkx as nx
 import numpy as np
 import scipy.linalg
 import torch
 
-from spectrag.kernels.select import budget_select_reference
+try:
+    import networkx as nx
+except ImportError:  # a test dependency, not the engine's
+    raise ImportError("spectrag.reference.pipeline needs networkx: pip install -e '.[test]'") from None
+from spectrag.reference.select import budget_select_reference
 
 GRAPH_MODES = ("heat", "ppr", "spectral")
-PPR_TOL = 1e-8  # spectrag.query.propagate.ppr_proximity's default, which the pipeline uses
+PPR_TOL = 1e-8  # spectrag.propagate.proximity.ppr_proximity's default, which the pipeline uses
 PPR_MAX_ITER = 200
 
 
@@ -236,12 +239,12 @@ def spectral(ref: ReferenceIndex, pool: list[int], seeds: list[int]) -> dict[int
 
 
 def bridge(ref: ReferenceIndex, pool: list[int], relevance: dict[int, float], cfg) -> dict[int, float]:
-    """Max-plus bridging over relational edges inside the pool (spectrag.query.bridge)."""
+    """Max-plus bridging over relational edges inside the pool (spectrag.rescore.bridge)."""
     x = dict(relevance)
     members = set(pool)
-    lam, gamma = cfg.bridge_lambda, cfg.bridge_gamma
-    for _ in range(cfg.bridge_rounds):
-        sources = sorted(pool, key=lambda c: (-x[c], c))[: cfg.bridge_sources]
+    lam, gamma = cfg.bridge.lam, cfg.bridge.gamma
+    for _ in range(cfg.bridge.rounds):
+        sources = sorted(pool, key=lambda c: (-x[c], c))[: cfg.bridge.sources]
         new = dict(x)
         for s in sources:
             for c, w in ref.relations.get(s, {}).items():
@@ -281,11 +284,11 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
     q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
 
     # seed lists
-    dense_ids, dense_scores = dense_list(ref, q, cfg.k_dense)
+    dense_ids, dense_scores = dense_list(ref, q, cfg.seed.k_dense)
     if mode == "dense":
         seeds, seed_scores = dense_ids, [float(np.float32(s)) for s in dense_scores]
     else:
-        bm_ids, bm_scores = bm25_list(index, query_text, cfg.k_bm25)
+        bm_ids, bm_scores = bm25_list(index, query_text, cfg.seed.k_bm25)
         if bm25_ids is not None:
             row = index.bm25.score([query_text]).toarray()[0]
             bm_ids = [int(c) for c in bm25_ids if c >= 0]
@@ -293,7 +296,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
         if mode == "bm25":
             seeds, seed_scores = bm_ids, bm_scores
         else:
-            seeds, fused = rrf([dense_ids, bm_ids], cfg.rrf_k, max(cfg.k_dense, cfg.k_bm25))
+            seeds, fused = rrf([dense_ids, bm_ids], cfg.seed.rrf_k, max(cfg.seed.k_dense, cfg.seed.k_bm25))
             seed_scores = [float(np.float32(s)) for s in fused]  # the pipeline keeps them in float32
 
     out = {"mode": mode}
@@ -301,13 +304,13 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
     if mode in GRAPH_MODES:
         if not ref.has_graph:
             raise ValueError(f"mode {mode!r} needs the chunk graph")
-        top = seeds[: cfg.n_seeds]
+        top = seeds[: cfg.expand.n_seeds]
         first = np.float32(max(seed_scores[0], 1e-30)) if seed_scores else np.float32(1.0)
-        weights = [float(np.float32(s) / first) for s in seed_scores[: cfg.n_seeds]]
-        pool, priority = expand_pool(ref, top, weights, cfg.max_candidates, cfg.hops)
+        weights = [float(np.float32(s) / first) for s in seed_scores[: cfg.expand.n_seeds]]
+        pool, priority = expand_pool(ref, top, weights, cfg.expand.max_candidates, cfg.expand.hops)
         out["seeds"], out["seed_weights"] = top, weights
     else:
-        pool = seeds[: cfg.max_candidates]
+        pool = seeds[: cfg.expand.max_candidates]
         out["seeds"], out["seed_weights"] = list(seeds), list(seed_scores)
 
     # relevance r = cos(q, c), float64 over the float32 vectors
@@ -318,17 +321,17 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
         G = subgraph(ref, pool)
         seed_weight = dict(zip(top, weights))
         if mode == "heat":
-            proximity = heat(G, pool, relevance, cfg.heat_t, isolated_laplacian)
+            proximity = heat(G, pool, relevance, cfg.propagate.t, isolated_laplacian)
         else:
             restart = {c: max(seed_weight.get(c, 0.0), 0.0) for c in pool}
-            pr = ppr(G, restart, cfg.damping)
+            pr = ppr(G, restart, cfg.propagate.damping)
             if mode == "ppr":
                 proximity = pr
             else:
                 spec = spectral(ref, pool, top)
                 proximity = {c: min(max(0.5 * pr[c] + 0.5 * spec[c], 0.0), 1.0) for c in pool}
         bridged = bridge(ref, pool, relevance, cfg)
-        scores = {c: (1 - cfg.alpha) * bridged[c] + cfg.alpha * proximity[c] for c in pool}
+        scores = {c: (1 - cfg.propagate.alpha) * bridged[c] + cfg.propagate.alpha * proximity[c] for c in pool}
     elif mode == "dense":
         scores = dict(relevance)
     else:  # bm25 / hybrid: the list's own scores
@@ -337,9 +340,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
     ranking = sorted(pool, key=lambda c: (-scores[c], c))
 
     # selection, on the pool in pool order
-    select = cfg.select
-    if mode not in GRAPH_MODES:  # baselines fill the budget in score order
-        select = replace(select, core_size=0, a=1.0, b=0.0, c=0.0, d=0.0, lam=0.0, rho=0.0, precision_floor=0.0)
+    select = cfg.select if mode in GRAPH_MODES else cfg.baseline_select  # baselines: score order
     if pool:
         sel = budget_select_reference(
             torch.tensor([[scores[c] for c in pool]], dtype=torch.float32),
@@ -349,8 +350,8 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             torch.from_numpy(ref.embeddings[pool][None]),
             torch.tensor([[ref.clusters[c] for c in pool]], dtype=torch.int64),
             torch.tensor([[ref.doc_codes[c] for c in pool]], dtype=torch.int64),
-            select,
             budget=int(budget),
+            **asdict(select),
         )
         order = [p for p in sel.order[0].tolist() if p >= 0]
         phases = [p for p in sel.phase[0].tolist() if p >= 0]

@@ -60,7 +60,7 @@ class Context:
 
 
 def build_contexts(index, queries: list[str], result) -> list[Context]:
-    """Python objects from a :class:`spectrag.query.pipeline.BatchResult` (the only per-query loop:
+    """Python objects from a :class:`spectrag.pipeline.BatchResult` (the only per-query loop:
     it formats output, it does not score)."""
     cand = result.candidates.cpu().tolist()
     order = result.selected.cpu().tolist()

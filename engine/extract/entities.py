@@ -56,7 +56,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from spectrag.graph.citations import COMMON_WORDS, TitleMatcher
+from spectrag.extract.titles import COMMON_WORDS, TitleMatcher
+from spectrag.util.pool import map_blocks, resolve_workers
 
 # --- normalization ---------------------------------------------------------------------------
 
@@ -293,11 +294,9 @@ def extract_entities(
     ``titles``, the corpus titles each text mentions are added. Shapes: ``[T]`` -> ``[T][*]``.
 
     ``workers``: processes (0: the usable CPUs, at most 8, from 20,000 texts on, else 1); the
-    texts are split into contiguous blocks (:func:`spectrag.index.pool.map_blocks`), so the result
+    texts are split into contiguous blocks (:func:`spectrag.util.pool.map_blocks`), so the result
     does not depend on it.
     """
-    from spectrag.index.pool import map_blocks, resolve_workers
-
     matcher = TitleMatcher(titles) if titles else None
     keys = [normalize_entity(t) for t in titles] if titles else []
 
@@ -315,48 +314,6 @@ def extract_entities(
 
     workers = resolve_workers(workers, len(texts))
     return map_blocks(block, len(texts), workers=workers, block=4_096)
-
-
-# --- OpenIE import -----------------------------------------------------------------------------
-
-
-def load_openie_entities(
-    path: str | Path, chunk_texts: Sequence[str], chunk_titles: Sequence[str]
-) -> tuple[list[list[str]], int]:
-    """Entities of HippoRAG's OpenIE file (``{"docs": [{title, text, passage,
-    extracted_entities, extracted_triples}]}``) mapped onto chunks.
-
-    Each doc goes to the chunk(s) whose text equals its ``text`` -- exactly, else after
-    whitespace normalization, else (for chunks holding the whole passage) its ``passage`` after
-    whitespace normalization; among several such chunks those with the doc's ``title`` are
-    preferred. A chunk gets the union of the normalized entities of its docs.
-
-    Returns ``(entities_per_chunk, unmatched)``: sorted unique keys per chunk, and the number of
-    docs that matched no chunk. Raises :class:`CorpusError` for unreadable files, invalid JSON or
-    an unexpected structure.
-    """
-    path = Path(path)
-    if len(chunk_texts) != len(chunk_titles):
-        raise ValueError(f"{len(chunk_texts)} chunk texts but {len(chunk_titles)} chunk titles")
-    # the one reader and passage matcher of the format (spectrag.kg imports this module)
-    from spectrag.kg.openie import match_chunks, read_openie
-
-    docs = read_openie(path)
-    per_chunk: list[set[str] | None] = [None] * len(chunk_texts)
-    unmatched = 0
-    for doc, cands in zip(docs, match_chunks(docs, chunk_texts, chunk_titles)):
-        if not cands:
-            unmatched += 1
-            continue
-        ents = doc.get("extracted_entities", [])
-        keys = {normalize_entity(e) for e in ents if isinstance(e, str)}
-        keys.discard("")
-        for i in cands:
-            if per_chunk[i] is None:
-                per_chunk[i] = set(keys)
-            else:
-                per_chunk[i].update(keys)  # type: ignore[union-attr]
-    return [sorted(s) if s else [] for s in per_chunk], unmatched
 
 
 # --- incidence matrix ----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from spectrag.errors import CorpusError
-from spectrag.index.load import iter_json_lines, read_json, read_text
+from spectrag.util.io import iter_json_lines, read_json, read_text
 
 TEXT_FIELDS = ("query", "question", "text")
 

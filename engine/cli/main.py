@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import click
 
-from spectrag.config import with_openie
+from spectrag.config import MODES, with_openie
 from spectrag.errors import SpectragError
 from spectrag.index.load import FORMATS
 
@@ -122,7 +122,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
               openie_file: Path | None, overwrite: bool, skip_empty: bool, as_json: bool) -> None:
     """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
     from spectrag.config import load_config
-    from spectrag.index.build import build_index
+    from spectrag.build import build_index
 
     config = load_config(config_file, preset=preset)
     if openie_file is not None:
@@ -147,7 +147,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
 def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, as_json: bool) -> None:
     """Add the documents of CORPUS to the index at INDEX_DIR (no rebuild; the old index stays
     until the new one is complete)."""
-    from spectrag.index.incremental import add_documents
+    from spectrag.incremental import add_documents
 
     index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, progress=not as_json and sys.stderr.isatty())
     r = index.report
@@ -169,7 +169,7 @@ def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, as_json: 
 @_friendly
 def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
     """Describe the index at INDEX_DIR (after checking its files)."""
-    from spectrag.index.store import read_manifest
+    from spectrag.store import read_manifest
 
     summary = _summary(read_manifest(index_dir, verify=not no_verify), index_dir)
     if as_json:
@@ -182,20 +182,25 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.option("--queries", "query_file", type=click.Path(path_type=Path), help="Query file: .jsonl, .json list (MuSiQue/HotpotQA) or .txt lines.")
 @click.option("-q", "--query", "texts", multiple=True, help="A query (repeatable).")
-@click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid", "heat", "ppr", "spectral", "activation", "combined"]),
-              default="spectral", show_default=True, help="activation and combined need a knowledge graph (index --openie).")
-@click.option("--budget", type=int, help="Token budget per query (default 12,000).")
+@click.option("--mode", type=click.Choice(list(MODES)), help="Retrieval mode (default: the config's, spectral); "
+              "activation and combined need a knowledge graph (index --openie).")
+@click.option("--config", "config_file", type=click.Path(path_type=Path),
+              help="TOML file with [retriever] and stage tables ([seed], [expand], [propagate], [bridge], [select], ...).")
+@click.option("--budget", type=int, help="Token budget per query (default: the config's, 12,000).")
 @click.option("--batch-size", default=256, show_default=True, help="Queries scored together.")
 @click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="JSONL results (default: stdout).")
 @click.option("--trec", "trec_file", type=click.Path(path_type=Path), help="Also write the ranking as a TREC run file.")
 @click.option("--no-text", is_flag=True, help="Leave chunk texts out of the JSONL.")
 @_friendly
-def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str, budget: int | None,
-                 batch_size: int, out_file: Path | None, trec_file: Path | None, no_text: bool) -> None:
+def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None,
+                 config_file: Path | None, budget: int | None, batch_size: int, out_file: Path | None,
+                 trec_file: Path | None, no_text: bool) -> None:
     """Retrieve a token-budgeted context for every query, in batches."""
-    from spectrag.query.batch import run_queries
+    from spectrag.cli.retrieve import run_queries  # imported on use: `spectrag --help` stays fast
+    from spectrag.config import load_retriever_config
 
-    run_queries(index_dir, query_file, list(texts), mode=mode, budget=budget, batch_size=batch_size,
+    config = load_retriever_config(config_file, **({"mode": mode} if mode else {}))
+    run_queries(index_dir, query_file, list(texts), config=config, budget=budget, batch_size=batch_size,
                 out_file=out_file, trec_file=trec_file, with_text=not no_text)
 
 
@@ -206,7 +211,7 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 @_friendly
 def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
     """Index the bundled sample corpus and retrieve context for its questions."""
-    from spectrag.demo import run_demo
+    from spectrag.cli.demo import run_demo
 
     run_demo(out_dir, top_k=top_k, as_json=as_json)
 
@@ -217,11 +222,13 @@ def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
 @click.option("--index", "index_dir", type=click.Path(path_type=Path), help="Reuse this index (default: build or reuse one in ~/.cache/spectrag/eval).")
 @click.option("--methods", default="all", show_default=True, help="all, or a comma-separated list of retrieval modes.")
 @click.option("--ablations", is_flag=True, help="Also run the full pipeline with one stage or edge signal switched off at a time.")
-@click.option("--sweep", is_flag=True, help="Also vary alpha, heat_t, damping, n_seeds, max_candidates one at a time.")
+@click.option("--sweep", is_flag=True, help="Also vary propagate.alpha/t/damping, expand.n_seeds/max_candidates and "
+              "activation.k/tau_d one at a time.")
 @click.option("--budget", type=int, help="Context tokens per question (default: the retriever's, 12,000).")
 @click.option("--budgets", default="", help="More budgets (comma-separated) for a context P/R/F1 table, e.g. 500,1000,2000.")
 @click.option("--batch-size", default=256, show_default=True, help="Questions scored together.")
-@click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML index config, when the index is built.")
+@click.option("--config", "config_file", type=click.Path(path_type=Path),
+              help="TOML config: its index tables when the index is built, its [retriever] and stage tables for retrieval.")
 @click.option("--openie", "openie_file", type=click.Path(path_type=Path),
               help="When the index is built: OpenIE JSON for the knowledge graph and entity signal, as index --openie "
                    "(default: the dataset folder's openie_*.json, if any).")
@@ -236,7 +243,7 @@ def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: s
     """Evaluate retrieval methods on DATASET: Recall@k, MRR, nDCG@10 and context P/R/F1."""
     import shlex
 
-    from spectrag.config import load_config
+    from spectrag.config import load_config, load_retriever_config
     from spectrag.eval import evaluate
     from spectrag.eval.report import markdown
 
@@ -246,6 +253,7 @@ def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: s
         raise SpectragError(f"--budgets must be comma-separated token counts, got {budgets!r}") from None
     result = evaluate(dataset, data, index=index_dir, methods=methods, ablations=ablations, sweep=sweep, budget=budget,
                       budgets=more, batch_size=batch_size, config=load_config(config_file) if config_file else None,
+                      retriever_config=load_retriever_config(config_file) if config_file else None,
                       openie=None if no_openie else openie_file or "auto", out=out_dir,
                       plots=not no_plots, command=shlex.join(["spectrag", *sys.argv[1:]]),
                       log=lambda m: click.echo(m, err=True))

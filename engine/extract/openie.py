@@ -2,8 +2,7 @@
 format, ``{"docs": [{"title", "text" | "passage", "extracted_entities": [...],
 "extracted_triples": [[subject, relation, object], ...]}]}``.
 
-Each record goes to the chunk(s) holding its passage, matched as the entity edge signal matches
-them (:func:`spectrag.graph.entities.load_openie_entities`): the chunk text equal to the record's
+Each record goes to the chunk(s) holding its passage, the chunk text equal to the record's
 ``text``, else equal after whitespace normalization, else equal to its ``passage``; among
 several, those with the record's title. The chunk describes the record's entities and both ends
 of its triples (HippoRAG makes triple ends graph nodes too). A triple's relation text is
@@ -16,9 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spectrag.errors import CorpusError
-from spectrag.graph.citations import title_key
-from spectrag.index.load import read_json
-from spectrag.kg.graph import Extraction, Triple
+from spectrag.extract.entities import normalize_entity
+from spectrag.extract.titles import title_key
+from spectrag.types import Extraction, Triple
+from spectrag.util.io import read_json
 
 
 def _ws(text: str) -> str:
@@ -101,3 +101,14 @@ def load_openie(path: str | Path, chunk_texts: Sequence[str], chunk_titles: Sequ
             mentions[c].extend(ents)
             triples.extend(Triple(c, s, p, o, f"{s} {p} {o}") for s, p, o in good)
     return Extraction(mentions, triples, facts)
+
+
+def load_openie_entities(
+    path: str | Path, chunk_texts: Sequence[str], chunk_titles: Sequence[str]
+) -> tuple[list[list[str]], int]:
+    """The entity edge signal's view of the file: the sorted unique normalized entity keys of
+    each chunk (from :func:`load_openie`'s mentions) and the number of records that matched no
+    chunk."""
+    extraction = load_openie(path, chunk_texts, chunk_titles)
+    keys = [sorted({k for e in mentions if (k := normalize_entity(e))}) for mentions in extraction.mentions]
+    return keys, extraction.facts["unmatched_records"]

@@ -13,13 +13,15 @@ import numpy as np
 
 from spectrag.config import IndexConfig
 from spectrag.errors import ConfigError, CorpusError
-from spectrag.index import usage
-from spectrag.index.chunk import Chunk, chunk_corpus
+from spectrag.util import usage
+from spectrag.types import Chunk
+from spectrag.index.chunk import chunk_corpus
 from spectrag.index.dense import DenseIndex
 from spectrag.index.embed import Embedder
 from spectrag.index.lexical import BM25Index
-from spectrag.index.load import Document, detect_format, iter_documents
-from spectrag.index.store import (
+from spectrag.types import Document
+from spectrag.index.load import detect_format, iter_documents
+from spectrag.store import (
     CHUNKS,
     EMBEDDINGS,
     Index,
@@ -29,7 +31,7 @@ from spectrag.index.store import (
     write_chunks,
     write_manifest,
 )
-from spectrag.index.tokens import TOKENIZER
+from spectrag.util.tokens import TOKENIZER
 
 PACKAGES = ("spectrag", "torch", "numpy", "scipy", "faiss-cpu", "bm25s", "sentence-transformers", "transformers", "tiktoken")
 
@@ -45,7 +47,7 @@ class BuildReport:
     cache_hits: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # this process + finished children
-    peak_rss_mib: dict[str, float] = field(default_factory=dict)  # per stage (engine/index/usage.py)
+    peak_rss_mib: dict[str, float] = field(default_factory=dict)  # per stage (engine/util/usage.py)
 
 
 def stage_recorder(report: BuildReport, on_stage: Callable[[str], None] | None = None) -> Callable[[str], None]:
@@ -182,7 +184,7 @@ def build_index(
             from spectrag.graph.build import save_graph
 
             fused, spectrum, graph_facts = graph
-            graph_facts = {**graph_facts, "order": save_graph(tmp, fused, spectrum)}
+            graph_facts = {**graph_facts, "order": save_graph(tmp, fused, spectrum, config.graph)}
         if kg is not None:
             from spectrag.kg.store import save_kg
 

@@ -1,0 +1,42 @@
+"""Running one method over all questions in batches: every batch goes through
+:meth:`spectrag.retriever.Retriever.score_batch` (that is, :func:`spectrag.pipeline.run`) with the
+shared query vectors."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import torch
+
+from spectrag.eval.score import Run
+
+
+
+def _pad_cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    width = max(1, max(p.shape[1] for p in parts))
+    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]), value=-1) for p in parts])
+
+
+def run_method(retriever, texts: list[str], qvecs: torch.Tensor, mode: str, budget: int | None,
+               batch_size: int) -> Run:
+    """``retriever.score_batch`` over the questions in batches of ``batch_size``."""
+    ranks, sels, used = [], [], []
+    seconds = 0.0
+    for lo in range(0, len(texts), batch_size):
+        start = time.perf_counter()
+        res = retriever.score_batch(texts[lo : lo + batch_size], budget=budget, mode=mode, qvecs=qvecs[lo : lo + batch_size])
+        seconds += time.perf_counter() - start
+        ranks.append(res.ranking().cpu())
+        sels.append(res.selected_ids().cpu())
+        used.append(res.used_tokens.cpu())
+    return Run(_pad_cat(ranks), _pad_cat(sels), torch.cat(used), seconds)
+
+
+def with_config(retriever, **overrides: Any):
+    """A copy of ``retriever`` sharing its state, with settings replaced as in
+    :meth:`spectrag.config.RetrieverConfig.replace` (``expand__hops=0``)."""
+    other = copy.copy(retriever)
+    other.config = retriever.config.replace(**overrides)
+    return other

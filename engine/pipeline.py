@@ -1,0 +1,187 @@
+"""The online pipeline for a batch of B queries (SpectRAG Algorithm 1): one function on tensors,
+:func:`run`, which every caller (the :class:`~spectrag.retriever.Retriever`, the evaluation,
+the benchmarks, the GPU check) goes through.
+
+    seed       dense top-K + BM25 top-K, fused by RRF            [B, K]      spectrag.seed
+    expand     two hops over W from the top seeds, capped at P  [B, P]      spectrag.expand.pool
+    blocks     induced candidate subgraphs                       [B, P, P]   spectrag.expand.blocks
+    propagate  r = cos(q, c);  p = heat | PPR | spectral         [B, P]      spectrag.propagate
+    rescore    x = r bridged along relational edges (max-plus)   [B, P]      spectrag.rescore
+               s2 = (1 - alpha) x + alpha p                      (Algorithm 1, line 7)
+    select     token-budgeted greedy selection                   [B, K_sel]  spectrag.select
+
+Modes: ``dense``, ``bm25``, ``hybrid`` (baselines: rank by that list's score, select with
+``baseline_select``), ``heat``, ``ppr`` (one proximity), ``spectral`` (the full pipeline: PPR and
+spectral proximity averaged); with a knowledge graph (:mod:`spectrag.propagate.activation`):
+``activation`` (spreading activation alone, SA-RAG) and ``combined`` (``spectral`` with the chunk
+activation as a third proximity and the activation pool added to the candidates). No stage loops
+over queries.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import scipy.sparse as sp
+import torch
+
+from spectrag.config import BASELINE_MODES, GRAPH_MODES, KG_MODES, RetrieverConfig
+from spectrag.errors import SpectragError
+from spectrag.expand.blocks import candidate_blocks_of, candidate_blocks_torch
+from spectrag.expand.pool import expand, expand_torch
+from spectrag.propagate.activation import activate, ActivationBatch
+from spectrag.propagate.proximity import pool_proximity
+from spectrag.rescore.bridge import bridge_relevance
+from spectrag.seed.seed import seed
+from spectrag.select.select import select_context
+from spectrag.state import QueryState
+
+PROPAGATION_MODES = GRAPH_MODES + ("combined",)  # expand over W and re-score with proximity
+
+
+@dataclass
+class QueryBatch:
+    """What the pipeline knows of B queries: their embeddings and, for BM25 seeding, their term
+    counts over the index vocabulary (None: dense seeds only). Shapes: ``vectors [B, d]``,
+    ``terms`` scipy CSR ``[B, vocab]``."""
+
+    vectors: torch.Tensor
+    terms: sp.csr_matrix | None = None
+
+    def __len__(self) -> int:
+        return self.vectors.shape[0]
+
+
+@dataclass
+class BatchResult:
+    """Tensor output of one batch. Shapes: ``[B, P]`` pools and scores, ``[B, K]`` selections."""
+
+    mode: str
+    candidates: torch.Tensor  # chunk ids, -1 padded
+    scores: torch.Tensor  # final score used for ranking and selection
+    relevance: torch.Tensor
+    proximity: torch.Tensor
+    selected: torch.Tensor  # positions into candidates, in selection order, -1 padded
+    phase: torch.Tensor
+    used_tokens: torch.Tensor
+    budget: torch.Tensor
+    seconds: dict[str, float]
+    activation: ActivationBatch | None = None  # modes activation and combined: SA pairs and relations used
+
+    def ranking(self) -> torch.Tensor:
+        """Candidate chunk ids by descending score (ties: smaller id), -1 padded. ``[B, P]``."""
+        key = torch.where(self.candidates >= 0, self.scores, torch.full_like(self.scores, float("-inf")))
+        order = torch.argsort(self.candidates.clamp(min=0), dim=1, stable=True)
+        order = order.gather(1, torch.argsort(key.gather(1, order), dim=1, descending=True, stable=True))
+        return self.candidates.gather(1, order)
+
+    def selected_ids(self) -> torch.Tensor:
+        """Chunk ids of the selection, in selection order, -1 padded. ``[B, K]``."""
+        pos = self.selected
+        return torch.where(pos >= 0, self.candidates.gather(1, pos.clamp(min=0)), torch.full_like(pos, -1))
+
+
+class _Timer:
+    """Seconds per stage, the device synchronized at each mark so GPU work is counted where it runs."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.seconds, self.tick = device, {}, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.tick
+        self.tick = now
+
+
+def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: RetrieverConfig,
+        *, budget: int | None = None) -> BatchResult:
+    """Every stage of ``config.mode`` for one batch of queries (see the module docstring).
+
+    ``queries``: a :class:`QueryBatch`, or the query vectors ``[B, d]`` alone (dense seeds).
+    ``budget``: tokens per context (default: ``config.budget``).
+    """
+    batch = queries if isinstance(queries, QueryBatch) else QueryBatch(queries)
+    mode = config.mode
+    budget = config.budget if budget is None else int(budget)
+    if budget < 1:
+        raise SpectragError(f"budget must be >= 1 token, got {budget}")
+    if len(batch) == 0:
+        raise SpectragError("no queries given")
+    if mode in PROPAGATION_MODES:
+        state.require_graph(mode)
+    kg = state.require_kg(mode) if mode in KG_MODES else None
+    stage = _Timer(state.device)
+    q = batch.vectors.to(state.device, torch.float32)
+    stage("embed")
+    sc = config.seed
+    if mode != "activation":  # activation draws its pool from the knowledge graph alone
+        seeds, seed_scores = seed(mode, q, batch.terms, state.dense, state.bm25,
+                                  k_dense=sc.k_dense, k_bm25=sc.k_bm25, rrf_k=sc.rrf_k)
+        stage("seed")
+    sa = None
+    if kg is not None:
+        sa = activate(kg, q, state.embeddings, config.activation, max_candidates=config.expand.max_candidates)
+        stage("activate")
+    ec = config.expand
+    on_device = config.graph_backend == "torch" or (config.graph_backend == "auto" and state.device.type != "cpu")
+    if mode in PROPAGATION_MODES:
+        top = seeds[:, : ec.n_seeds]
+        weight = seed_scores[:, : ec.n_seeds]
+        weight = weight / weight[:, :1].clamp(min=1e-30)
+        if on_device:
+            candidates, _ = expand_torch(top, weight, state.torch_graph("weights"), max_candidates=ec.max_candidates,
+                                         hops=ec.hops)
+        else:
+            candidates, _ = expand(top, weight, state.weights, max_candidates=ec.max_candidates, hops=ec.hops)
+        if sa is not None:  # combined: the activation pool joins the expanded candidates
+            candidates = sa.merge(candidates)
+        stage("expand")
+    elif mode == "activation":
+        candidates = sa.candidates
+    else:
+        candidates = seeds[:, : ec.max_candidates]
+    mask = candidates >= 0
+    emb = state.embeddings[candidates.clamp(min=0)]  # (B, P, d)
+    # a product and a sum over d, not bmm: bmm takes another kernel at B = 1 than at B > 1
+    # (differences of 1e-5), and a query's result must not depend on its batch
+    relevance = (emb * q[:, None, :]).sum(dim=2).masked_fill(~mask, 0.0)
+    proximity = torch.zeros_like(relevance)
+    if mode in PROPAGATION_MODES:
+        pc, bc = config.propagate, config.bridge
+        bridging = bc.rounds > 0 and state.relations is not None
+        names = ["weights", "relations"] if bridging else ["weights"]
+        if on_device:
+            blocks, *relation_blocks = candidate_blocks_torch(candidates, [state.torch_graph(g) for g in names])
+        else:
+            blocks, *relation_blocks = candidate_blocks_of(candidates, [getattr(state, g) for g in names])
+        stage("blocks")
+        proximity = pool_proximity(mode, blocks, candidates, top, weight, relevance, mask, state.coords,
+                                   t=pc.t, damping=pc.damping, tol=pc.tol)
+        if sa is not None:  # combined: (ppr + spectral + activation) / 3
+            proximity = (2 * proximity + sa.proximity(candidates)) / 3
+        stage("propagate")
+        bridged = relevance
+        if bridging:
+            bridged = bridge_relevance(relation_blocks[0], relevance, candidates, sources=bc.sources, lam=bc.lam,
+                                       gamma=bc.gamma, rounds=bc.rounds)
+            stage("bridge")
+        scores = (1 - pc.alpha) * bridged + pc.alpha * proximity
+    elif mode == "activation":
+        proximity = sa.proximity(candidates)
+        alpha = config.activation.alpha
+        scores = (1 - alpha) * relevance + alpha * proximity
+    elif mode == "dense":
+        scores = relevance
+    else:  # bm25 / hybrid rank by their own list order: a decreasing score over positions
+        scores = torch.where(mask, seed_scores[:, : candidates.shape[1]], torch.zeros_like(relevance))
+    scores = scores.masked_fill(~mask, float("-inf"))
+    stage("score")
+    select = config.baseline_select if mode in BASELINE_MODES else config.select
+    sel = select_context(scores, proximity, candidates, emb, state.tokens, state.clusters, state.doc_codes,
+                         select, budget=budget)
+    stage("select")
+    return BatchResult(mode, candidates, scores, relevance, proximity, sel.order, sel.phase, sel.used_tokens,
+                       torch.full((len(batch),), budget), stage.seconds, sa)

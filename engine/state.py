@@ -1,0 +1,157 @@
+"""What the online pipeline reads, laid out once on one device: :class:`QueryState`.
+
+Built from a loaded index (:meth:`QueryState.from_index`) or from arrays in memory
+(:meth:`QueryState.from_arrays`, e.g. a synthetic graph on a GPU). Building it copies the
+embeddings and the graph arrays onto the device; every batch afterwards only gathers from it.
+Nothing here is computed per query, and nothing is recomputed per batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from spectrag.errors import SpectragError
+from spectrag.index.dense import DenseIndex
+from spectrag.index.lexical import BM25Index
+from spectrag.kernels.csr import TorchCSR
+from spectrag.propagate.activation import KGState
+
+
+@dataclass
+class QueryState:
+    """Shapes: ``embeddings [n, d]`` float32, ``tokens/doc_codes/clusters [n]`` int64,
+    ``coords [n, m]`` (rows L2-normalized) or None; ``weights`` (the fused graph) and
+    ``relations`` (the relational graph, :mod:`spectrag.graph.relational`) as scipy CSR
+    ``[n, n]`` for the CPU expansion, copied to the device as :class:`TorchCSR` on first use;
+    ``dense`` the exact inner-product search over the embeddings; ``bm25`` the BM25 score
+    matrix (None: dense seeds only); ``kg`` the knowledge graph as tensors (None: no KG modes)."""
+
+    n: int
+    device: torch.device
+    embeddings: torch.Tensor
+    tokens: torch.Tensor
+    doc_codes: torch.Tensor
+    clusters: torch.Tensor
+    dense: DenseIndex
+    coords: torch.Tensor | None = None
+    weights: sp.csr_matrix | None = None
+    relations: sp.csr_matrix | None = None
+    bm25: BM25Index | None = None
+    kg: KGState | None = None
+    _torch_graphs: dict = field(default_factory=dict, repr=False, compare=False)  # name -> TorchCSR
+    _kg_index: object = field(default=None, repr=False, compare=False)  # an index whose KG loads on first use
+
+    @classmethod
+    def from_arrays(
+        cls,
+        embeddings: np.ndarray | torch.Tensor,
+        *,
+        tokens: np.ndarray | torch.Tensor | None = None,
+        doc_codes: np.ndarray | torch.Tensor | None = None,
+        clusters: np.ndarray | torch.Tensor | None = None,
+        coordinates: np.ndarray | torch.Tensor | None = None,
+        weights: sp.csr_matrix | None = None,
+        relations: sp.csr_matrix | None = None,
+        bm25: BM25Index | None = None,
+        kg: KGState | None = None,
+        dense: DenseIndex | None = None,
+        device: str | torch.device = "cpu",
+    ) -> "QueryState":
+        """A state from arrays in memory. Shapes: ``embeddings [n, d]`` (L2-normalized);
+        ``tokens`` (default: 1 each), ``doc_codes`` (default: one document per chunk),
+        ``clusters`` (default: 0) ``[n]``; ``coordinates [n, m]``; ``weights``, ``relations``
+        scipy CSR ``[n, n]``."""
+        device = torch.device(device)
+        emb = torch.as_tensor(np.asarray(embeddings, dtype=np.float32) if not torch.is_tensor(embeddings)
+                              else embeddings, dtype=torch.float32)
+        n = emb.shape[0]
+
+        def ints(a, fill):
+            if a is None:
+                return fill.to(device)
+            return torch.as_tensor(np.asarray(a, dtype=np.int64) if not torch.is_tensor(a) else a,
+                                   dtype=torch.int64).to(device)
+
+        coords = None
+        if coordinates is not None:
+            z = torch.as_tensor(np.array(coordinates, dtype=np.float32) if not torch.is_tensor(coordinates)
+                                else coordinates, dtype=torch.float32)
+            coords = (z / z.norm(dim=1, keepdim=True).clamp(min=1e-12)).to(device)
+        for name, g in (("weights", weights), ("relations", relations)):
+            if g is not None and g.shape != (n, n):
+                raise SpectragError(f"{name} must be [n, n] = [{n}, {n}] over the embeddings' chunks, got {g.shape}")
+        if dense is None:
+            dense = DenseIndex(emb.cpu().numpy(), device=str(device))
+        return cls(
+            n=n,
+            device=device,
+            embeddings=emb.to(device),
+            tokens=ints(tokens, torch.ones(n, dtype=torch.int64)),
+            doc_codes=ints(doc_codes, torch.arange(n)),
+            clusters=ints(clusters, torch.zeros(n, dtype=torch.int64)),
+            dense=dense,
+            coords=coords,
+            weights=weights,
+            relations=relations,
+            bm25=bm25,
+            kg=kg,
+        )
+
+    @classmethod
+    def from_index(cls, index, device: str | torch.device = "cpu", graph: dict | None = None) -> "QueryState":
+        """The state of a loaded :class:`spectrag.store.Index`. ``graph`` (the keys of
+        :func:`spectrag.graph.build.load_graph`: weights, relations, coordinates, clusters)
+        replaces the index's stored graph, e.g. a graph re-fused without one signal."""
+        device = torch.device(device)
+        codes: dict[str, int] = {}
+        doc_codes = [codes.setdefault(c.doc_id, len(codes)) for c in index.chunks]
+        graph = index.graph if graph is None else graph
+        arrays: dict = {}
+        if graph is not None:
+            w = graph["weights"]
+            r = graph["relations"]
+            arrays = dict(
+                coordinates=graph["coordinates"],
+                clusters=graph["clusters"],
+                # private copies off the read-only memory maps
+                weights=sp.csr_matrix((np.array(w.data), np.array(w.indices), np.array(w.indptr)), shape=w.shape),
+                relations=sp.csr_matrix((np.array(r.data), np.array(r.indices), np.array(r.indptr)), shape=r.shape),
+            )
+        state = cls.from_arrays(
+            np.array(index.embeddings, dtype=np.float32),
+            tokens=[c.n_tokens for c in index.chunks],
+            doc_codes=doc_codes,
+            bm25=index.bm25,
+            dense=index.dense,
+            device=device,
+            **arrays,
+        )
+        state._kg_index = index  # the KG's tensors are copied on the first activation batch
+        return state
+
+    def torch_graph(self, name: str) -> TorchCSR:
+        """``weights`` or ``relations`` as a :class:`TorchCSR` on the device, copied once."""
+        if name not in self._torch_graphs:
+            self._torch_graphs[name] = TorchCSR.from_scipy(getattr(self, name), self.device)
+        return self._torch_graphs[name]
+
+    def require_graph(self, mode: str) -> None:
+        if self.weights is None:
+            raise SpectragError(
+                f"mode {mode!r} needs the chunk graph, but this index was built without it "
+                "(graph.enabled = false); rebuild it or use mode dense, bm25 or hybrid"
+            )
+
+    def require_kg(self, mode: str) -> KGState:
+        if self.kg is None and self._kg_index is not None:
+            self.kg = KGState.from_index(self._kg_index, self.device)  # names what is missing
+        if self.kg is None:
+            raise SpectragError(
+                f"mode {mode!r} needs the knowledge graph, but this state has none; build the index "
+                "with `spectrag index ... --openie FILE` or kg.enabled = true"
+            )
+        return self.kg

@@ -1,0 +1,57 @@
+"""The records that flow between the offline stages: documents (load) -> chunks (chunk) ->
+extracted entities and triples (extract, for the entity signal and the knowledge graph)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Document:
+    """One source document. ``markup`` is ``markdown`` or ``text``; ``kind`` is ``document`` or
+    ``passage`` (a benchmark passage, kept as one chunk when it fits)."""
+
+    doc_id: str
+    title: str
+    text: str
+    url: str = ""
+    markup: str = "text"
+    kind: str = "document"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A contiguous slice ``[start, end)`` of one document's text."""
+
+    doc_id: str
+    title: str
+    section: tuple[str, ...]
+    url: str
+    text: str
+    n_tokens: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Triple:
+    """One extracted relation: surface forms of its ends, the predicate, the text to embed
+    (``subject predicate object`` for OpenIE, the sentence for co-occurrence) and its chunk."""
+
+    chunk: int
+    subject: str
+    predicate: str
+    object: str
+    text: str
+
+
+@dataclass
+class Extraction:
+    """What an extraction source yields: entity surface forms per chunk, the triples, and facts
+    for the manifest. Shapes: ``mentions [n_chunks][*]``."""
+
+    mentions: list[list[str]]
+    triples: list[Triple]
+    facts: dict[str, Any] = field(default_factory=dict)
