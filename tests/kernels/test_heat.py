@@ -1,4 +1,6 @@
-"""Tests for spectrag.kernels.heat (Chebyshev heat-kernel diffusion)."""
+"""Tests for spectrag.kernels.heat (Chebyshev heat-kernel diffusion) against scipy's expm and
+expm_multiply, on the ``device`` fixture's devices (results compared on the CPU, with the
+tolerances of the certified bound: float64 is float64 on any device)."""
 
 import math
 import numpy as np
@@ -13,7 +15,6 @@ from scipy.special import ive
 from spectrag.kernels.heat import (
     chebyshev_heat,
     chebyshev_heat_dense_batched,
-    chebyshev_heat_lowrank,
     heat_coefficients,
     heat_num_terms,
 )
@@ -43,7 +44,7 @@ def normalized_laplacian(W):
     return sp.csr_matrix(laplacian(sp.csr_matrix(W), normed=True))
 
 
-def to_torch_csr(M, dtype=torch.float64):
+def to_torch_csr(M, dtype=torch.float64, device=torch.device("cpu")):
     M = sp.csr_matrix(M)
     return torch.sparse_csr_tensor(
         torch.from_numpy(M.indptr.astype(np.int64)),
@@ -51,7 +52,11 @@ def to_torch_csr(M, dtype=torch.float64):
         torch.from_numpy(M.data).to(dtype),
         size=M.shape,
         check_invariants=True,
-    )
+    ).to(device)
+
+
+def on(device, *arrays):
+    return tuple(torch.from_numpy(a).to(device) for a in arrays)
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +81,9 @@ def column_rel_err(Y, ref, X):
 
 @pytest.mark.parametrize("t", TIMES)
 @pytest.mark.parametrize("tol", [1e-6, 1e-10])
-def test_float64_matches_expm_multiply_and_dense_expm(graph, dense_expm, t, tol):
+def test_float64_matches_expm_multiply_and_dense_expm(graph, dense_expm, t, tol, device):
     _, L, X = graph
-    Y = chebyshev_heat(to_torch_csr(L), torch.from_numpy(X), t, tol=tol)
+    Y = chebyshev_heat(to_torch_csr(L, device=device), *on(device, X), t, tol=tol).cpu()
     assert Y.shape == X.shape and Y.dtype == torch.float64
     ref_sparse = scipy.sparse.linalg.expm_multiply(-t * sp.csc_matrix(L), X)
     ref_dense = dense_expm[t] @ X
@@ -88,17 +93,17 @@ def test_float64_matches_expm_multiply_and_dense_expm(graph, dense_expm, t, tol)
 
 
 @pytest.mark.parametrize("t", TIMES)
-def test_float32_close_to_reference(graph, dense_expm, t):
+def test_float32_close_to_reference(graph, dense_expm, t, device):
     _, L, X = graph
-    Y = chebyshev_heat(to_torch_csr(L, torch.float32), torch.from_numpy(X).float(), t, tol=1e-6)
+    Y = chebyshev_heat(to_torch_csr(L, torch.float32, device), torch.from_numpy(X).float().to(device), t, tol=1e-6).cpu()
     assert Y.dtype == torch.float32
     assert column_rel_err(Y.double().numpy(), dense_expm[t] @ X, X).max() <= 1e-5
 
 
-def test_batched_equals_loop_of_single_columns(graph):
+def test_batched_equals_loop_of_single_columns(graph, device):
     _, L, X = graph
-    Lt = to_torch_csr(L)
-    Xt = torch.from_numpy(X)
+    Lt = to_torch_csr(L, device=device)
+    (Xt,) = on(device, X)
     Y = chebyshev_heat(Lt, Xt, 5.0)
     cols = [chebyshev_heat(Lt, Xt[:, b : b + 1], 5.0) for b in range(X.shape[1])]
     torch.testing.assert_close(Y, torch.cat(cols, dim=1), rtol=0, atol=1e-13)
@@ -108,12 +113,11 @@ def test_batched_equals_loop_of_single_columns(graph):
     torch.testing.assert_close(y1, Y[:, 2], rtol=0, atol=1e-13)
 
 
-def test_layouts_coo_dense_csr_agree(graph):
+def test_layouts_coo_dense_csr_agree(graph, device):
     _, L, X = graph
-    Xt = torch.from_numpy(X)
-    Lcsr = to_torch_csr(L)
+    Xt, Ldense = on(device, X, L.toarray())
+    Lcsr = to_torch_csr(L, device=device)
     Lcoo = Lcsr.to_sparse_coo()
-    Ldense = torch.from_numpy(L.toarray())
     Y = chebyshev_heat(Lcsr, Xt, 1.0)
     torch.testing.assert_close(chebyshev_heat(Lcoo, Xt, 1.0), Y, rtol=0, atol=1e-13)
     torch.testing.assert_close(chebyshev_heat(Ldense, Xt, 1.0), Y, rtol=0, atol=1e-13)
@@ -123,21 +127,21 @@ def test_layouts_coo_dense_csr_agree(graph):
     torch.testing.assert_close(Y32.double(), Y, rtol=0, atol=1e-5)
 
 
-def test_t_zero_is_identity(graph):
+def test_t_zero_is_identity(graph, device):
     _, L, X = graph
     assert heat_num_terms(0.0) == 1
-    Y = chebyshev_heat(to_torch_csr(L), torch.from_numpy(X), 0.0)
-    torch.testing.assert_close(Y, torch.from_numpy(X), rtol=0, atol=0)
+    Y = chebyshev_heat(to_torch_csr(L, device=device), *on(device, X), 0.0)
+    torch.testing.assert_close(Y.cpu(), torch.from_numpy(X), rtol=0, atol=0)
 
 
-def test_sqrt_degree_mass_is_preserved(graph):
+def test_sqrt_degree_mass_is_preserved(graph, device):
     """Independent invariant: L_sym D^{1/2} 1 = 0, so 1^T D^{1/2} expm(-tL) x = 1^T D^{1/2} x."""
     W, L, X = graph
     Xp = np.abs(X)
     w = np.sqrt(np.asarray(W.sum(axis=1)).ravel())
-    Lt = to_torch_csr(L)
+    Lt = to_torch_csr(L, device=device)
     for t in TIMES:
-        Y = chebyshev_heat(Lt, torch.from_numpy(Xp), t, tol=1e-10).numpy()
+        Y = chebyshev_heat(Lt, *on(device, Xp), t, tol=1e-10).cpu().numpy()
         mass_in = w @ Xp
         mass_out = w @ Y
         bound = 10 * 1e-10 * np.linalg.norm(w) * np.linalg.norm(Xp, axis=0)
@@ -182,52 +186,26 @@ def test_coefficients_reproduce_scalar_exponential():
     assert len(c) == 5
 
 
-def test_num_terms_override(graph, dense_expm):
+def test_num_terms_override(graph, dense_expm, device):
     _, L, X = graph
-    Lt, Xt = to_torch_csr(L), torch.from_numpy(X)
+    Lt, (Xt,) = to_torch_csr(L, device=device), on(device, X)
     K1 = heat_num_terms(5.0, 1e-10)
     torch.testing.assert_close(
         chebyshev_heat(Lt, Xt, 5.0, num_terms=K1), chebyshev_heat(Lt, Xt, 5.0, tol=1e-10), rtol=0, atol=0
     )
-    crude = chebyshev_heat(Lt, Xt, 5.0, num_terms=2).numpy()
+    crude = chebyshev_heat(Lt, Xt, 5.0, num_terms=2).cpu().numpy()
     assert column_rel_err(crude, dense_expm[5.0] @ X, X).max() > 1e-3
 
 
-def test_lambda_max_other_than_two():
+def test_lambda_max_other_than_two(device):
     # combinatorial Laplacian with a spectral bound from Gershgorin (2 * max degree)
     W = random_graph(50, 0.1, seed=5, n_isolated=2)
     Lc = sp.csr_matrix(laplacian(sp.csr_matrix(W)))
     lam = 2 * Lc.diagonal().max()
     X = np.random.default_rng(2).standard_normal((50, 3))
-    Y = chebyshev_heat(to_torch_csr(Lc), torch.from_numpy(X), 0.7, lambda_max=lam, tol=1e-9)
+    Y = chebyshev_heat(to_torch_csr(Lc, device=device), *on(device, X), 0.7, lambda_max=lam, tol=1e-9)
     ref = scipy.linalg.expm(-0.7 * Lc.toarray()) @ X
-    assert column_rel_err(Y.numpy(), ref, X).max() <= 1e-8
-
-
-def test_lowrank_full_spectrum_equals_expm(graph, dense_expm):
-    _, L, X = graph
-    lam, U = np.linalg.eigh(L.toarray())
-    for t in [0.1, 5.0]:
-        Y = chebyshev_heat_lowrank(torch.from_numpy(lam), torch.from_numpy(U), torch.from_numpy(X), t)
-        np.testing.assert_allclose(Y.numpy(), dense_expm[t] @ X, atol=1e-11, rtol=0)
-
-
-def test_lowrank_partial_spectrum_is_projection(graph, dense_expm):
-    _, L, X = graph
-    lam, U = np.linalg.eigh(L.toarray())
-    m = 15
-    Um, lm = U[:, :m], lam[:m]
-    t = 1.0
-    Y = chebyshev_heat_lowrank(torch.from_numpy(lm), torch.from_numpy(Um), torch.from_numpy(X), t).numpy()
-    Pm = Um @ Um.T
-    np.testing.assert_allclose(Y, Pm @ dense_expm[t] @ X, atol=1e-11, rtol=0)
-    np.testing.assert_allclose(Y, dense_expm[t] @ (Pm @ X), atol=1e-11, rtol=0)
-    # exact on the span: a signal inside span(U) is diffused exactly
-    x_in = Um @ np.random.default_rng(3).standard_normal((m, 2))
-    y_in = chebyshev_heat_lowrank(torch.from_numpy(lm), torch.from_numpy(Um), torch.from_numpy(x_in), t)
-    np.testing.assert_allclose(y_in.numpy(), dense_expm[t] @ x_in, atol=1e-11, rtol=0)
-    # ... and the orthogonal complement is dropped, so it differs from the full kernel
-    assert np.abs(Y - dense_expm[t] @ X).max() > 1e-3
+    assert column_rel_err(Y.cpu().numpy(), ref, X).max() <= 1e-8
 
 
 def _padded_blocks(sizes, P, seed, garbage=True):
@@ -250,12 +228,11 @@ def _padded_blocks(sizes, P, seed, garbage=True):
 
 
 @pytest.mark.parametrize("t", TIMES)
-def test_dense_batched_matches_per_block_expm(t):
+def test_dense_batched_matches_per_block_expm(t, device):
     P = 24
     L, X, mask, blocks = _padded_blocks([24, 10, 17, 5], P, seed=10, garbage=True)
-    Y = chebyshev_heat_dense_batched(
-        torch.from_numpy(L), torch.from_numpy(X), t, mask=torch.from_numpy(mask), tol=1e-10
-    ).numpy()
+    Lt, Xt, mt = on(device, L, X, mask)
+    Y = chebyshev_heat_dense_batched(Lt, Xt, t, mask=mt, tol=1e-10).cpu().numpy()
     assert Y.shape == X.shape
     for b, (Lb, xb) in enumerate(blocks):
         nb = Lb.shape[0]
@@ -264,17 +241,17 @@ def test_dense_batched_matches_per_block_expm(t):
         assert np.all(Y[b, nb:] == 0)
     # 2-D X ([B, P]) and a mask-free call with clean (isolated, zero) padding give the same
     L0, X0, mask0, _ = _padded_blocks([24, 10, 17, 5], P, seed=10, garbage=False)
-    Y0 = chebyshev_heat_dense_batched(torch.from_numpy(L0), torch.from_numpy(X0[:, :, 0]), t, tol=1e-10)
+    Y0 = chebyshev_heat_dense_batched(*on(device, L0, X0[:, :, 0].copy()), t, tol=1e-10)
     assert Y0.shape == (4, P)
-    np.testing.assert_allclose(Y0.numpy(), Y[:, :, 0], atol=1e-12, rtol=0)
+    np.testing.assert_allclose(Y0.cpu().numpy(), Y[:, :, 0], atol=1e-12, rtol=0)
 
 
-def test_dense_batched_equals_sparse_on_block():
+def test_dense_batched_equals_sparse_on_block(device):
     P = 20
     L, X, mask, blocks = _padded_blocks([20, 12], P, seed=3, garbage=False)
-    Y = chebyshev_heat_dense_batched(torch.from_numpy(L), torch.from_numpy(X), 2.0)
+    Y = chebyshev_heat_dense_batched(*on(device, L, X), 2.0).cpu()
     for b, (Lb, xb) in enumerate(blocks):
-        ys = chebyshev_heat(to_torch_csr(Lb), torch.from_numpy(xb), 2.0)
+        ys = chebyshev_heat(to_torch_csr(Lb, device=device), *on(device, xb), 2.0).cpu()
         np.testing.assert_allclose(Y[b, : Lb.shape[0]].numpy(), ys.numpy(), atol=1e-12, rtol=0)
 
 
@@ -313,8 +290,6 @@ def test_input_validation(graph):
             chebyshev_heat(M, Xt, 1.0)
     with pytest.raises(TypeError, match="floating"):
         chebyshev_heat(Lt, Xt.long(), 1.0)
-    with pytest.raises(ValueError, match="eigenvalues has 3 entries"):
-        chebyshev_heat_lowrank(torch.zeros(3), torch.zeros(X.shape[0], 4), Xt, 1.0)
     with pytest.raises(ValueError, match="mask must be"):
         chebyshev_heat_dense_batched(torch.zeros(2, 4, 4), torch.zeros(2, 4), 1.0, mask=torch.ones(2, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="shape mismatch"):

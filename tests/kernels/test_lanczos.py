@@ -1,11 +1,14 @@
-"""Tests for spectrag.kernels.lanczos against numpy.linalg.eigh, scipy eigsh and closed forms.
+"""Tests for spectrag.kernels.lanczos against numpy.linalg.eigh, scipy eigsh and closed forms, on
+the ``device`` fixture's devices (operators built on the CPU, moved there; results compared on
+the CPU with the same tolerances: float64 is float64 on any device).
 
 Tolerances: float64 runs use tol=1e-8 (or the default 1e-6 where stated) and must match the
 reference eigenvalues to 1e-8 * max(1, |lambda|); float32 runs use tol=1e-5 and must match to
 1e-4 * max(1, |lambda|). Eigenvectors are compared up to sign through |cos| >= 1 - 1e-6
 (float64) for eigenvalues separated from their neighbours, and through projector distances
 ||U U^T - V V^T||_2 for repeated eigenvalues. Residual norms must satisfy the documented
-criterion ||A v - lambda v|| <= tol * max(1, |lambda|).
+criterion ||A v - lambda v|| <= tol * max(1, |lambda|). Warm starts (``v0``, as the incremental
+build uses them) are checked against torch.linalg.eigh.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 import torch
+from conftest import to_cpu
 
 from spectrag.kernels.lanczos import LanczosNotConverged, LanczosResult, lanczos_eigsh
 from spectrag.kernels.laplacian import normalized_laplacian
@@ -33,11 +37,11 @@ RUN_TOL = {torch.float64: 1e-8, torch.float32: 1e-5}
 # ---------------------------------------------------------------------------------------
 
 
-def to_torch(M, dtype=torch.float64, layout=torch.sparse_coo) -> torch.Tensor:
+def to_torch(M, dtype=torch.float64, layout=torch.sparse_coo, device=torch.device("cpu")) -> torch.Tensor:
     M = sp.coo_matrix(M)
     idx = torch.from_numpy(np.vstack([M.row, M.col]).astype(np.int64))
     t = torch.sparse_coo_tensor(idx, torch.from_numpy(M.data), M.shape, dtype=dtype, check_invariants=True)
-    t = t.coalesce()
+    t = t.coalesce().to(device)
     if layout == torch.sparse_csr:
         return t.to_sparse_csr()
     if layout == torch.sparse_csc:
@@ -91,6 +95,7 @@ def reference(M, k: int, which: str):
 
 def check_result(res: LanczosResult, M, k: int, which: str, tol: float, dtype=torch.float64):
     n = M.shape[0]
+    res = to_cpu(res)
     assert res.converged
     assert res.eigenvalues.shape == (k,) and res.eigenvectors.shape == (n, k)
     assert res.residual_norms.shape == (k,)
@@ -139,9 +144,9 @@ def projector_distance(U: np.ndarray, V: np.ndarray) -> float:
 
 @pytest.mark.parametrize("which", ["SA", "LA"])
 @pytest.mark.parametrize("k", [1, 6])
-def test_random_sparse_matches_numpy_and_scipy(which, k):
+def test_random_sparse_matches_numpy_and_scipy(which, k, device):
     M = random_symmetric(400, 8, seed=10 + k)
-    res = lanczos_eigsh(to_torch(M), k, which=which, tol=1e-8)
+    res = to_cpu(lanczos_eigsh(to_torch(M, device=device), k, which=which, tol=1e-8))
     check_result(res, M, k, which, tol=1e-8)
     assert res.method == "lanczos"
     ref = sla.eigsh(M, k=k, which=which, v0=np.ones(400))[0]
@@ -149,32 +154,32 @@ def test_random_sparse_matches_numpy_and_scipy(which, k):
     np.testing.assert_allclose(res.eigenvalues.numpy(), ref, rtol=1e-8, atol=1e-8)
 
 
-def test_default_tolerance_meets_criterion():
+def test_default_tolerance_meets_criterion(device):
     M = random_symmetric(600, 6, seed=3)
-    res = lanczos_eigsh(to_torch(M, layout=torch.sparse_csr), 4)
+    res = lanczos_eigsh(to_torch(M, layout=torch.sparse_csr, device=device), 4)
     check_result(res, M, 4, "SA", tol=1e-6)
 
 
-def test_larger_sparse_matches_scipy():
+def test_larger_sparse_matches_scipy(device):
     M = random_symmetric(2000, 5, seed=4)
-    res = lanczos_eigsh(to_torch(M), 5, which="LA", tol=1e-8)
+    res = to_cpu(lanczos_eigsh(to_torch(M, device=device), 5, which="LA", tol=1e-8))
     ref = np.sort(sla.eigsh(M, k=5, which="LA", v0=np.ones(2000))[0])[::-1]
     np.testing.assert_allclose(res.eigenvalues.numpy(), ref, rtol=1e-8, atol=1e-8)
     assert torch.all(res.residual_norms <= 1e-8 * res.eigenvalues.abs().clamp_min(1))
 
 
 @pytest.mark.parametrize("which", ["SA", "LA"])
-def test_k32(which):
+def test_k32(which, device):
     M = random_symmetric(300, 8, seed=5)
-    res = lanczos_eigsh(to_torch(M), 32, which=which, tol=1e-8)
+    res = lanczos_eigsh(to_torch(M, device=device), 32, which=which, tol=1e-8)
     check_result(res, M, 32, which, tol=1e-8)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("which", ["SA", "LA"])
-def test_float32_and_float64(dtype, which):
+def test_float32_and_float64(dtype, which, device):
     M = random_symmetric(500, 6, seed=6)
-    res = lanczos_eigsh(to_torch(M, dtype), 6, which=which, tol=RUN_TOL[dtype])
+    res = lanczos_eigsh(to_torch(M, dtype, device=device), 6, which=which, tol=RUN_TOL[dtype])
     check_result(res, M, 6, which, tol=RUN_TOL[dtype], dtype=dtype)
 
 
@@ -185,11 +190,11 @@ def test_float32_and_float64(dtype, which):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("k, seed", [(4, 0), (6, 1), (6, 2), (9, 3)])
-def test_multi_component_laplacian_null_space(dtype, k, seed):
+def test_multi_component_laplacian_null_space(dtype, k, seed, device):
     sizes = [70, 90, 60, 80]
     W = random_components_adjacency(sizes, seed=seed)
-    L = normalized_laplacian(to_torch(W, dtype))
-    res = lanczos_eigsh(L, k, tol=RUN_TOL[dtype])
+    L = normalized_laplacian(to_torch(W, dtype, device=device))
+    res = to_cpu(lanczos_eigsh(L, k, tol=RUN_TOL[dtype]))
     assert res.converged
     lam = res.eigenvalues.double().numpy()
     U = res.eigenvectors.double().numpy()
@@ -214,23 +219,23 @@ def test_multi_component_laplacian_null_space(dtype, k, seed):
 
 
 @pytest.mark.parametrize("which", ["SA", "LA"])
-def test_path_graph_closed_form(which):
+def test_path_graph_closed_form(which, device):
     n, k = 100, 6
-    L = normalized_laplacian(to_torch(path_adjacency(n)))
+    L = normalized_laplacian(to_torch(path_adjacency(n), device=device))
     # Normalized Laplacian of the path P_n: 1 - cos(pi j / (n - 1)), j = 0..n-1.
     exact = np.sort(1.0 - np.cos(np.pi * np.arange(n) / (n - 1)))
     exact = exact[:k] if which == "SA" else exact[::-1][:k]
-    res = lanczos_eigsh(L, k, which=which, tol=1e-8)
+    res = to_cpu(lanczos_eigsh(L, k, which=which, tol=1e-8))
     np.testing.assert_allclose(res.eigenvalues.numpy(), exact, rtol=0, atol=1e-8)
     assert torch.all(res.residual_norms <= 1e-8 * res.eigenvalues.abs().clamp_min(1))
 
 
-def test_ring_graph_closed_form_and_degenerate_pairs():
+def test_ring_graph_closed_form_and_degenerate_pairs(device):
     n, k = 120, 7  # eigenvalue 0, then three double eigenvalues
-    L = normalized_laplacian(to_torch(ring_adjacency(n)))
+    L = normalized_laplacian(to_torch(ring_adjacency(n), device=device))
     # Normalized Laplacian of the cycle C_n: 1 - cos(2 pi j / n), j = 0..n-1.
     exact = np.sort(1.0 - np.cos(2 * np.pi * np.arange(n) / n))[:k]
-    res = lanczos_eigsh(L, k, tol=1e-8)
+    res = to_cpu(lanczos_eigsh(L, k, tol=1e-8))
     np.testing.assert_allclose(res.eigenvalues.numpy(), exact, rtol=0, atol=1e-8)
     U = res.eigenvectors.numpy()
     x = np.arange(n)
@@ -242,21 +247,21 @@ def test_ring_graph_closed_form_and_degenerate_pairs():
     np.testing.assert_allclose(np.abs(U[:, 0]), 1 / np.sqrt(n), atol=1e-8)
 
 
-def test_breakdown_few_distinct_eigenvalues():
+def test_breakdown_few_distinct_eigenvalues(device):
     # Diagonal operator with 3 distinct values: every Krylov space breaks down after 3
     # steps, and the eigenvalue 1 has multiplicity 100.
     diag = np.repeat([1.0, 2.0, 3.0], 100)
     M = sp.diags(diag).tocsr()
-    res = lanczos_eigsh(to_torch(M), 5, tol=1e-10)
+    res = to_cpu(lanczos_eigsh(to_torch(M, device=device), 5, tol=1e-10))
     np.testing.assert_allclose(res.eigenvalues.numpy(), np.ones(5), atol=1e-10)
     U = res.eigenvectors.numpy()
     np.testing.assert_allclose(U.T @ U, np.eye(5), atol=1e-10)
     assert np.linalg.norm(U[100:]) <= 1e-9
 
 
-def test_zero_operator():
+def test_zero_operator(device):
     M = sp.csr_matrix((100, 100))
-    res = lanczos_eigsh(to_torch(M), 3)
+    res = to_cpu(lanczos_eigsh(to_torch(M, device=device), 3))
     assert res.converged and torch.all(res.eigenvalues == 0)
     U = res.eigenvectors
     torch.testing.assert_close(U.T @ U, torch.eye(3, dtype=torch.float64))
@@ -268,48 +273,48 @@ def test_zero_operator():
 
 
 @pytest.mark.parametrize("layout", [torch.strided, torch.sparse_coo, torch.sparse_csr, torch.sparse_csc])
-def test_input_layouts_agree(layout):
+def test_input_layouts_agree(layout, device):
     M = random_symmetric(200, 6, seed=7)
-    res = lanczos_eigsh(to_torch(M, layout=layout), 3, tol=1e-8)
+    res = to_cpu(lanczos_eigsh(to_torch(M, layout=layout, device=device), 3, tol=1e-8))
     evals = np.linalg.eigvalsh(M.toarray())[:3]
     np.testing.assert_allclose(res.eigenvalues.numpy(), evals, rtol=0, atol=1e-8)
 
 
-def test_callable_operator_matches_tensor():
+def test_callable_operator_matches_tensor(device):
     M = random_symmetric(300, 6, seed=8)
-    A = to_torch(M, layout=torch.sparse_csr)
+    A = to_torch(M, layout=torch.sparse_csr, device=device)
     calls = []
 
     def matvec(X):
         calls.append(X.shape[1])
         return A @ X
 
-    res_fn = lanczos_eigsh(matvec, 4, n=300, dtype=torch.float64, tol=1e-8)
+    res_fn = lanczos_eigsh(matvec, 4, n=300, dtype=torch.float64, device=device, tol=1e-8)
     res_t = lanczos_eigsh(A, 4, tol=1e-8)
     torch.testing.assert_close(res_fn.eigenvalues, res_t.eigenvalues, rtol=0, atol=1e-10)
     assert res_fn.n_matvec == sum(calls)
     check_result(res_fn, M, 4, "SA", tol=1e-8)
 
 
-def test_callable_float32_dense_fallback():
+def test_callable_float32_dense_fallback(device):
     M = random_symmetric(40, 6, seed=9)
-    A = to_torch(M, torch.float32, layout=torch.strided)
-    res = lanczos_eigsh(lambda X: A @ X, 3, n=40, dtype=torch.float32, tol=1e-5, which="LA")
+    A = to_torch(M, torch.float32, layout=torch.strided, device=device)
+    res = lanczos_eigsh(lambda X: A @ X, 3, n=40, dtype=torch.float32, device=device, tol=1e-5, which="LA")
     assert res.method == "dense" and res.n_matvec == 40 + 3
     check_result(res, M, 3, "LA", tol=1e-5, dtype=torch.float32)
 
 
 @pytest.mark.parametrize("n, k, ncv", [(50, 5, None), (100, 60, None), (200, 3, 200)])
-def test_dense_fallback(n, k, ncv):
+def test_dense_fallback(n, k, ncv, device):
     M = random_symmetric(n, 6, seed=n)
-    res = lanczos_eigsh(to_torch(M), k, ncv=ncv, tol=1e-8)
+    res = lanczos_eigsh(to_torch(M, device=device), k, ncv=ncv, tol=1e-8)
     assert res.method == "dense" and res.n_iter == 0
     check_result(res, M, k, "SA", tol=1e-8)
 
 
-def test_deterministic_given_seed():
+def test_deterministic_given_seed(device):
     W = random_components_adjacency([80, 90, 100], seed=11)
-    L = normalized_laplacian(to_torch(W))
+    L = normalized_laplacian(to_torch(W, device=device))
     a = lanczos_eigsh(L, 5, seed=123)
     b = lanczos_eigsh(L, 5, seed=123)
     for field in ("eigenvalues", "eigenvectors", "residual_norms"):
@@ -319,9 +324,9 @@ def test_deterministic_given_seed():
     torch.testing.assert_close(c.eigenvalues, a.eigenvalues, rtol=0, atol=1e-8)
 
 
-def test_probe_off_is_cheaper_and_still_verified():
+def test_probe_off_is_cheaper_and_still_verified(device):
     M = random_symmetric(400, 6, seed=16)
-    A = to_torch(M)
+    A = to_torch(M, device=device)
     with_probe = lanczos_eigsh(A, 4, tol=1e-8)
     without = lanczos_eigsh(A, 4, tol=1e-8, probe=False)
     assert without.n_matvec < with_probe.n_matvec
@@ -339,8 +344,8 @@ def test_result_is_frozen():
 # ---------------------------------------------------------------------------------------
 
 
-def test_not_converged_raises_with_partial_result():
-    A = to_torch(random_symmetric(500, 6, seed=13))
+def test_not_converged_raises_with_partial_result(device):
+    A = to_torch(random_symmetric(500, 6, seed=13), device=device)
     with pytest.raises(LanczosNotConverged, match=r"max_iter=1 Lanczos cycles") as info:
         lanczos_eigsh(A, 5, ncv=6, max_iter=1)
     assert isinstance(info.value, RuntimeError)
@@ -351,14 +356,14 @@ def test_not_converged_raises_with_partial_result():
     assert bool((partial.residual_norms > 1e-6).any())
 
 
-def test_not_converged_returns_when_asked():
-    A = to_torch(random_symmetric(500, 6, seed=13))
+def test_not_converged_returns_when_asked(device):
+    A = to_torch(random_symmetric(500, 6, seed=13), device=device)
     res = lanczos_eigsh(A, 5, ncv=6, max_iter=1, raise_on_failure=False)
     assert res.converged is False and res.n_iter == 1 and res.n_matvec >= 6
 
 
-def test_float32_tolerance_below_rounding_floor_is_reported():
-    A = to_torch(random_symmetric(300, 6, seed=14), torch.float32)
+def test_float32_tolerance_below_rounding_floor_is_reported(device):
+    A = to_torch(random_symmetric(300, 6, seed=14), torch.float32, device=device)
     with pytest.raises(LanczosNotConverged, match=r"float32.*increase tol or use float64"):
         lanczos_eigsh(A, 3, tol=1e-12)
     res = lanczos_eigsh(A, 3, tol=1e-12, raise_on_failure=False)
@@ -398,7 +403,7 @@ def test_bad_arguments(args, kwargs, exc, match):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("rows", [1, 2, 7, 40])
-def test_orthonormalize_against_returns_an_exact_decomposition(dtype, rows):
+def test_orthonormalize_against_returns_an_exact_decomposition(dtype, rows, device):
     """w = Q^T h + w_orth with w_orth orthogonal to Q, whether one full pass sufficed or not
     (a w almost inside span(Q) forces the repeat)."""
     from spectrag.kernels.lanczos import _orthonormalize_against
@@ -406,9 +411,52 @@ def test_orthonormalize_against_returns_an_exact_decomposition(dtype, rows):
     g = torch.Generator().manual_seed(rows)
     Q = torch.linalg.qr(torch.randn(500, rows, generator=g, dtype=torch.float64))[0].T.to(dtype)  # orthonormal rows
     eps = torch.finfo(dtype).eps
-    for w in (torch.randn(500, generator=g, dtype=dtype), Q.T @ torch.randn(rows, generator=g, dtype=dtype) + 1e-3 * torch.randn(500, generator=g, dtype=dtype)):
+    ws = (torch.randn(500, generator=g, dtype=dtype), Q.T @ torch.randn(rows, generator=g, dtype=dtype) + 1e-3 * torch.randn(500, generator=g, dtype=dtype))
+    Q = Q.to(device)
+    for w in (w.to(device) for w in ws):
         w_orth, h, before, after = _orthonormalize_against(Q, w.clone())
         assert before == pytest.approx(float(w.norm()), rel=1e-6)
         assert after == pytest.approx(float(w_orth.norm()), rel=1e-6)
         assert float((Q @ w_orth).abs().max()) <= 50 * eps * before
         assert float((Q.T @ h + w_orth - w).abs().max()) <= 50 * eps * before
+
+
+# ---------------------------------------------------------------------------------------
+# warm starts (v0), as the incremental build uses them
+# ---------------------------------------------------------------------------------------
+
+
+def _laplacian(n: int, seed: int) -> torch.Tensor:
+    a = sp.random(n, n, density=0.03, random_state=seed)
+    a = (a + a.T).toarray()
+    return torch.from_numpy(np.diag(a.sum(1)) - a)
+
+
+def test_lanczos_v0_none_is_the_default_run(device):
+    lap = _laplacian(300, 0).to(device)
+    a, b = lanczos_eigsh(lap, 6), lanczos_eigsh(lap, 6, v0=None)
+    assert torch.equal(a.eigenvectors, b.eigenvectors) and a.n_matvec == b.n_matvec
+
+
+@pytest.mark.parametrize("noise", [0.0, 1e-3, 1.0])
+def test_lanczos_warm_start_matches_eigh(noise, device):
+    lap = _laplacian(300, 1)
+    values, vectors = torch.linalg.eigh(lap)
+    k = 8
+    v0 = vectors[:, :k] + noise * torch.randn(300, k, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    res = to_cpu(lanczos_eigsh(lap.to(device), k, v0=v0.to(device)))
+    torch.testing.assert_close(res.eigenvalues, values[:k], atol=1e-8, rtol=0)
+    proj = res.eigenvectors @ res.eigenvectors.T - vectors[:, :k] @ vectors[:, :k].T
+    assert torch.linalg.matrix_norm(proj, 2) <= 1e-5
+    if noise == 0.0:  # the start spans the answer: one cycle, then the probe cycle
+        assert res.n_iter == 2
+
+
+def test_lanczos_bad_v0():
+    lap = _laplacian(100, 2)
+    with pytest.raises(ValueError, match=r"v0 must have shape \[n\] or \[n, p\] with n=100, got shape=\(99, 2\)"):
+        lanczos_eigsh(lap, 3, v0=torch.ones(99, 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="v0 has NaN"):
+        lanczos_eigsh(lap, 3, v0=torch.full((100,), float("nan"), dtype=torch.float64))
+    with pytest.raises(ValueError, match="v0 is zero"):
+        lanczos_eigsh(lap, 3, v0=torch.zeros(100, 3, dtype=torch.float64))

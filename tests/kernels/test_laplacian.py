@@ -1,4 +1,5 @@
-"""Tests for spectrag.kernels.laplacian against a NumPy formula and scipy.sparse.csgraph."""
+"""Tests for spectrag.kernels.laplacian against a NumPy formula and scipy.sparse.csgraph, on the
+``device`` fixture's devices (results compared on the CPU)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 import torch
+from conftest import to_cpu
 
 from spectrag.kernels.laplacian import degree_vector, normalized_laplacian
 
@@ -34,11 +36,12 @@ def random_graph(n: int, n_edges: int, n_isolated: int, seed: int, self_loops: i
     return W.tocsr()
 
 
-def to_torch(W: sp.spmatrix, dtype: torch.dtype, layout: torch.layout = torch.sparse_coo) -> torch.Tensor:
+def to_torch(W: sp.spmatrix, dtype: torch.dtype, layout: torch.layout = torch.sparse_coo,
+             device: torch.device = torch.device("cpu")) -> torch.Tensor:
     W = W.tocoo()
     idx = torch.from_numpy(np.vstack([W.row, W.col]).astype(np.int64))
     t = torch.sparse_coo_tensor(idx, torch.from_numpy(W.data), W.shape, dtype=dtype, check_invariants=True)
-    t = t.coalesce()
+    t = t.coalesce().to(device)
     return t.to_sparse_csr() if layout == torch.sparse_csr else t
 
 
@@ -51,9 +54,9 @@ def reference_laplacian(W: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr])
-def test_matches_references(dtype, layout):
+def test_matches_references(dtype, layout, device):
     W = random_graph(n=300, n_edges=900, n_isolated=7, seed=1)
-    L = normalized_laplacian(to_torch(W, dtype, layout))
+    L = to_cpu(normalized_laplacian(to_torch(W, dtype, layout, device)))
     assert L.layout == torch.sparse_csr
     assert L.dtype == dtype and L.shape == (300, 300)
     dense = L.to_dense().double().numpy()
@@ -67,9 +70,9 @@ def test_matches_references(dtype, layout):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_symmetric_spectrum_in_0_2_and_null_space(dtype):
+def test_symmetric_spectrum_in_0_2_and_null_space(dtype, device):
     W = random_graph(n=200, n_edges=500, n_isolated=5, seed=2)
-    L = normalized_laplacian(to_torch(W, dtype)).to_dense().double().numpy()
+    L = normalized_laplacian(to_torch(W, dtype, device=device)).to_dense().double().cpu().numpy()
     np.testing.assert_array_equal(L, L.T)
     evals = np.linalg.eigvalsh(L)
     slack = 10 * ATOL[dtype]
@@ -80,10 +83,10 @@ def test_symmetric_spectrum_in_0_2_and_null_space(dtype):
 
 
 @pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr])
-def test_isolated_rows_are_identity_rows(layout):
+def test_isolated_rows_are_identity_rows(layout, device):
     W = random_graph(n=120, n_edges=300, n_isolated=6, seed=3)
-    Wt = to_torch(W, torch.float64, layout)
-    L = normalized_laplacian(Wt)
+    Wt = to_torch(W, torch.float64, layout, device)
+    L = to_cpu(normalized_laplacian(Wt))
     crow, col, val = L.crow_indices(), L.col_indices(), L.values()
     for i in range(114, 120):
         lo, hi = int(crow[i]), int(crow[i + 1])
@@ -93,10 +96,10 @@ def test_isolated_rows_are_identity_rows(layout):
     assert torch.all(dense[:, 114:] == torch.eye(120, dtype=torch.float64)[:, 114:])
 
 
-def test_explicit_zero_weights_do_not_create_entries():
+def test_explicit_zero_weights_do_not_create_entries(device):
     idx = torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]])
     vals = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
-    L = normalized_laplacian(torch.sparse_coo_tensor(idx, vals, (4, 4)))
+    L = to_cpu(normalized_laplacian(torch.sparse_coo_tensor(idx, vals, (4, 4)).to(device)))
     expected = torch.tensor(
         [[1.0, -1.0, 0, 0], [-1.0, 1.0, 0, 0], [0, 0, 1.0, 0], [0, 0, 0, 1.0]], dtype=torch.float64
     )
@@ -104,55 +107,55 @@ def test_explicit_zero_weights_do_not_create_entries():
     assert L.values().numel() == 6  # 2 off-diagonal + 4 diagonal
 
 
-def test_empty_graph_is_identity():
-    W = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long), torch.zeros(0), (5, 5))
-    L = normalized_laplacian(W)
+def test_empty_graph_is_identity(device):
+    W = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long), torch.zeros(0), (5, 5)).to(device)
+    L = to_cpu(normalized_laplacian(W))
     assert torch.equal(L.to_dense(), torch.eye(5))
-    assert torch.equal(degree_vector(W), torch.zeros(5))
+    assert torch.equal(degree_vector(W).cpu(), torch.zeros(5))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_self_loops_count_in_degree(dtype):
+def test_self_loops_count_in_degree(dtype, device):
     W = random_graph(n=150, n_edges=400, n_isolated=3, seed=4, self_loops=10)
     assert W.diagonal().sum() > 0
-    L = normalized_laplacian(to_torch(W, dtype)).to_dense().double().numpy()
+    L = normalized_laplacian(to_torch(W, dtype, device=device)).to_dense().double().cpu().numpy()
     np.testing.assert_allclose(L, reference_laplacian(W.toarray()), rtol=0, atol=ATOL[dtype])
     evals = np.linalg.eigvalsh(L)
     assert evals.min() >= -10 * ATOL[dtype] and evals.max() <= 2 + 10 * ATOL[dtype]
 
 
-def test_self_loop_only_node_has_zero_diagonal():
+def test_self_loop_only_node_has_zero_diagonal(device):
     idx = torch.tensor([[0, 1, 2], [0, 2, 1]])
-    L = normalized_laplacian(torch.sparse_coo_tensor(idx, torch.tensor([3.0, 2.0, 2.0]), (3, 3)))
-    dense = L.to_dense()
+    L = normalized_laplacian(torch.sparse_coo_tensor(idx, torch.tensor([3.0, 2.0, 2.0]), (3, 3)).to(device))
+    dense = L.to_dense().cpu()
     assert dense[0, 0].item() == 0.0  # 1 - W_00 / d_0 with d_0 = W_00
     torch.testing.assert_close(dense, torch.tensor([[0.0, 0, 0], [0, 1.0, -1.0], [0, -1.0, 1.0]]))
 
 
-def test_duplicate_coo_entries_are_summed():
+def test_duplicate_coo_entries_are_summed(device):
     idx = torch.tensor([[0, 0, 1, 1, 2], [1, 1, 0, 0, 1]])
     vals = torch.tensor([1.0, 2.0, 1.5, 1.5, 0.0], dtype=torch.float64)
-    W = torch.sparse_coo_tensor(idx, vals, (3, 3))  # uncoalesced
-    assert torch.equal(degree_vector(W), torch.tensor([3.0, 3.0, 0.0], dtype=torch.float64))
+    W = torch.sparse_coo_tensor(idx, vals, (3, 3)).to(device)  # uncoalesced
+    assert torch.equal(degree_vector(W).cpu(), torch.tensor([3.0, 3.0, 0.0], dtype=torch.float64))
     L = normalized_laplacian(W).to_dense()
     assert L[0, 1].item() == pytest.approx(-1.0) and L[2, 2].item() == 1.0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr])
-def test_degree_vector(dtype, layout):
+def test_degree_vector(dtype, layout, device):
     W = random_graph(n=80, n_edges=200, n_isolated=4, seed=5, self_loops=3)
-    d = degree_vector(to_torch(W, dtype, layout))
+    d = degree_vector(to_torch(W, dtype, layout, device)).cpu()
     assert d.dtype == dtype and d.shape == (80,)
     np.testing.assert_allclose(d.double().numpy(), np.asarray(W.sum(axis=1)).ravel(), rtol=1e-6)
     assert torch.all(d[-4:] == 0)
 
 
-def test_check_symmetry():
+def test_check_symmetry(device):
     W = random_graph(n=50, n_edges=100, n_isolated=0, seed=6)
-    normalized_laplacian(to_torch(W, torch.float64), check_symmetry=True)
+    normalized_laplacian(to_torch(W, torch.float64, device=device), check_symmetry=True)
     idx = torch.tensor([[0, 1], [1, 0]])
-    bad = torch.sparse_coo_tensor(idx, torch.tensor([1.0, 2.0]), (2, 2))
+    bad = torch.sparse_coo_tensor(idx, torch.tensor([1.0, 2.0]), (2, 2)).to(device)
     with pytest.raises(ValueError, match=r"symmetric.*1\.000e\+00"):
         normalized_laplacian(bad, check_symmetry=True)
 

@@ -1,10 +1,13 @@
-"""Tests for spectrag.kernels.pagerank (batched personalized PageRank)."""
+"""Tests for spectrag.kernels.pagerank (batched personalized PageRank) against NetworkX and an
+exact dense solve, on the ``device`` fixture's devices (results compared on the CPU; float64 is
+float64 on any device, so the tolerances are the same)."""
 
 import networkx as nx
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from conftest import to_cpu
 
 from spectrag.kernels.pagerank import (
     PageRankNotConverged,
@@ -35,7 +38,7 @@ def adjacency(G, n):
     return nx.to_scipy_sparse_array(G, nodelist=range(n), weight="weight", dtype=float).tocsr()
 
 
-def to_torch_csr(M, dtype=torch.float64):
+def to_torch_csr(M, dtype=torch.float64, device=torch.device("cpu")):
     M = sp.csr_array(M)
     return torch.sparse_csr_tensor(
         torch.from_numpy(M.indptr.astype(np.int64)),
@@ -43,7 +46,11 @@ def to_torch_csr(M, dtype=torch.float64):
         torch.from_numpy(M.data).to(dtype),
         size=M.shape,
         check_invariants=True,
-    )
+    ).to(device)
+
+
+def on(device, *arrays):
+    return tuple(torch.from_numpy(a).to(device) for a in arrays)
 
 
 def exact_ppr(A, p, damping):
@@ -83,11 +90,11 @@ def test_graph_has_dangling_nodes(problem):
 
 
 @pytest.mark.parametrize("damping", [0.5, 0.85, 0.95])
-def test_matches_networkx_and_exact_solve(problem, damping):
+def test_matches_networkx_and_exact_solve(problem, damping, device):
     G, A, X = problem
     n, B = X.shape
     tol = 1e-10
-    res = personalized_pagerank(to_torch_csr(A), torch.from_numpy(X), damping=damping, tol=tol, max_iter=500)
+    res = to_cpu(personalized_pagerank(to_torch_csr(A, device=device), *on(device, X), damping=damping, tol=tol, max_iter=500))
     assert isinstance(res, PageRankResult)
     assert res.converged and res.scores.shape == (n, B) and res.residual.shape == (B,)
     assert torch.all(res.residual < n * tol)
@@ -104,25 +111,25 @@ def test_matches_networkx_and_exact_solve(problem, damping):
         np.testing.assert_allclose(S[:, b], exact, atol=1e-6, rtol=0)
 
 
-def test_default_tolerance_close_to_tight_networkx(problem):
+def test_default_tolerance_close_to_tight_networkx(problem, device):
     G, A, X = problem
     n = X.shape[0]
-    res = personalized_pagerank(to_torch_csr(A), torch.from_numpy(X))  # tol=1e-8
+    res = to_cpu(personalized_pagerank(to_torch_csr(A, device=device), *on(device, X)))  # tol=1e-8
     for b in range(X.shape[1]):
         ref = nx.pagerank(G, personalization={i: float(X[i, b]) for i in range(n)}, tol=1e-13, max_iter=1000)
         np.testing.assert_allclose(res.scores[:, b].numpy(), [ref[i] for i in range(n)], atol=1e-6, rtol=0)
 
 
-def test_columns_sum_to_one_and_nonnegative(problem):
+def test_columns_sum_to_one_and_nonnegative(problem, device):
     _, A, X = problem
-    S = personalized_pagerank(to_torch_csr(A), torch.from_numpy(X * 7.5)).scores
+    S = personalized_pagerank(to_torch_csr(A, device=device), *on(device, X * 7.5)).scores.cpu()
     torch.testing.assert_close(S.sum(dim=0), torch.ones(X.shape[1], dtype=S.dtype), rtol=0, atol=1e-12)
     assert torch.all(S >= 0)
 
 
-def test_batched_equals_loop_of_single_columns(problem):
+def test_batched_equals_loop_of_single_columns(problem, device):
     _, A, X = problem
-    At, Xt = to_torch_csr(A), torch.from_numpy(X)
+    At, (Xt,) = to_torch_csr(A, device=device), on(device, X)
     res = personalized_pagerank(At, Xt, tol=1e-10)
     for b in range(X.shape[1]):
         single = personalized_pagerank(At, Xt[:, b : b + 1], tol=1e-10)
@@ -136,10 +143,10 @@ def test_batched_equals_loop_of_single_columns(problem):
     torch.testing.assert_close(r1.scores, res.scores[:, 3], rtol=0, atol=1e-14)
 
 
-def test_layouts_and_prepared_operator_agree(problem):
+def test_layouts_and_prepared_operator_agree(problem, device):
     _, A, X = problem
-    Xt = torch.from_numpy(X)
-    Acsr = to_torch_csr(A)
+    (Xt,) = on(device, X)
+    Acsr = to_torch_csr(A, device=device)
     ref = personalized_pagerank(Acsr, Xt).scores
     Acoo = Acsr.to_sparse_coo()
     torch.testing.assert_close(personalized_pagerank(Acoo, Xt).scores, ref, rtol=0, atol=1e-14)
@@ -150,43 +157,43 @@ def test_layouts_and_prepared_operator_agree(problem):
     coo = A.tocoo()
     idx = torch.from_numpy(np.hstack([np.vstack([coo.row, coo.col])] * 2))
     vals = torch.from_numpy(np.hstack([coo.data / 2] * 2))
-    dup = torch.sparse_coo_tensor(idx, vals, A.shape, check_invariants=True)
+    dup = torch.sparse_coo_tensor(idx, vals, A.shape, check_invariants=True).to(device)
     torch.testing.assert_close(personalized_pagerank(dup, Xt).scores, ref, rtol=0, atol=1e-14)
     # integer weights are accepted (converted to X's dtype)
     Aint = np.ceil(A.toarray())
-    res_int = personalized_pagerank(torch.from_numpy(Aint).long().to_sparse_csr(), Xt).scores
-    res_flt = personalized_pagerank(torch.from_numpy(Aint).to_sparse_csr(), Xt).scores
+    res_int = personalized_pagerank(torch.from_numpy(Aint).long().to_sparse_csr().to(device), Xt).scores
+    res_flt = personalized_pagerank(torch.from_numpy(Aint).to_sparse_csr().to(device), Xt).scores
     torch.testing.assert_close(res_int, res_flt, rtol=0, atol=1e-14)
 
 
-def test_float32(problem):
+def test_float32(problem, device):
     _, A, X = problem
-    res = personalized_pagerank(to_torch_csr(A, torch.float32), torch.from_numpy(X).float(), tol=1e-6)
+    res = to_cpu(personalized_pagerank(to_torch_csr(A, torch.float32, device), torch.from_numpy(X).float().to(device), tol=1e-6))
     assert res.scores.dtype == torch.float32
     for b in range(X.shape[1]):
         exact = exact_ppr(A, X[:, b], 0.85)
         np.testing.assert_allclose(res.scores[:, b].double().numpy(), exact, atol=1e-5, rtol=0)
 
 
-def test_no_dangling_nodes_and_all_dangling():
+def test_no_dangling_nodes_and_all_dangling(device):
     n = 30
     G = nx.DiGraph(nx.cycle_graph(n))
     for i in range(n):
         G.add_edge(i, (i + 7) % n, weight=2.0)
     A = adjacency(G, n)
     X = restart_matrix(n, 3, seed=4)
-    res = personalized_pagerank(to_torch_csr(A), torch.from_numpy(X), tol=1e-12, max_iter=1000)
+    res = to_cpu(personalized_pagerank(to_torch_csr(A, device=device), *on(device, X), tol=1e-12, max_iter=1000))
     for b in range(3):
         np.testing.assert_allclose(res.scores[:, b].numpy(), exact_ppr(A, X[:, b], 0.85), atol=1e-10)
     # empty graph: everything dangling -> PPR equals the restart distribution
     empty = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long), torch.zeros(0), (n, n), check_invariants=True)
-    res = personalized_pagerank(empty, torch.from_numpy(X), tol=1e-12)
+    res = to_cpu(personalized_pagerank(empty.to(device), *on(device, X), tol=1e-12))
     torch.testing.assert_close(res.scores, torch.from_numpy(X / X.sum(axis=0)), rtol=0, atol=1e-12)
 
 
-def test_non_convergence_raises_with_partial_result(problem):
+def test_non_convergence_raises_with_partial_result(problem, device):
     _, A, X = problem
-    At, Xt = to_torch_csr(A), torch.from_numpy(X)
+    At, (Xt,) = to_torch_csr(A, device=device), on(device, X)
     with pytest.raises(PageRankNotConverged, match="max_iter=3") as info:
         personalized_pagerank(At, Xt, max_iter=3)
     assert isinstance(info.value, RuntimeError)
@@ -198,10 +205,10 @@ def test_non_convergence_raises_with_partial_result(problem):
     assert res.converged is False and res.n_iter == 3
     torch.testing.assert_close(res.scores, partial.scores, rtol=0, atol=0)
     # the partial iterate is still a distribution per column
-    torch.testing.assert_close(res.scores.sum(0), torch.ones(X.shape[1], dtype=torch.float64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(res.scores.sum(0).cpu(), torch.ones(X.shape[1], dtype=torch.float64), rtol=0, atol=1e-12)
 
 
-def test_mixed_convergence_freezes_converged_columns():
+def test_mixed_convergence_freezes_converged_columns(device):
     # column 0 restarts on a dangling node (converges fast), column 1 needs more iterations
     n = 40
     G = random_digraph(n, 160, seed=7, dangling_every=5)
@@ -209,7 +216,7 @@ def test_mixed_convergence_freezes_converged_columns():
     X = np.zeros((n, 2))
     X[0, 0] = 1.0  # node 0 is dangling: p = e_0, PPR is concentrated
     X[:, 1] = restart_matrix(n, 1, seed=8)[:, 0]
-    res = personalized_pagerank(to_torch_csr(A), torch.from_numpy(X), tol=1e-12, max_iter=1000)
+    res = to_cpu(personalized_pagerank(to_torch_csr(A, device=device), *on(device, X), tol=1e-12, max_iter=1000))
     assert res.converged and bool(res.column_converged.all())
     for b in range(2):
         np.testing.assert_allclose(res.scores[:, b].numpy(), exact_ppr(A, X[:, b], 0.85), atol=1e-9)
@@ -282,16 +289,15 @@ def padded_blocks(sizes, P, C, seed):
     return A, X, mask, blocks
 
 
-def test_dense_batched_matches_sparse_per_block():
+def test_dense_batched_matches_sparse_per_block(device):
     P, C = 24, 3
     A, X, mask, blocks = padded_blocks([24, 9, 16, 4], P, C, seed=20)
-    res = personalized_pagerank_dense_batched(
-        torch.from_numpy(A), torch.from_numpy(X), mask=torch.from_numpy(mask), tol=1e-10
-    )
+    At, Xt, mt = on(device, A, X, mask)
+    res = to_cpu(personalized_pagerank_dense_batched(At, Xt, mask=mt, tol=1e-10))
     assert res.converged and res.scores.shape == (4, P, C) and res.residual.shape == (4, C)
     for b, (G, Ab, xb) in enumerate(blocks):
         nb = Ab.shape[0]
-        sparse = personalized_pagerank(to_torch_csr(Ab), torch.from_numpy(xb), tol=1e-10)
+        sparse = to_cpu(personalized_pagerank(to_torch_csr(Ab, device=device), *on(device, xb), tol=1e-10))
         np.testing.assert_allclose(res.scores[b, :nb].numpy(), sparse.scores.numpy(), atol=1e-13, rtol=0)
         assert res.column_iters[b].tolist() == sparse.column_iters.tolist()
         assert torch.all(res.scores[b, nb:] == 0)
@@ -301,18 +307,18 @@ def test_dense_batched_matches_sparse_per_block():
     torch.testing.assert_close(res.scores.sum(dim=1), torch.ones(4, C, dtype=torch.float64), rtol=0, atol=1e-12)
 
 
-def test_dense_batched_2d_and_no_mask():
+def test_dense_batched_2d_and_no_mask(device):
     P = 12
     A, X, mask, blocks = padded_blocks([12, 12, 12], P, 1, seed=30)
-    res = personalized_pagerank_dense_batched(torch.from_numpy(A), torch.from_numpy(X[:, :, 0]))
+    res = to_cpu(personalized_pagerank_dense_batched(*on(device, A, X[:, :, 0].copy())))
     assert res.scores.shape == (3, P) and res.residual.shape == (3,)
     for b, (_, Ab, xb) in enumerate(blocks):
         np.testing.assert_allclose(res.scores[b].numpy(), exact_ppr(Ab, xb[:, 0], 0.85), atol=1e-6)
 
 
-def test_dense_batched_non_convergence_and_bad_inputs():
+def test_dense_batched_non_convergence_and_bad_inputs(device):
     A, X, mask, _ = padded_blocks([10, 6], 10, 2, seed=40)
-    At, Xt, mt = torch.from_numpy(A), torch.from_numpy(X), torch.from_numpy(mask)
+    At, Xt, mt = on(device, A, X, mask)
     with pytest.raises(PageRankNotConverged):
         personalized_pagerank_dense_batched(At, Xt, mask=mt, max_iter=2)
     res = personalized_pagerank_dense_batched(At, Xt, mask=mt, max_iter=2, raise_on_failure=False)
@@ -324,7 +330,7 @@ def test_dense_batched_non_convergence_and_bad_inputs():
     with pytest.raises(ValueError, match=r"X \[block, column\] \(1, 1\) sums to zero"):
         personalized_pagerank_dense_batched(At, Xz, mask=mt)
     with pytest.raises(ValueError, match="X block 0 sums to zero"):
-        personalized_pagerank_dense_batched(At, torch.zeros(2, 10, dtype=torch.float64), mask=mt)
+        personalized_pagerank_dense_batched(At, torch.zeros(2, 10, dtype=torch.float64, device=device), mask=mt)
     with pytest.raises(ValueError, match="shape mismatch"):
         personalized_pagerank_dense_batched(At, Xt[:, :5], mask=mt)
     with pytest.raises(ValueError, match="damping"):

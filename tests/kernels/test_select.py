@@ -1,5 +1,8 @@
 """Token-budgeted greedy selection: batched kernel == per-query Python reference, invariants,
-brute-force optima where greedy is exact, edge cases and input errors."""
+brute-force optima where greedy is exact, edge cases and input errors. The kernel runs on the
+``device`` fixture's devices (``run``: inputs moved there, the result back on the CPU), the
+reference on the CPU, compared as before on any device (order, phase, selection and tokens
+exactly, utility to 1e-12), as the former CUDA-only test compared GPU and CPU runs."""
 
 from __future__ import annotations
 
@@ -11,10 +14,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import to_cpu
 
 from spectrag.config import SelectConfig
 from spectrag.kernels.select import SelectResult, budget_select
-from spectrag.reference.select import budget_select_reference
 from spectrag.reference.select import budget_select_reference
 
 
@@ -77,6 +80,13 @@ def make_case(
         scores=scores.to(dtype), prox=prox.to(dtype), tokens=tok, mask=mask,
         embeddings=emb.to(dtype), clusters=clusters, docs=docs,
     )
+
+
+def run(device: torch.device, case: dict, **cfg) -> SelectResult:
+    """budget_select with the case's tensors (and a tensor budget) on ``device``; the result on
+    the CPU."""
+    cfg = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in cfg.items()}
+    return to_cpu(budget_select(**{k: v.to(device) for k, v in case.items()}, **cfg))
 
 
 def random_config(rng: np.random.Generator, case: dict) -> tuple[dict, object]:
@@ -156,7 +166,7 @@ def check_invariants(case: dict, cfg: dict, res: SelectResult, budget=None) -> N
 
 
 @pytest.mark.parametrize("ties", [False, True], ids=["continuous", "ties"])
-def test_equals_reference_on_random_cases(ties):
+def test_equals_reference_on_random_cases(ties, device):
     rng = np.random.default_rng(1 if ties else 0)
     for seed in range(200):
         B = int(rng.choice([1, 2, 5, 9]))
@@ -167,7 +177,7 @@ def test_equals_reference_on_random_cases(ties):
             n_clusters=int(rng.choice([1, 3, 50])), n_docs=int(rng.choice([1, 4, 50])),
         )
         cfg, budget = random_config(rng, case)
-        r = budget_select(**case, **{**cfg, "budget": budget})
+        r = run(device, case, **{**cfg, "budget": budget})
         q = budget_select_reference(**case, **{**cfg, "budget": budget})
         assert_same(r, q)
         check_invariants(case, cfg, r, budget)
@@ -175,16 +185,16 @@ def test_equals_reference_on_random_cases(ties):
 
 @pytest.mark.parametrize("rho", [0.0, 0.3, 0.5, 1.0])
 @pytest.mark.parametrize("backfill", [True, False])
-def test_equals_reference_default_weights(rho, backfill):
+def test_equals_reference_default_weights(rho, backfill, device):
     case = make_case(11, 6, 40, d=8, tokens=(5, 60), n_clusters=5, n_docs=8)
     cfg = params(budget=300, rho=rho, backfill=backfill)
-    assert_same(budget_select(**case, **cfg), budget_select_reference(**case, **cfg))
+    assert_same(run(device, case, **cfg), budget_select_reference(**case, **cfg))
     ties = make_case(12, 6, 40, ties=True)
     cfg = params(budget=120, rho=rho, backfill=backfill, precision_floor=0.75)
-    assert_same(budget_select(**ties, **cfg), budget_select_reference(**ties, **cfg))
+    assert_same(run(device, ties, **cfg), budget_select_reference(**ties, **cfg))
 
 
-def test_exact_ties_go_to_smaller_position():
+def test_exact_ties_go_to_smaller_position(device):
     # identical candidates everywhere: every arg max is a tie, so the order is by position
     B, P = 3, 6
     one = torch.ones(B, P, dtype=torch.float64)
@@ -195,20 +205,20 @@ def test_exact_ties_go_to_smaller_position():
     )
     for core in (0, 2):
         cfg = params(budget=4, core_size=core)
-        r = budget_select(**case, **cfg)
+        r = run(device, case, **cfg)
         assert r.order.tolist() == [[0, 1, 2, 3]] * B
         assert_same(r, budget_select_reference(**case, **cfg))
 
 
-def test_batched_equals_single_query_calls():
+def test_batched_equals_single_query_calls(device):
     case = make_case(5, 12, 30, d=5, tokens=(3, 40))
     budget = torch.arange(12) * 25
     cfg = params(budget=0, core_size=2, rho=0.5, lam=1.0)
-    r = budget_select(**case, **{**cfg, "budget": budget})
+    r = run(device, case, **{**cfg, "budget": budget})
     K = r.order.shape[1]
     for q in range(12):
         one = {k: v[q : q + 1] for k, v in case.items()}
-        r1 = budget_select(**one, **{**cfg, "budget": budget[q : q + 1]})
+        r1 = run(device, one, **{**cfg, "budget": budget[q : q + 1]})
         k = r1.order.shape[1]
         assert torch.equal(r1.order[0], r.order[q, :k]) and r.order[q, k:].eq(-1).all()
         assert torch.equal(r1.phase[0], r.phase[q, :k])
@@ -218,26 +228,26 @@ def test_batched_equals_single_query_calls():
         assert k <= K
 
 
-def test_permutation_equivariance():
+def test_permutation_equivariance(device):
     # no ties: permuting the candidate positions of each query permutes the result
     case = make_case(21, 4, 25, d=6, tokens=(2, 30), garbage=False)
     cfg = params(budget=150, core_size=2)
-    r = budget_select(**case, **cfg)
+    r = run(device, case, **cfg)
     perm = torch.stack([torch.randperm(25, generator=torch.Generator().manual_seed(q)) for q in range(4)])
     permuted = {k: v.gather(1, perm if v.dim() == 2 else perm.unsqueeze(2).expand_as(v)) for k, v in case.items()}
-    rp = budget_select(**permuted, **cfg)
+    rp = run(device, permuted, **cfg)
     back = torch.where(rp.order >= 0, perm.gather(1, rp.order.clamp_min(0)), rp.order)
     assert torch.equal(back, r.order) and torch.equal(rp.phase, r.phase)
     torch.testing.assert_close(rp.utility, r.utility, equal_nan=True)
 
 
-def test_float32_inputs_and_output_dtype():
+def test_float32_inputs_and_output_dtype(device):
     case = make_case(3, 5, 20, ties=True, dtype=torch.float32)  # dyadic: exact in float32
     cfg = params(budget=60, rho=0.5)
-    r = budget_select(**case, **cfg)
+    r = run(device, case, **cfg)
     assert r.utility.dtype == torch.float64
     assert_same(r, budget_select_reference(**case, **cfg))
-    r64 = budget_select(**{k: v.double() if v.is_floating_point() else v for k, v in case.items()}, **cfg)
+    r64 = run(device, {k: v.double() if v.is_floating_point() else v for k, v in case.items()}, **cfg)
     assert_same(r, r64)
 
 
@@ -247,20 +257,20 @@ def test_float32_inputs_and_output_dtype():
 
 
 @pytest.mark.parametrize("backfill", [True, False])
-def test_invariants_larger_pools(backfill):
+def test_invariants_larger_pools(backfill, device):
     rng = np.random.default_rng(7)
     for seed in range(6):
         case = make_case(100 + seed, 16, 120, d=12, tokens=(10, 200), n_clusters=6, n_docs=20)
         cfg = params(budget=int(rng.integers(50, 3000)), core_size=int(rng.integers(0, 6)),
                            precision_floor=float(rng.uniform(0, 1)), backfill=backfill)
-        check_invariants(case, cfg, budget_select(**case, **cfg))
+        check_invariants(case, cfg, run(device, case, **cfg))
 
 
-def test_backfill_fills_and_off_leaves_budget():
+def test_backfill_fills_and_off_leaves_budget(device):
     # floor 1.0: only the top score passes the tail; the rest must come from backfill
     case = make_case(8, 3, 20, tokens=(1, 10), garbage=False, pad=0.0)
-    on = budget_select(**case, **params(budget=60, core_size=0, precision_floor=1.0))
-    off = budget_select(**case, **params(budget=60, core_size=0, precision_floor=1.0, backfill=False))
+    on = run(device, case, **params(budget=60, core_size=0, precision_floor=1.0))
+    off = run(device, case, **params(budget=60, core_size=0, precision_floor=1.0, backfill=False))
     assert off.order.shape[1] == 1 and off.phase.eq(1).all()
     assert (on.phase == 2).sum(1).ge(1).all() and (on.used_tokens > off.used_tokens).all()
     assert on.used_tokens.le(60).all()
@@ -272,14 +282,14 @@ def test_backfill_fills_and_off_leaves_budget():
         torch.testing.assert_close(on.utility[q, on.phase[q] == 2], case["scores"][q, back])
 
 
-def test_core_skips_what_does_not_fit_and_is_taken_first():
+def test_core_skips_what_does_not_fit_and_is_taken_first(device):
     s = torch.tensor([[0.9, 0.8, 0.7, 0.1, 0.2]], dtype=torch.float64)
     case = dict(
         scores=s, prox=torch.zeros_like(s), tokens=torch.tensor([[5, 50, 5, 1, 1]]),
         mask=torch.ones(1, 5, dtype=torch.bool), embeddings=torch.ones(1, 5, 1, dtype=torch.float64),
         clusters=torch.zeros(1, 5, dtype=torch.int64), docs=torch.zeros(1, 5, dtype=torch.int64),
     )
-    r = budget_select(**case, **params(budget=12, core_size=3, precision_floor=0.0))
+    r = run(device, case, **params(budget=12, core_size=3, precision_floor=0.0))
     # core: 0 fits, 1 (50 tokens) is skipped and not replaced, 2 fits; then 4, 3 (tail)
     assert r.order.tolist() == [[0, 2, 4, 3]] and r.phase.tolist() == [[0, 0, 1, 1]]
     assert r.used_tokens.tolist() == [12] and r.utility[0, :2].tolist() == [0.9, 0.7]
@@ -303,13 +313,13 @@ def brute_force(values, lengths, budget):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_unit_tokens_top_k_is_optimal(seed):
+def test_unit_tokens_top_k_is_optimal(seed, device):
     P = 9
     case = make_case(seed, 2, P, pad=0.0, garbage=False)
     case["tokens"] = torch.ones(2, P, dtype=torch.int64)
     cfg0 = params(core_size=0, a=1.0, b=0.0, c=0.0, d=0.0, lam=0.0, rho=0.0, precision_floor=0.0)
     for k in range(P + 2):
-        r = budget_select(**case, **{**cfg0, "budget": k})
+        r = run(device, case, **{**cfg0, "budget": k})
         for q in range(2):
             s = case["scores"][q].tolist()
             picks = [i for i in r.order[q].tolist() if i >= 0]
@@ -318,7 +328,7 @@ def test_unit_tokens_top_k_is_optimal(seed):
     # additive utility a*s + b*prox with unit tokens (any rho: l**rho == 1): greedy == optimum
     cfg1 = params(core_size=0, a=0.7, b=0.4, c=0.0, d=0.0, lam=0.0, rho=1.0, precision_floor=0.0)
     for k in (0, 1, 3, 6):
-        r = budget_select(**case, **{**cfg1, "budget": k})
+        r = run(device, case, **{**cfg1, "budget": k})
         for q in range(2):
             u = (0.7 * case["scores"][q] + 0.4 * case["prox"][q]).tolist()
             picks = [i for i in r.order[q].tolist() if i >= 0]
@@ -326,14 +336,14 @@ def test_unit_tokens_top_k_is_optimal(seed):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_equal_lengths_top_floor_budget_over_length(seed):
+def test_equal_lengths_top_floor_budget_over_length(seed, device):
     P, L = 8, 7
     case = make_case(seed, 1, P, pad=0.0, garbage=False)
     case["tokens"] = torch.full((1, P), L)
     cfg = params(core_size=0, a=1.0, b=0.0, c=0.0, d=0.0, lam=0.0, rho=0.5, precision_floor=0.0)
     s = case["scores"][0].tolist()
     for budget in (0, 6, 7, 20, 21, 48, 100):
-        r = budget_select(**case, **{**cfg, "budget": budget})
+        r = run(device, case, **{**cfg, "budget": budget})
         picks = [i for i in r.order[0].tolist() if i >= 0]
         assert len(picks) == min(budget // L, P)
         assert math.isclose(sum(s[i] for i in picks), brute_force(s, [L] * P, budget), rel_tol=1e-12)
@@ -344,53 +354,53 @@ def test_equal_lengths_top_floor_budget_over_length(seed):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_budget_smaller_than_every_chunk_gives_empty_selection():
+def test_budget_smaller_than_every_chunk_gives_empty_selection(device):
     case = make_case(4, 3, 10, tokens=(20, 40))
     for budget in (0, 19, torch.tensor([0, 5, 19])):
-        r = budget_select(**case, **{**params(budget=12_000), "budget": budget})
+        r = run(device, case, **{**params(budget=12_000), "budget": budget})
         assert r.order.shape == (3, 0) and r.phase.shape == (3, 0) and r.utility.shape == (3, 0)
         assert not r.selected.any() and r.used_tokens.tolist() == [0, 0, 0]
         assert_same(r, budget_select_reference(**case, **{**params(), "budget": budget}))
     # one empty query among others: its row is all -1
-    r = budget_select(**case, **{**params(), "budget": torch.tensor([100, 5, 100])})
+    r = run(device, case, **{**params(), "budget": torch.tensor([100, 5, 100])})
     assert r.order[1].eq(-1).all() and r.phase[1].eq(-1).all() and int(r.used_tokens[1]) == 0
     assert r.order[0].ge(0).any()
 
 
-def test_single_candidate_and_all_masked_and_empty_batch():
+def test_single_candidate_and_all_masked_and_empty_batch(device):
     case = make_case(6, 4, 1, garbage=False, pad=0.0)
-    r = budget_select(**case, **params(budget=100))
+    r = run(device, case, **params(budget=100))
     assert r.order.tolist() == [[0]] * 4 and r.phase.tolist() == [[0]] * 4
     assert_same(r, budget_select_reference(**case, **params(budget=100)))
-    r = budget_select(**case, **params(budget=100, core_size=0))
+    r = run(device, case, **params(budget=100, core_size=0))
     assert r.phase.tolist() == [[1]] * 4  # the only candidate is the top: it passes any floor
     case["mask"][:] = False
-    r = budget_select(**case, **params())
+    r = run(device, case, **params())
     assert r.order.shape == (4, 0) and r.n_steps == 0
     assert_same(r, budget_select_reference(**case, **params()))
     empty = {k: v[:0] for k, v in case.items()}
-    r = budget_select(**empty, **params())
+    r = run(device, empty, **params())
     assert r.order.shape == (0, 0) and r.selected.shape == (0, 1)
 
 
-def test_budget_larger_than_pool_selects_everything():
+def test_budget_larger_than_pool_selects_everything(device):
     case = make_case(9, 5, 12)
-    r = budget_select(**case, **params(budget=10**9, precision_floor=1.0))
+    r = run(device, case, **params(budget=10**9, precision_floor=1.0))
     assert torch.equal(r.selected, case["mask"])
     assert r.order.shape[1] == int(case["mask"].sum(1).max())
     assert torch.equal(r.used_tokens, (case["tokens"] * case["mask"]).sum(1))
     assert_same(r, budget_select_reference(**case, **params(budget=10**9, precision_floor=1.0)))
 
 
-def test_thousand_small_pools():
+def test_thousand_small_pools(device):
     case = make_case(10, 1000, 8, d=4, tokens=(1, 6), pad=0.3)
     cfg = params(budget=12, core_size=1)
-    r = budget_select(**case, **cfg)
+    r = run(device, case, **cfg)
     assert r.order.shape[0] == 1000 and r.used_tokens.le(12).all()
     assert_same(r, budget_select_reference(**case, **cfg))
 
 
-def test_nan_in_padding_is_ignored():
+def test_nan_in_padding_is_ignored(device):
     dirty = make_case(13, 4, 15, garbage=True)
     clean = {k: v.clone() for k, v in dirty.items()}
     m = clean["mask"]
@@ -398,7 +408,7 @@ def test_nan_in_padding_is_ignored():
     clean["embeddings"][~m] = 0.0
     clean["prox"][~m] = 0.0
     clean["tokens"][~m] = 1
-    assert_same(budget_select(**dirty, **params()), budget_select(**clean, **params()))
+    assert_same(run(device, dirty, **params()), run(device, clean, **params()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,15 +492,15 @@ def test_bad_parameters(kwargs, match):
         budget_select(**case, **{**params(), **kwargs})
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_equals_cpu():
+def test_device_equals_cpu(device):
+    """Formerly ``test_cuda_equals_cpu`` (skipped without CUDA): the kernel on ``device`` equals
+    the kernel on the CPU, bitwise where ``assert_same`` asks for it."""
     rng = np.random.default_rng(3)
     for seed in range(20):
         case = make_case(seed, 7, 33, ties=bool(seed % 2))
         cfg, budget = random_config(rng, case)
         r = budget_select(**case, **{**cfg, "budget": budget})
-        cuda = {k: v.cuda() for k, v in case.items()}
-        rc = budget_select(**cuda, **{**cfg, "budget": budget.cuda() if torch.is_tensor(budget) else budget})
-        assert rc.order.device.type == "cuda"
-        assert_same(SelectResult(*(t.cpu() if isinstance(t, torch.Tensor) else t for t in (
-            rc.order, rc.selected, rc.used_tokens, rc.phase, rc.utility, rc.n_steps))), r)
+        on_device = {k: v.to(device) for k, v in case.items()}
+        rc = budget_select(**on_device, **{**cfg, "budget": budget.to(device) if torch.is_tensor(budget) else budget})
+        assert rc.order.device.type == device.type
+        assert_same(to_cpu(rc), r)

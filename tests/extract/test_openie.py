@@ -1,17 +1,19 @@
-"""The OpenIE source: records matched onto chunks, malformed triples counted, bad files named,
-and the real MuSiQue file: importing it reproduces its entity and triple counts."""
+"""The OpenIE import (spectrag.extract.openie): records matched onto chunks (entities and
+triples), malformed triples counted, bad files named, and the real MuSiQue file: importing it
+reproduces its entity and triple counts, as entities alone and as a knowledge graph."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from conftest import shared_file
 
 from spectrag.errors import CorpusError
-from spectrag.extract.entities import normalize_entity
+from spectrag.extract.entities import entity_incidence, normalize_entity
+from spectrag.extract.openie import load_openie, load_openie_entities
 from spectrag.kg.graph import assemble
-from spectrag.extract.openie import load_openie
 
 OPENIE = "openie_musique_train_gpt-3.5-turbo-1106_1890.json"
 
@@ -95,3 +97,83 @@ def test_musique_openie_counts_are_reproduced():
     assert kg.adj_indices.shape[0] == 2 * kg.n_relations
     # every chunk describes the entities of its record
     assert int((kg.incidence.getnnz(axis=1) > 0).sum()) == sum(1 for d in docs if d["extracted_entities"] or d["extracted_triples"])
+
+
+# --- entities alone (load_openie_entities), for the entity signal of the graph ----------------------
+
+
+def _write_file(tmp_path, data, name="openie.json"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_openie_matching_rules(tmp_path):
+    docs = [
+        {"title": "A", "text": "Alpha text.", "extracted_entities": ["The Alpha", "alpha ", "X", "..."]},
+        {"title": "B", "text": "Beta text here.", "extracted_entities": ["Beta"]},  # whitespace differs
+        {"title": "C2", "text": "Same text.", "extracted_entities": ["Gamma"]},  # title picks chunk 3
+        {"title": "Z", "text": "Same text.", "extracted_entities": ["Delta"]},  # no title: both
+        {"title": "Q", "text": "Nowhere.", "extracted_entities": ["q"]},  # unmatched
+        {"title": "E", "passage": "E\nEpsilon text.", "extracted_entities": ["Eps"]},  # passage only
+    ]
+    path = _write_file(tmp_path, {"docs": docs, "ents_by_doc": []})
+    texts = ["Alpha text.", "Beta  text\nhere.", "Same text.", "Same text.", " Epsilon text. "]
+    titles = ["A", "B", "C1", "C2", "E"]
+    ents, unmatched = load_openie_entities(path, texts, titles)
+    assert ents == [["alpha", "x"], ["beta"], ["delta"], ["delta", "gamma"], ["eps"]]
+    assert unmatched == 1
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "invalid JSON at line 1"),
+        ([{"title": "a", "text": "b"}], "expected an object with a 'docs' list, got list"),
+        ({"documents": []}, "expected an object with a 'docs' list"),
+        ({"docs": ["text"]}, "docs[0] is not a JSON object"),
+        ({"docs": [{"title": "a", "extracted_entities": []}]}, "docs[0] has no string 'text'"),
+        ({"docs": [{"title": "a", "text": "b", "extracted_entities": "x"}]}, "'extracted_entities' is not a list"),
+        ({"docs": [{"title": 3, "text": "b", "extracted_entities": []}]}, "'title' is not a string"),
+    ],
+)
+def test_openie_bad_files(tmp_path, content, message):
+    path = _write_file(tmp_path, content)
+    with pytest.raises(CorpusError) as info:
+        load_openie_entities(path, ["b"], ["a"])
+    assert str(path) in str(info.value) and message in str(info.value)
+
+
+def test_openie_missing_file(tmp_path):
+    with pytest.raises(CorpusError, match="no such OpenIE file"):
+        load_openie_entities(tmp_path / "absent.json", [], [])
+
+
+def test_openie_musique_reproduces_file_counts():
+    from conftest import shared_file
+
+    from spectrag.config import ChunkConfig
+    from spectrag.index.chunk import chunk_document
+    from spectrag.index.load import load_documents
+
+    corpus = shared_file("musique", "musique_train_corpus.json")
+    openie = shared_file("musique", OPENIE)
+    chunks = [c for d in load_documents(corpus) for c in chunk_document(d, ChunkConfig())]
+    assert len(chunks) == 1890
+    ents, unmatched = load_openie_entities(openie, [c.text for c in chunks], [c.title for c in chunks])
+    assert unmatched == 0 and len(ents) == 1890
+
+    data = json.loads(openie.read_text(encoding="utf-8"))
+    assert len(data["docs"]) == 1890
+    direct = {}
+    for doc in data["docs"]:
+        keys = {normalize_entity(e) for e in doc["extracted_entities"]} - {""}
+        direct[doc["text"]] = sorted(keys)
+    assert len({e for keys in direct.values() for e in keys}) == len({e for x in ents for e in x})
+    assert sum(map(len, direct.values())) == sum(map(len, ents))
+    assert all(ents[i] == direct[c.text] for i, c in enumerate(chunks))
+
+    inc = entity_incidence(ents)
+    assert inc.matrix.shape == (1890, len(inc.vocab))
+    df = np.asarray(inc.matrix.sum(axis=0)).ravel()
+    assert df.min() >= 2 and df.max() <= 50

@@ -1,4 +1,6 @@
-"""The batched pipeline against the plain per-query reference (spectrag/reference/pipeline.py).
+"""The batched pipeline (spectrag.pipeline.run, through ``Retriever.score_batch``) against the
+plain per-query reference (spectrag/reference/pipeline.py, on the CPU), with the pipeline on the
+``device`` fixture's devices (the same tolerance on any device).
 
 For every mode, ``Retriever.score_batch`` over a batch of queries must give, for each query,
 what :func:`reference_retrieve` gives for that query alone and what ``score_batch`` gives for a
@@ -131,8 +133,8 @@ def check_batch(retriever: Retriever, texts: list[str], qvecs: torch.Tensor, mod
 
 
 @pytest.fixture(scope="module")
-def sample_retriever(sample_index):
-    return Retriever(sample_index, RetrieverConfig(device="cpu"))
+def sample_retriever(sample_index, device):
+    return Retriever(sample_index, RetrieverConfig(device=str(device)))
 
 
 @pytest.fixture(scope="module")
@@ -233,19 +235,19 @@ def synthetic(tmp_path_factory):
 
 
 @pytest.mark.parametrize("mode", BASELINE_MODES + GRAPH_MODES)
-def test_synthetic_index_equals_reference(synthetic, mode):
+def test_synthetic_index_equals_reference(synthetic, mode, device):
     index, qv, texts = synthetic
     assert 250 <= len(index.chunks) <= 400 and index.graph is not None
-    retriever = Retriever(index, RetrieverConfig(device="cpu"))
+    retriever = Retriever(index, RetrieverConfig(device=str(device)))
     if mode == "bm25":
         assert check_bm25_lists(index, texts, retriever.config.seed.k_bm25) > 0, "no BM25 tie straddles the cut"
     check_batch(retriever, texts, qv, mode, budget=2500)
 
 
-def test_synthetic_small_pools_cut_and_isolated_nodes(synthetic):
+def test_synthetic_small_pools_cut_and_isolated_nodes(synthetic, device):
     """P = 30 from 10 seeds: the cut at P drops one-hop links, leaving isolated pool members."""
     index, qv, texts = synthetic
-    retriever = Retriever(index, RetrieverConfig(device="cpu").replace(expand__n_seeds=10, expand__max_candidates=30))
+    retriever = Retriever(index, RetrieverConfig(device=str(device)).replace(expand__n_seeds=10, expand__max_candidates=30))
     batch = retriever.score_batch(texts, mode="ppr", budget=2000, qvecs=qv)
     isolated = 0
     for b in range(len(texts)):

@@ -1,4 +1,5 @@
-"""Bridged relevance (spectrag.rescore.bridge) against a per-query Python loop on random pools."""
+"""Bridged relevance (spectrag.rescore.bridge) against a per-query Python loop on random pools, on
+the ``device`` fixture's devices (the loop on the CPU; float64 on any device, same tolerance)."""
 
 from __future__ import annotations
 
@@ -47,27 +48,29 @@ def random_pools(seed: int, batch: int = 5, p: int = 40, density: float = 0.08):
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("sources,rounds", [(1, 1), (5, 1), (5, 2), (100, 3)])
-def test_bridge_equals_per_query_loop(seed, sources, rounds):
+def test_bridge_equals_per_query_loop(seed, sources, rounds, device):
     w, r, cand = random_pools(seed)
-    got = bridge_relevance(w, r, cand, sources=sources, lam=0.3, gamma=0.05, rounds=rounds)
+    got = bridge_relevance(w.to(device), r.to(device), cand.to(device), sources=sources, lam=0.3, gamma=0.05,
+                           rounds=rounds).cpu()
     want = loop_reference(w, r, cand, sources=sources, lam=0.3, gamma=0.05, rounds=rounds)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
-def test_bridge_never_lowers_and_lifts_linked_chunk():
-    w, r, cand = random_pools(7)
+def test_bridge_never_lowers_and_lifts_linked_chunk(device):
+    w, r, cand = (t.to(device) for t in random_pools(7))
     x = bridge_relevance(w, r, cand)
     assert torch.all(x >= r)
     # a pool of three: chunk 2 is linked only to the best chunk 0
     blocks = torch.zeros(1, 3, 3, dtype=torch.float64)
     blocks[0, 0, 2] = blocks[0, 2, 0] = 0.5
     rel = torch.tensor([[0.8, 0.5, 0.1]], dtype=torch.float64)
-    x = bridge_relevance(blocks, rel, torch.tensor([[10, 11, 12]]), sources=1, lam=0.3, gamma=0.05)
+    x = bridge_relevance(blocks.to(device), rel.to(device), torch.tensor([[10, 11, 12]], device=device), sources=1,
+                         lam=0.3, gamma=0.05).cpu()
     assert x[0, 2].item() == pytest.approx(0.7 * 0.8 + 0.3 * 0.1 - 0.05 * 0.5)
     assert x[0, :2].tolist() == rel[0, :2].tolist()
 
 
-def test_bridge_off_or_unlinked_is_identity():
-    w, r, cand = random_pools(3)
+def test_bridge_off_or_unlinked_is_identity(device):
+    w, r, cand = (t.to(device) for t in random_pools(3))
     assert torch.equal(bridge_relevance(w, r, cand, rounds=0), r)
     assert torch.equal(bridge_relevance(torch.zeros_like(w), r, cand), r)

@@ -1,10 +1,14 @@
-"""BM25Index.extend: adding chunks tokenizes only the new ones and gives the index a full build
-of the union gives (same scores, same top-k), for every bm25s method, with and without stemming
-and stopwords; an index saved without token ids still loads and an add then rebuilds in full."""
+"""The BM25 index (spectrag.index.lexical): scores against hand-computed Lucene BM25; search
+through torch sparse products (the GPU path), on the ``device`` fixture's devices, against the
+scipy path; and BM25Index.extend: adding chunks tokenizes only the new ones and gives the index
+a full build of the union gives (same scores, same top-k), for every bm25s method, with and
+without stemming and stopwords; an index saved without token ids still loads and an add then
+rebuilds in full."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -20,6 +24,62 @@ from spectrag.index import lexical
 from spectrag.index.lexical import TOKEN_FILES, BM25Index
 from spectrag.index.load import iter_documents
 from spectrag.store import MANIFEST
+
+# --------------------------------------------------------------------------- scores and search
+
+def test_bm25_against_hand_computed_lucene_scores():
+    corpus = ["apple banana apple", "banana cherry", "cherry cherry cherry date", "eggplant"]
+    index = BM25Index.build(corpus, BM25Config(stemmer="", stopwords=""))
+    k1, b, n = 1.5, 0.75, len(corpus)
+    lengths = [len(t.split()) for t in corpus]
+    avgdl = sum(lengths) / n
+
+    def lucene(term: str, doc: int) -> float:
+        tf = corpus[doc].split().count(term)
+        df = sum(term in t.split() for t in corpus)
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        return idf * tf / (tf + k1 * (1 - b + b * lengths[doc] / avgdl)) if tf else 0.0
+
+    query = "apple cherry"
+    expected = [lucene("apple", d) + lucene("cherry", d) for d in range(n)]
+    got = index.score([query]).toarray()[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    scores, ids = index.search([query, "zucchini"], 4)
+    assert ids[0].tolist() == [0, 2, 1, -1]  # the non-matching doc is an empty slot
+    assert ids[1].tolist() == [-1, -1, -1, -1] and not scores[1].any()
+
+
+def test_bm25_finds_exact_terms(sample_index):
+    _, ids = sample_index.bm25_search(["Veltra Bridge"], 3)
+    assert sample_index.chunks[ids[0][0]].doc_id == "veltra_bridge.txt"
+
+
+BACKEND_WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda river mountain castle king".split()
+
+
+def _corpus(seed: int, n: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(BACKEND_WORDS, size=int(rng.integers(3, 30)))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("method", ["lucene", "bm25+"])
+def test_torch_search_equals_scipy_search(method, device):
+    bm = BM25Index.build(_corpus(0, 400), BM25Config(method=method, stemmer=""))
+    queries = _corpus(1, 37) + ["unknownword", "castle castle king"]
+    s_cpu, i_cpu = bm.search(queries, 25, tile=16)
+    s_t, i_t = bm.search(queries, 25, tile=16, device=device, backend="torch")
+    np.testing.assert_allclose(s_t, s_cpu, rtol=1e-6, atol=1e-7)
+    for b in range(len(queries)):
+        differ = set(i_t[b].tolist()) ^ set(i_cpu[b].tolist())
+        score = dict(zip(i_cpu[b].tolist(), s_cpu[b].tolist())) | dict(zip(i_t[b].tolist(), s_t[b].tolist()))
+        # ids may differ only by chunks whose score ties the cut to within rounding
+        assert all(abs(score[c] - s_cpu[b, -1]) <= 1e-5 for c in differ), b
+    assert (i_t[len(queries) - 2] == -1).all()  # a query without known terms finds nothing
+    with pytest.raises(ConfigError, match="backend"):
+        bm.search(queries, 5, backend="cuda")
+
+
+# --------------------------------------------------------------------------- BM25Index.extend
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 TOKENIZATION = {"stemmed": {}, "plain": {"stemmer": "", "stopwords": ""}}

@@ -1,5 +1,8 @@
-"""Chunker invariants: token limits, exact counts, overlap, section paths, tables intact,
-small-chunk merging, and no text lost (the chunks cover every non-whitespace character)."""
+"""Chunker invariants (spectrag.index.chunk): token limits, exact counts, overlap, section
+paths, tables intact, small-chunk merging, and no text lost (the chunks cover every
+non-whitespace character); and its large-corpus paths held to the plain ones: the one-window
+fast path gives the chunks of the sentence-by-sentence path, and chunking in a process pool
+gives the serial result in order."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import pytest
 
 from spectrag.config import PRESETS, ChunkConfig
 from spectrag.cli.demo import sample_corpus
+from spectrag.index import chunk as chunking
 from spectrag.index.chunk import _TABLE, chunk_document
 from spectrag.types import Document
 from spectrag.index.load import load_documents
@@ -133,3 +137,36 @@ def test_passages_stay_whole_and_long_passages_split():
 def test_chunking_is_deterministic():
     doc = _synthetic_markdown(1)
     assert chunk_document(doc, PRESETS["fine"]) == chunk_document(doc, PRESETS["fine"])
+
+
+# --- large-corpus paths ------------------------------------------------------------------------
+
+
+def _scale_documents(seed: int = 0) -> list[Document]:
+    """Sample corpus plus short Markdown documents whose sections sit on both sides of the
+    fast path's byte limit, with multi-byte text (bytes > characters)."""
+    rng = random.Random(seed)
+    docs = load_documents(sample_corpus())
+    for d in range(40):
+        parts = [f"# Doc {d}", ""]
+        for s in range(rng.randint(1, 6)):
+            words = [rng.choice(WORDS + ["café", "naïve", "東京", "Ωmega"]) for _ in range(rng.randint(2, 60))]
+            parts += [f"## Part {s}", "", " ".join(words).capitalize() + ".", ""]
+        docs.append(Document(f"d{d}.md", f"Doc {d}", "\n".join(parts), markup="markdown"))
+    return docs
+
+
+@pytest.mark.parametrize("config", [PRESETS["default"], PRESETS["fine"], ChunkConfig(chunk_size=64, overlap=8, min_tokens=4)])
+def test_one_window_fast_path_gives_the_same_chunks(config, monkeypatch):
+    docs = _scale_documents()
+    fast = [chunking.chunk_document(d, config) for d in docs]
+    monkeypatch.setattr(chunking, "_one_window", lambda *a: False)
+    slow = [chunking.chunk_document(d, config) for d in docs]
+    assert fast == slow
+
+
+def test_chunk_corpus_in_a_pool_equals_serial():
+    docs = _scale_documents(1) * 60  # > 2 blocks of 2,048 documents
+    serial = chunking.chunk_corpus(docs, ChunkConfig(), workers=1)
+    assert chunking.chunk_corpus(docs, ChunkConfig(), workers=2) == serial
+    assert serial == [c for d in docs for c in chunking.chunk_document(d, ChunkConfig())]

@@ -1,5 +1,6 @@
-"""ppr_proximity's float32 path against float64 PPR, and its float64 redo of columns that do
-not converge in float32."""
+"""ppr_proximity (spectrag.propagate.proximity): its float32 path, on the ``device`` fixture's
+devices, against float64 PPR on the CPU, and its float64 redo of columns that do not converge
+in float32."""
 
 from __future__ import annotations
 
@@ -26,14 +27,14 @@ def float64_proximity(w, restart, mask):
     return x / x.amax(dim=1, keepdim=True)
 
 
-def test_float32_path_matches_float64():
+def test_float32_path_matches_float64(device):
     for seed in range(3):
         w, restart, mask = random_blocks(seed)
-        got = propagate.ppr_proximity(w, restart, mask)
+        got = propagate.ppr_proximity(w.to(device), restart.to(device), mask.to(device)).cpu()
         torch.testing.assert_close(got.double(), float64_proximity(w, restart, mask), rtol=0, atol=1e-5)
 
 
-def test_unconverged_float32_columns_are_redone_in_float64(monkeypatch):
+def test_unconverged_float32_columns_are_redone_in_float64(monkeypatch, device):
     w, restart, mask = random_blocks(5)
     calls = []
 
@@ -49,6 +50,6 @@ def test_unconverged_float32_columns_are_redone_in_float64(monkeypatch):
         return personalized_pagerank_dense_batched(blocks, x, **kw)
 
     monkeypatch.setattr(propagate, "personalized_pagerank_dense_batched", flaky)
-    got = propagate.ppr_proximity(w, restart, mask)
+    got = propagate.ppr_proximity(w.to(device), restart.to(device), mask.to(device)).cpu()
     assert calls == [torch.float32, torch.float64]
     torch.testing.assert_close(got.double(), float64_proximity(w, restart, mask), rtol=0, atol=1e-5)

@@ -1,5 +1,8 @@
-"""Entity extraction, the OpenIE import and the chunk-entity incidence: hand-made texts with the
-expected entities written out, the sample corpus, and MuSiQue with its OpenIE file."""
+"""Entity extraction and the chunk-entity incidence (spectrag.extract.entities): hand-made texts
+with the expected entities written out, the sample corpus and MuSiQue; and the large-corpus paths
+held to the plain ones: the entity frequency cap (products linear in n), the candidate matcher
+against ``finditer``, extraction in a process pool. (Importing OpenIE entities:
+tests/extract/test_openie.py; entity edges: tests/graph/test_signals.py.)"""
 
 from __future__ import annotations
 
@@ -10,11 +13,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spectrag.errors import CorpusError
+from spectrag.extract import entities as ent
 from spectrag.extract.entities import entity_incidence, EntityIncidence, extract_entities, normalize_entity
-from spectrag.extract.openie import load_openie_entities
-
-OPENIE = "openie_musique_train_gpt-3.5-turbo-1106_1890.json"
 
 
 def test_normalize_entity():
@@ -112,86 +112,6 @@ def test_extractor_on_musique():
             "american institute of physics", "journal of mathematical physics"} <= set(first)
 
 
-# --- OpenIE import ---------------------------------------------------------------------------
-
-
-def _write(tmp_path, data, name="openie.json"):
-    path = tmp_path / name
-    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
-    return path
-
-
-def test_openie_matching_rules(tmp_path):
-    docs = [
-        {"title": "A", "text": "Alpha text.", "extracted_entities": ["The Alpha", "alpha ", "X", "..."]},
-        {"title": "B", "text": "Beta text here.", "extracted_entities": ["Beta"]},  # whitespace differs
-        {"title": "C2", "text": "Same text.", "extracted_entities": ["Gamma"]},  # title picks chunk 3
-        {"title": "Z", "text": "Same text.", "extracted_entities": ["Delta"]},  # no title: both
-        {"title": "Q", "text": "Nowhere.", "extracted_entities": ["q"]},  # unmatched
-        {"title": "E", "passage": "E\nEpsilon text.", "extracted_entities": ["Eps"]},  # passage only
-    ]
-    path = _write(tmp_path, {"docs": docs, "ents_by_doc": []})
-    texts = ["Alpha text.", "Beta  text\nhere.", "Same text.", "Same text.", " Epsilon text. "]
-    titles = ["A", "B", "C1", "C2", "E"]
-    ents, unmatched = load_openie_entities(path, texts, titles)
-    assert ents == [["alpha", "x"], ["beta"], ["delta"], ["delta", "gamma"], ["eps"]]
-    assert unmatched == 1
-
-
-@pytest.mark.parametrize(
-    "content, message",
-    [
-        ("{not json", "invalid JSON at line 1"),
-        ([{"title": "a", "text": "b"}], "expected an object with a 'docs' list, got list"),
-        ({"documents": []}, "expected an object with a 'docs' list"),
-        ({"docs": ["text"]}, "docs[0] is not a JSON object"),
-        ({"docs": [{"title": "a", "extracted_entities": []}]}, "docs[0] has no string 'text'"),
-        ({"docs": [{"title": "a", "text": "b", "extracted_entities": "x"}]}, "'extracted_entities' is not a list"),
-        ({"docs": [{"title": 3, "text": "b", "extracted_entities": []}]}, "'title' is not a string"),
-    ],
-)
-def test_openie_bad_files(tmp_path, content, message):
-    path = _write(tmp_path, content)
-    with pytest.raises(CorpusError) as info:
-        load_openie_entities(path, ["b"], ["a"])
-    assert str(path) in str(info.value) and message in str(info.value)
-
-
-def test_openie_missing_file(tmp_path):
-    with pytest.raises(CorpusError, match="no such OpenIE file"):
-        load_openie_entities(tmp_path / "absent.json", [], [])
-
-
-def test_openie_musique_reproduces_file_counts():
-    from conftest import shared_file
-
-    from spectrag.config import ChunkConfig
-    from spectrag.index.chunk import chunk_document
-    from spectrag.index.load import load_documents
-
-    corpus = shared_file("musique", "musique_train_corpus.json")
-    openie = shared_file("musique", OPENIE)
-    chunks = [c for d in load_documents(corpus) for c in chunk_document(d, ChunkConfig())]
-    assert len(chunks) == 1890
-    ents, unmatched = load_openie_entities(openie, [c.text for c in chunks], [c.title for c in chunks])
-    assert unmatched == 0 and len(ents) == 1890
-
-    data = json.loads(openie.read_text(encoding="utf-8"))
-    assert len(data["docs"]) == 1890
-    direct = {}
-    for doc in data["docs"]:
-        keys = {normalize_entity(e) for e in doc["extracted_entities"]} - {""}
-        direct[doc["text"]] = sorted(keys)
-    assert len({e for keys in direct.values() for e in keys}) == len({e for x in ents for e in x})
-    assert sum(map(len, direct.values())) == sum(map(len, ents))
-    assert all(ents[i] == direct[c.text] for i, c in enumerate(chunks))
-
-    inc = entity_incidence(ents)
-    assert inc.matrix.shape == (1890, len(inc.vocab))
-    df = np.asarray(inc.matrix.sum(axis=0)).ravel()
-    assert df.min() >= 2 and df.max() <= 50
-
-
 # --- incidence -------------------------------------------------------------------------------
 
 
@@ -240,3 +160,67 @@ def test_entity_incidence_rejects_bad_limits(kwargs):
 def test_entity_incidence_empty():
     inc = entity_incidence([])
     assert inc.matrix.shape == (0, 0) and inc.vocab == [] and inc.idf.shape == (0,)
+
+
+# --- large-corpus paths ------------------------------------------------------------------------
+
+
+def _entity_lists(n: int, seed: int) -> list[list[str]]:
+    """Local entities (groups of 40 chunks) plus 5 corpus-wide ones in ~10 % of chunks each."""
+    rng = np.random.default_rng(seed)
+    lists = []
+    for i in range(n):
+        local = {f"l{i // 40}-{j}" for j in rng.integers(0, 12, 3)}
+        wide = {f"w{j}" for j in range(5) if rng.random() < 0.1}
+        lists.append(sorted(local | wide))
+    return lists
+
+
+def _products(inc: ent.EntityIncidence) -> int:
+    df = np.diff(inc.matrix.tocsc().indptr)
+    return int((df.astype(np.int64) ** 2).sum())  # scalar products of X X^T
+
+
+def test_entity_cap_makes_the_products_linear_in_n():
+    capped, frac = {}, {}
+    for n in (2000, 4000, 8000):
+        lists = _entity_lists(n, seed=n)
+        capped[n] = ent.entity_incidence(lists, max_df=0.2, max_count=60)
+        frac[n] = ent.entity_incidence(lists, max_df=0.2)
+        assert _products(capped[n]) <= 60 * capped[n].matrix.nnz  # the bound the cap gives
+        assert capped[n].dropped_frequent == 5 and not any(v.startswith("w") for v in capped[n].vocab)
+    # with the cap the work per chunk stays flat; a fractional limit keeps the wide entities (n^2)
+    per_chunk = [_products(capped[n]) / n for n in (2000, 4000, 8000)]
+    assert max(per_chunk) <= 1.2 * min(per_chunk)
+    assert _products(frac[8000]) / _products(frac[2000]) > 10
+
+
+def test_entity_incidence_max_count_is_an_absolute_limit():
+    lists = [["a", "b"]] * 30 + [["b", "c"]] * 30
+    assert ent.entity_incidence(lists, max_df=100).vocab == ["a", "b", "c"]
+    assert ent.entity_incidence(lists, max_df=100, max_count=30).vocab == ["a", "c"]
+    assert ent.entity_incidence(lists, max_df=20, max_count=30).vocab == []  # the tighter limit wins
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_count"):
+            ent.entity_incidence(lists, max_count=bad)
+
+
+def _texts(seed: int, count: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    pieces = ["the", "of", "The", "Skarholt", "University of Skarholt", "4 May 1912", "May 4, 1912", "March 1911",
+              "1,234", "3.14", "1907", "1920s", "NRA", "HCR2", "Émile Zola", "Ωmega", "١٢٣", "McDonald's", "St. Orla's Church",
+              "Orsby and Gull Bay", "x2Y", "—", ".", "\n", "## 2.1 Conquest", "|", "J. Smith", "in", "Jean-Paul"]
+    return [" ".join(pieces[j] for j in rng.integers(0, len(pieces), 40)) for _ in range(count)]
+
+
+def test_candidate_matcher_equals_finditer():
+    for text in _texts(0, 300):
+        got = [(m.span(), m.lastgroup) for m in ent._matches(text)]
+        want = [(m.span(), m.lastgroup) for m in ent._PATTERN.finditer(text)]
+        assert got == want
+
+
+def test_extract_entities_in_a_pool_equals_serial():
+    texts = _texts(1, 4200)  # two blocks of 4096
+    titles = ["University of Skarholt", "Gull Bay"]
+    assert ent.extract_entities(texts, titles, workers=2) == ent.extract_entities(texts, titles, workers=1)

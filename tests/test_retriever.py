@@ -1,13 +1,15 @@
-"""The batched query pipeline on the sample index: batch equals single queries, budgets hold,
-modes run, bad input is refused, and the CLI writes JSONL and TREC runs."""
+"""The Retriever (spectrag.retriever) on the sample index, on the ``device`` fixture's devices:
+batch equals single queries (bitwise), the torch graph backend equals the scipy one, budgets
+hold, modes run, contexts carry provenance and render, bad input is refused. (Against the
+per-query reference: tests/test_pipeline.py; the ``retrieve`` command: tests/cli/test_retrieve.py.)"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from spectrag.cli.demo import sample_questions
 from spectrag.errors import SpectragError
@@ -18,8 +20,8 @@ QUESTIONS = [q["question"] for q in sample_questions()]
 
 
 @pytest.fixture(scope="module")
-def retriever(sample_index):
-    return Retriever(sample_index)
+def retriever(sample_index, device):
+    return Retriever(sample_index, RetrieverConfig(device=str(device)))
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +46,10 @@ def test_batch_equals_single_queries(retriever, qvecs, mode):
 @pytest.mark.parametrize("mode", ["heat", "ppr", "spectral"])
 def test_torch_graph_backend_equals_scipy(sample_index, retriever, qvecs, mode):
     """Expansion and blocks as torch tensors (what a GPU runs) give the CPU path's results."""
-    from dataclasses import replace
-
     on_device = Retriever(sample_index, replace(retriever.config, graph_backend="torch"))
+    scipy_path = Retriever(sample_index, replace(retriever.config, graph_backend="scipy"))  # what auto runs on the CPU
     got = on_device.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
-    want = retriever.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
+    want = scipy_path.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
     assert torch.equal(got.candidates, want.candidates)
     assert torch.allclose(got.scores, want.scores, atol=1e-6)
     assert torch.equal(got.selected, want.selected)
@@ -83,7 +84,7 @@ def test_large_batch_and_deep_seeding(retriever):
     contexts = retriever.retrieve(many, budget=600, mode="hybrid")
     assert len(contexts) == 1000
     assert [c.chunk_id for c in contexts[0].chunks] == [c.chunk_id for c in contexts[12].chunks]
-    deep = Retriever(retriever.index, RetrieverConfig().replace(seed__k_dense=10_000, seed__k_bm25=10_000, expand__max_candidates=10_000))
+    deep = Retriever(retriever.index, retriever.config.replace(seed__k_dense=10_000, seed__k_bm25=10_000, expand__max_candidates=10_000))
     ctx = deep.retrieve(QUESTIONS[:2], mode="spectral")
     assert len(ctx[0].ranking) == len(retriever.index.chunks)
 
@@ -97,21 +98,3 @@ def test_bad_queries_and_settings(retriever):
         retriever.retrieve(["x"], budget=0)
     with pytest.raises(SpectragError, match="mode must be one of"):
         RetrieverConfig(mode="magic")
-
-
-def test_cli_retrieve_writes_jsonl_and_trec(sample_index, tmp_path):
-    from spectrag.cli import main
-
-    queries = tmp_path / "q.jsonl"
-    queries.write_text("".join(json.dumps({"id": f"x{i}", "question": q}) + "\n" for i, q in enumerate(QUESTIONS[:3])))
-    out, trec = tmp_path / "out.jsonl", tmp_path / "run.trec"
-    result = CliRunner().invoke(main, ["retrieve", str(sample_index.path), "--queries", str(queries), "-o", str(out),
-                                       "--trec", str(trec), "--budget", "1000", "--batch-size", "2"])
-    assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["id"] for r in rows] == ["x0", "x1", "x2"]
-    assert all(r["used_tokens"] <= 1000 for r in rows)
-    lines = trec.read_text().splitlines()
-    assert lines[0].split()[:4] == ["x0", "Q0", str(rows[0]["ranking"][0]), "1"]
-    bad = CliRunner().invoke(main, ["retrieve", str(sample_index.path)])
-    assert bad.exit_code == 2 and "no queries" in bad.output

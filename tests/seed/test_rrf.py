@@ -1,8 +1,10 @@
-"""Reciprocal rank fusion: the vectorized batch equals a per-query dictionary reference."""
+"""Reciprocal rank fusion (spectrag.seed.rrf): the vectorized batch, on the ``device`` fixture's
+devices, equals a per-query dictionary reference."""
 
 from __future__ import annotations
 
 import torch
+from conftest import to_cpu
 
 from spectrag.seed.rrf import reciprocal_rank_fusion
 
@@ -16,7 +18,7 @@ def _reference(lists: list[list[int]], k: int) -> list[tuple[float, int]]:
     return sorted(((s, i) for i, s in scores.items()), key=lambda t: (-t[0], t[1]))
 
 
-def test_rrf_matches_per_query_reference_on_random_lists():
+def test_rrf_matches_per_query_reference_on_random_lists(device):
     gen = torch.Generator().manual_seed(0)
     for trial in range(20):
         batch, n = 7, 30
@@ -25,7 +27,7 @@ def test_rrf_matches_per_query_reference_on_random_lists():
             ids = torch.stack([torch.randperm(n, generator=gen)[:width] for _ in range(batch)])
             ids[torch.rand(batch, width, generator=gen) < 0.15] = -1  # empty slots
             lists.append(ids)
-        scores, ids = reciprocal_rank_fusion(lists, k=60, top=8)
+        scores, ids = to_cpu(reciprocal_rank_fusion([l.to(device) for l in lists], k=60, top=8))
         for b in range(batch):
             ref = _reference([l[b].tolist() for l in lists], 60)[:8]
             got = [(s, i) for s, i in zip(scores[b].tolist(), ids[b].tolist()) if i >= 0]
@@ -33,9 +35,9 @@ def test_rrf_matches_per_query_reference_on_random_lists():
             assert all(abs(s - r) < 1e-6 for (s, _), (r, _) in zip(got, ref))
 
 
-def test_rrf_ties_break_by_smaller_id_and_pads():
-    a = torch.tensor([[5, 2]])
-    b = torch.tensor([[2, 5]])
+def test_rrf_ties_break_by_smaller_id_and_pads(device):
+    a = torch.tensor([[5, 2]], device=device)
+    b = torch.tensor([[2, 5]], device=device)
     scores, ids = reciprocal_rank_fusion([a, b], top=4)
     assert ids.tolist() == [[2, 5]]  # only two distinct ids: the output is as wide as needed
     assert scores[0, 0] == scores[0, 1]

@@ -1,0 +1,44 @@
+"""The dense index (spectrag.index.dense): FAISS search against a numpy brute force (tie-aware),
+the torch backend, on the ``device`` fixture's devices, against FAISS, and results that do not
+depend on the batch size."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spectrag.index.dense import DenseIndex
+
+QUESTIONS = ["In which town was the designer of the Veltra Bridge born?", "Who founded the Greywater Shipping Company?"]
+
+
+def test_dense_search_equals_numpy_brute_force(sample_index):
+    xq = sample_index.embed_queries(QUESTIONS)
+    scores, ids = sample_index.dense_search(xq, 10)
+    brute = xq @ np.asarray(sample_index.embeddings).T
+    for b in range(len(QUESTIONS)):
+        expected = np.sort(brute[b])[::-1][:10]
+        np.testing.assert_allclose(scores[b], expected, atol=1e-5)
+        # tie-aware: every returned id scores at least the 10th best
+        assert np.all(brute[b][ids[b]] >= expected[-1] - 1e-5)
+
+
+def test_torch_backend_equals_faiss(sample_index, device):
+    xq = sample_index.embed_queries(QUESTIONS)
+    s1, i1 = sample_index.dense.search(xq, 15)
+    s2, i2 = DenseIndex(np.asarray(sample_index.embeddings), backend="torch", device=str(device)).search(xq, 15)
+    np.testing.assert_allclose(s1, s2, atol=1e-5)
+    np.testing.assert_array_equal(i1, i2)
+
+
+def test_dense_results_do_not_depend_on_batch_size():
+    # FAISS uses a BLAS kernel once B * d is large; its rounding must not reorder near-ties
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2000, 64)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x[7] = x[3]  # an exact tie
+    index = DenseIndex(x)
+    queries = np.tile(x[3:4] + 0.001, (2500, 1)).astype(np.float32)
+    _, big = index.search(queries, 12)
+    _, one = index.search(queries[:1], 12)
+    assert (big == one[0]).all()
+    assert one[0][:2].tolist() == [3, 7]

@@ -1,0 +1,95 @@
+"""The index build (spectrag.build): counts and manifest of the sample index, atomic writes
+(a failed build leaves nothing, a failed overwrite keeps the old index), the embedding cache,
+and bad input to the build. (Reading an index back: tests/test_store.py; the dense and BM25
+indexes themselves: tests/index/.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spectrag import build_index, load_index
+from spectrag.config import EmbedConfig, IndexConfig
+from spectrag.errors import ConfigError, CorpusError, SpectragError
+from spectrag.index.lexical import BM25Index
+from spectrag.store import MANIFEST
+
+
+def test_sample_index_counts_and_manifest(sample_index):
+    m = sample_index.manifest
+    assert m["counts"]["documents"] == 30
+    assert m["counts"]["chunks"] == len(sample_index.chunks) == sample_index.embeddings.shape[0]
+    assert m["tokenizer"].startswith("tiktoken:cl100k_base")
+    assert m["embedding"]["dim"] == 384 and m["embedding"]["model"] == "all-MiniLM-L6-v2"
+    assert set(m["files"]) >= {"chunks.jsonl", "embeddings.npy", "dense.faiss", "bm25/vocab.json"}
+    assert {"torch", "faiss-cpu", "bm25s"} <= set(m["versions"])
+    norms = np.linalg.norm(sample_index.embeddings, axis=1)
+    np.testing.assert_allclose(norms, 1.0, atol=1e-5)
+
+
+def test_failure_mid_build_leaves_nothing(tmp_path, index_config, monkeypatch):
+    from conftest import FIXTURES
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(BM25Index, "build", explode)
+    out = tmp_path / "idx"
+    with pytest.raises(RuntimeError, match="disk full"):
+        build_index(FIXTURES / "formats" / "folder", out, index_config)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary folder left behind either
+
+
+def test_failure_during_overwrite_keeps_the_old_index(index_copy, index_config, monkeypatch):
+    from conftest import FIXTURES
+
+    before = (index_copy / MANIFEST).read_bytes()
+    monkeypatch.setattr(BM25Index, "save", lambda *a, **k: (_ for _ in ()).throw(OSError("no space")))
+    with pytest.raises(OSError):
+        build_index(FIXTURES / "formats" / "folder", index_copy, index_config, overwrite=True)
+    assert (index_copy / MANIFEST).read_bytes() == before
+    load_index(index_copy)
+
+
+def test_existing_output_is_refused_unless_overwrite(index_copy, index_config):
+    from conftest import FIXTURES
+
+    with pytest.raises(SpectragError, match="already exists; pass --overwrite"):
+        build_index(FIXTURES / "formats" / "folder", index_copy, index_config)
+    index = build_index(FIXTURES / "formats" / "folder", index_copy, index_config, overwrite=True)
+    assert index.manifest["counts"]["documents"] == 3
+
+
+def test_embedding_cache_skips_unchanged_chunks(tmp_path, embed_cache):
+    from conftest import FIXTURES
+
+    config = IndexConfig(embed=EmbedConfig(cache_dir=str(tmp_path / "cache")))
+    first = build_index(FIXTURES / "formats" / "folder", tmp_path / "a", config)
+    assert first.report.cache_hits == 0
+    second = build_index(FIXTURES / "formats" / "folder", tmp_path / "b", config)
+    assert second.report.cache_hits == len(second.chunks)
+    np.testing.assert_array_equal(np.asarray(first.embeddings), np.asarray(second.embeddings))
+    # cached vectors equal freshly computed ones
+    fresh = build_index(FIXTURES / "formats" / "folder", tmp_path / "c", IndexConfig(embed=EmbedConfig(cache_dir="")))
+    np.testing.assert_allclose(np.asarray(fresh.embeddings), np.asarray(first.embeddings), atol=1e-6)
+
+
+def test_build_rejects_bad_input(tmp_path, index_config):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("Some text here.")
+    (tmp_path / "corpus" / "empty.txt").write_text("  \n")
+    with pytest.raises(CorpusError, match="document 'empty.txt' is empty"):
+        build_index(tmp_path / "corpus", tmp_path / "out", index_config)
+    assert not (tmp_path / "out").exists()
+    index = build_index(tmp_path / "corpus", tmp_path / "out", index_config, skip_empty=True)
+    assert index.manifest["counts"]["skipped_empty_documents"] == 1
+    (tmp_path / "only").mkdir()
+    (tmp_path / "only" / "e.md").write_text("")
+    with pytest.raises(CorpusError, match="empty corpus"):
+        build_index(tmp_path / "only", tmp_path / "out2", index_config, skip_empty=True)
+    bad_model = IndexConfig(embed=EmbedConfig(model=str(tmp_path / "no-model")))
+    with pytest.raises(ConfigError, match="neither all-MiniLM-L6-v2 nor an existing model folder"):
+        build_index(tmp_path / "corpus", tmp_path / "out3", bad_model, skip_empty=True)
+
+
