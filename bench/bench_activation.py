@@ -1,7 +1,7 @@
 """Benchmark: batched spreading activation (``spectrag.kernels.spreading_activation``: seeds, n-hop
 subgraphs, per-query edge weights, synchronous rounds) against plain per-query references
-(``tests/kg/sa_reference.py``: numpy dot products for the seeds and weights, Python BFS and
-Python rounds over dicts), measured in the same run, with a check that they agree.
+(``spectrag.reference.activation``: numpy dot products for the seeds and weights, Python BFS
+and Python rounds over dicts), measured in the same run, with a check that they agree.
 
     python bench/bench_activation.py                              # MuSiQue KG + synthetic 10^6 entities
     python bench/bench_activation.py --kgs synthetic --synthetic-n 100000 --sizes 1,64
@@ -35,43 +35,33 @@ the same activated nodes and activations within 1e-5 (float32 kernel vs float64 
 
 Threads: ``--threads`` (default 1) for torch, OpenMP, MKL and OpenBLAS, with
 ``OMP_WAIT_POLICY=PASSIVE`` (a shared, loaded 2-core machine; see bench_query.py).
+Results: ``results/activation_cpu.md`` / ``.json`` (``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import importlib.util
 import json
 import os
-import platform
 import statistics
-import sys
 import time
 
-from _common import cpu_model, median_seconds, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import ensure_spectrag, pin_threads
 
 _THREADS = pin_threads("1", passive=True)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
+from _common import ROOT, finish_record, median_seconds, new_record, results_header, write_results  # noqa: E402
 
+ensure_spectrag()
 from spectrag.kernels import spreading_activation  # noqa: E402
 from spectrag.kernels.topk import tiled_topk_ip  # noqa: E402
+from spectrag.reference import activation as reference  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data", "musique")
 OPENIE = "openie_musique_train_gpt-3.5-turbo-1106_1890.json"
-
-
-def _reference():
-    spec = importlib.util.spec_from_file_location("sa_reference", os.path.join(ROOT, "tests", "kg", "sa_reference.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -233,13 +223,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--ref-queries", type=int, default=32)
     ap.add_argument("--threads", default=_THREADS)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "activation_cpu"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "activation_cpu"))
     args = ap.parse_args()
     torch.set_num_threads(int(_THREADS))
     sizes = [int(s) for s in args.sizes.split(",")]
-    ref = _reference()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    machine = f"{cpu_model()}, {os.cpu_count()} logical CPUs; torch {torch.__version__}, {_THREADS} thread(s); Python {platform.python_version()}; 1-min load average at start {load:.2f}"
+    record = new_record(f"batched: median of {args.repeats} after one warm-up; references: one run per query on "
+                        f"the first {args.ref_queries} distinct queries, after one untimed warm-up query")
     rows, kgs = [], {}
     for name in args.kgs.split(","):
         t0 = time.perf_counter()
@@ -255,22 +244,15 @@ def main() -> None:
         info["setup_seconds"] = round(time.perf_counter() - t0, 1)
         kgs[name] = info
         print(f"[{name}] {info}", flush=True)
-        rows += run_kg(name, arrays, qv, sizes, args, ref)
+        rows += run_kg(name, arrays, qv, sizes, args, reference)
         del arrays
-    command = "python bench/bench_activation.py " + " ".join(sys.argv[1:])
-    result = {"command": command.strip(), "date": _dt.date.today().isoformat(), "machine": machine, "threads": _THREADS,
-              "settings": {"k": args.k, "hops": args.hops, "c": args.c, "layout": args.layout, "subgraph": args.subgraph,
-                           "repeats": args.repeats,
-                           "ref_queries": args.ref_queries}, "kgs": kgs, "rows": rows}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out + ".json", "w", encoding="utf-8") as fh:
-        json.dump(result, fh, indent=2)
-    lines = [
-        "# Spreading activation: batched kernel vs per-query reference (CPU)", "",
-        f"Command: `{result['command']}` ({result['date']}).", "",
-        f"Machine: {machine}.", "",
+    record.update(settings={"k": args.k, "hops": args.hops, "c": args.c, "layout": args.layout,
+                            "subgraph": args.subgraph, "repeats": args.repeats, "ref_queries": args.ref_queries},
+                  kgs=kgs, rows=rows)
+    finish_record(record)
+    lines = results_header("Spreading activation: batched kernel vs per-query reference (CPU)", record) + [
         f"Settings: k = {args.k} seeds, n = {args.hops} hops, c = {args.c}, subgraph {args.subgraph}, layout {args.layout} "
-        f"(full subgraph only); batched: median of {args.repeats} after one warm-up. References (tests/kg/sa_reference.py, "
+        f"(full subgraph only); batched: median of {args.repeats} after one warm-up. References (`spectrag.reference.activation`, "
         f"one query at a time, the same seed search): mean over the first {args.ref_queries} distinct queries, times B; "
         "*n-hop* = `sync_reference`, the paper's whole n-hop subgraph with a cosine for each of its edges; *reached* = "
         "`reached_reference`, spreading only from activated nodes over positive-weight edges, the kernel's default "
@@ -309,9 +291,7 @@ def main() -> None:
               "kernel's `subgraph=\"full\"` on the same seeds. Times on this shared machine vary by 2-3x between "
               "runs with the other jobs' load (the load average is in the machine line); the references run in "
               "the same process right before."]
-    with open(args.out + ".md", "w", encoding="utf-8") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print(f"wrote {args.out}.md and .json")
+    write_results(args.out, lines, record)
 
 
 if __name__ == "__main__":

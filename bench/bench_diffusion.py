@@ -3,10 +3,10 @@
     python bench/bench_diffusion.py                      # n=200,000, ~10 neighbours, B in {1,64,256}
     python bench/bench_diffusion.py --n 20000 --repeats 1 --device cuda
 
-Graph: ``n * degree / 2`` uniformly random undirected edges (self-loops dropped, duplicates
-summed), i.e. about ``degree`` neighbours per node; unit weights.  Heat uses the symmetric
-normalised Laplacian (``nnz(L) = nnz(A) + #non-isolated nodes``), PPR the row-normalised
-adjacency (prepared once with ``random_walk_operator``; the preparation is timed separately
+Graph: ``_common.random_graph(n, degree, unit=True)``: ``n * degree / 2`` uniformly random
+undirected edges (self-loops dropped), i.e. about ``degree`` neighbours per node, a 0/1
+adjacency.  Heat uses the symmetric normalised Laplacian (``spectrag.graph.spectrum.laplacian_csr``,
+every diagonal entry stored: ``nnz(L) = nnz(A) + n``), PPR the row-normalised adjacency (prepared once with ``random_walk_operator``; the preparation is timed separately
 and excluded from the per-query figures so that the batched and the loop runs are comparable).
 
 Timings are medians over ``--repeats`` runs after one warm-up.  The loop baseline (B = 64 only)
@@ -26,55 +26,42 @@ second, more realistic "gather" model is also printed:
 
 For heat the number of SpMMs is ``num_terms - 1``; for PPR it is one per iteration over the
 still-active columns (converged columns are dropped), so the X term uses ``sum(column_iters)``.
+Prints a table (machine, threads and load average first); nothing is written.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
-import warnings
 
-import torch
+from _common import pin_threads
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pin_threads("1", passive=True)  # before torch loads: an idle spinning OpenMP pool slowed 2-thread runs many times
 
-from _common import median_seconds  # noqa: E402
+import torch  # noqa: E402
+from _common import (  # noqa: E402
+    ensure_spectrag,
+    machine_info,
+    machine_line,
+    median_seconds,
+    quiet_sparse_warnings,
+    random_graph,
+    sync,
+    torch_csr,
+)
+
+ensure_spectrag()
+from spectrag.graph.spectrum import laplacian_csr  # noqa: E402
 from spectrag.kernels.heat import chebyshev_heat, heat_num_terms  # noqa: E402
 from spectrag.kernels.pagerank import personalized_pagerank, random_walk_operator  # noqa: E402
 
-warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
+quiet_sparse_warnings()
 
 
-def random_graph(n: int, degree: float, seed: int, device, dtype):
-    g = torch.Generator().manual_seed(seed)
-    m = int(n * degree / 2)
-    r = torch.randint(0, n, (m,), generator=g)
-    c = torch.randint(0, n, (m,), generator=g)
-    keep = r != c
-    r, c = r[keep], c[keep]
-    idx = torch.cat([torch.stack([r, c]), torch.stack([c, r])], dim=1)
-    A = torch.sparse_coo_tensor(idx, torch.ones(idx.shape[1], dtype=dtype), (n, n), check_invariants=False)
-    A = A.coalesce()
-    # symmetric normalised Laplacian  I - D^{-1/2} A D^{-1/2}  (isolated nodes: zero row)
-    row, col = A.indices()
-    deg = torch.zeros(n, dtype=torch.float64).index_add_(0, row, A.values().double())
-    dis = torch.where(deg > 0, deg.clamp_min(1e-300).rsqrt(), torch.zeros_like(deg))
-    off = -(A.values().double() * dis[row] * dis[col])
-    diag = torch.nonzero(deg > 0).flatten()
-    L = torch.sparse_coo_tensor(
-        torch.cat([A.indices(), torch.stack([diag, diag])], dim=1),
-        torch.cat([off, torch.ones(diag.numel(), dtype=torch.float64)]).to(dtype),
-        (n, n),
-        check_invariants=False,
-    ).coalesce()
-    return A.to_sparse_csr().to(device), L.to_sparse_csr().to(device)
-
-
-def sync(device):
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
+def graph(n: int, degree: float, seed: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The adjacency ``A`` and its ``L_sym`` as torch CSR (int64 indices) on ``device``."""
+    W = random_graph(n, degree, seed, unit=True)
+    return (torch_csr(W, torch.int64, dtype).to(device), torch_csr(laplacian_csr(W), torch.int64, dtype).to(device))
 
 
 def main() -> None:
@@ -90,18 +77,17 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch default)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
     args = ap.parse_args()
 
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     dev = torch.device(args.device)
     s_val = torch.empty((), dtype=dtype).element_size()
     batches = [int(b) for b in args.batches.split(",")]
 
     t0 = time.perf_counter()
-    A, L = random_graph(args.n, args.degree, args.seed, dev, dtype)
+    A, L = graph(args.n, args.degree, args.seed, dev, dtype)
     sync(dev)
     t_graph = time.perf_counter() - t0
     n = args.n
@@ -112,9 +98,8 @@ def main() -> None:
     t_prep = time.perf_counter() - t0
     K = heat_num_terms(args.t, args.heat_tol) - 1  # SpMMs per heat call
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"device={dev} dtype={args.dtype} threads={torch.get_num_threads()} cpus={os.cpu_count()} "
-          f"loadavg(1m)={load:.1f} torch={torch.__version__}")
+    print(machine_line(machine_info(dev)))
+    print(f"device={dev} dtype={args.dtype}; runs: median of {args.repeats} after one warm-up")
     print(f"graph: n={n:,} nnz(A)={nnz_A:,} ({nnz_A / n:.2f}/node) nnz(L)={nnz_L:,}; build {t_graph:.2f}s, "
           f"PPR operator prep {t_prep:.2f}s (excluded below)")
     print(f"heat: t={args.t} tol={args.heat_tol} -> {K + 1} Chebyshev terms ({K} SpMMs); "
@@ -155,7 +140,7 @@ def main() -> None:
             cols = [X[:, b : b + 1].contiguous() for b in range(B)]
             sec, _ = median_seconds(lambda: [chebyshev_heat(L, c, args.t, tol=args.heat_tol) for c in cols], args.repeats, device=dev)
             row("heat", "loop", B, sec, K * B, tuple(v * B for v in heat_bytes(1)), (nnz_L * (s_val + 8) + n * s_val * 2) / 1e6)
-        del X
+        X = None  # freed before the next B
 
     for B in batches:
         seeds = torch.randint(0, n, (B,), generator=g)
@@ -168,7 +153,7 @@ def main() -> None:
             cols = [X[:, b : b + 1].contiguous() for b in range(B)]
             sec, rs = median_seconds(lambda: [personalized_pagerank(op, c, tol=args.ppr_tol) for c in cols], args.repeats, device=dev)
             row("ppr", "loop", B, sec, sum(r.n_iter for r in rs), ppr_bytes(rs), (nnz_A * (s_val + 8) + n * s_val * 2) / 1e6)
-        del X
+        X = None  # freed before the next B
 
     print()
     LB = args.loop_batch

@@ -14,6 +14,7 @@ Accuracy: max |difference| and min cosine between each variant's vectors and the
 
 Usage: ``python bench/bench_embed.py [--n 1890] [--repeats 3] [--out bench/results/embed_cpu.md]``
 (writes the Markdown table to ``--out`` and the raw figures to the same path with ``.json``).
+The measurements that chose the embedder's defaults are in ``results/embed_defaults_cpu.md``.
 """
 
 from __future__ import annotations
@@ -21,58 +22,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the model hub
 
-from _common import cpu_model
-import numpy as np
-import torch
+import numpy as np  # noqa: E402
+from _common import ROOT, ensure_spectrag, finish_record, load_average, new_record, results_header, write_results  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+ensure_spectrag()
 from spectrag.config import EmbedConfig  # noqa: E402
 from spectrag.index.embed import Embedder, resolve_model_path  # noqa: E402
 
 MUSIQUE = ROOT.parent / "shared" / "data" / "musique" / "musique_train_corpus.json"
 SAMPLE = ROOT / "engine" / "sample" / "corpus"
 
-# What was measured while choosing the defaults (2-core AMD EPYC VM shared with other jobs,
-# torch 2.13 CPU); kept here so the results file says why the code is the way it is.
-FINDINGS = """\
-## What was tried (development measurements, same machine)
-
-CPU seconds per pass are the steadiest measure on a shared machine, so single-thread variants
-were compared by passages per CPU-second (300 MuSiQue passages, median of 3):
-
-| variant (1 thread) | passages / CPU-s |
-| --- | --- |
-| sentence-transformers, batch 8 / 16 / 32 / 64 (sorted by characters) | 22.6 / 20.2 / 19.2 / 16.1 |
-| token-sorted, token budget 512 / 1024 / 2048 / 4096 padded tokens | 23.0 / 24.5 / 25.0 / 23.2 |
-| token budget 1024 / 2048 with `attn_implementation="eager"` instead of sdpa | 24.5 / 22.0 |
-| torch.compile(dynamic=True), budget 2048 | about +3 %, after a 151 s compile |
-| ONNX Runtime 1.32 (own export), budget 2048 | same CPU time as torch (MKL and MLAS GEMMs tie) |
-| ONNX Runtime with its transformer optimizer (fused Attention/SkipLayerNorm/BiasGelu) | no faster |
-
-* Padding: sentence-transformers sorts by characters; at batch 32 its batches run 23 % more
-  tokens than the MuSiQue passages have, token-sorted batches 2 % more. A budget of ~2,048 padded tokens keeps the
-  activations of a layer in the caches; bigger batches are slower per token.
-* Threads: 2 threads ran 1.7x faster than 1 while the machine was nearly idle, and 1.5-2.5x
-  *slower* while other processes used the cores (OpenMP threads wait on each other; 2 threads
-  burned 40 % more CPU time). Hence the embedder times its batches and picks the faster of
-  torch's thread count and half of it, re-timing the other after 8 batches, then less often
-  while the choice holds (up to every 64). `OMP_WAIT_POLICY=PASSIVE` did not help.
-* ONNX Runtime with its threads' spinning disabled lost less than torch at 2 threads on a busy
-  machine, but in the full run above it was slower than the default torch path with its thread
-  choice, so it stays an option (`backend="onnx"`), off by default.
-* Not used: int8 dynamic quantization (slower here, min cosine 0.86) and bf16 (10x slower
-  without AMX), both measured before this benchmark.
-"""
+DEFAULTS = "results/embed_defaults_cpu.md"  # the development measurements behind the defaults
 
 
 def load_texts(n: int | None) -> tuple[list[str], str]:
@@ -91,14 +57,6 @@ def load_texts(n: int | None) -> tuple[list[str], str]:
 
 
 
-
-def load_average() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "n/a"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=None, help="passages to embed (default: all)")
@@ -109,16 +67,12 @@ def main() -> None:
     args = parser.parse_args()
 
     from sentence_transformers import SentenceTransformer
-    import sentence_transformers
-    import transformers
-
     texts, source = load_texts(args.n)
     n_texts = len(texts)
     model_path = str(resolve_model_path(EmbedConfig().model))
     reference = SentenceTransformer(model_path, device="cpu")
     n_tokens = int(sum(len(ids) for ids in reference.tokenizer(
         texts, truncation=True, max_length=reference.max_seq_length)["input_ids"]))
-    threads = torch.get_num_threads()
 
     variants: dict[str, object] = {
         "sentence-transformers encode (reference)": lambda t: reference.encode(
@@ -138,7 +92,8 @@ def main() -> None:
             variants["Embedder (backend=onnx)"] = lambda t: ours_onnx.encode(t)
             embedders["Embedder (backend=onnx)"] = ours_onnx
 
-    load_before = load_average()
+    record = new_record(f"median of {args.repeats} interleaved passes per variant after a warm-up",
+                        packages=("sentence_transformers", "transformers", "onnxruntime"))
     warm = texts[: min(64, n_texts)]
     for fn in variants.values():
         fn(warm)
@@ -153,7 +108,6 @@ def main() -> None:
             vectors[name] = np.asarray(vecs, dtype=np.float32)
             print(f"repeat {rep + 1}/{args.repeats}  {name:42s} {elapsed:8.1f} s  "
                   f"{n_texts / elapsed:7.1f} passages/s  (load {load_average()})", flush=True)
-    load_after = load_average()
 
     ref_name = next(iter(variants))
     ref_rate = n_texts / statistics.median(seconds[ref_name])
@@ -173,33 +127,10 @@ def main() -> None:
         })
 
     thread_costs = {name: {str(k): v for k, v in e._thread_cost.items()} for name, e in embedders.items()}
-    machine = {
-        "cpu": cpu_model(),
-        "logical_cpus": os.cpu_count(),
-        "torch_threads": threads,
-        "torch": torch.__version__,
-        "sentence_transformers": sentence_transformers.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-    }
-    try:
-        import onnxruntime
-
-        machine["onnxruntime"] = onnxruntime.__version__
-    except ImportError:
-        pass
-
-    lines = [
-        "# CPU embedding throughput: Embedder vs SentenceTransformer.encode",
-        "",
-        f"Machine: {machine['cpu']}, {machine['logical_cpus']} logical CPUs, torch {machine['torch']} "
-        f"({threads} threads), sentence-transformers {machine['sentence_transformers']}, "
-        f"transformers {machine['transformers']}"
-        + (f", onnxruntime {machine['onnxruntime']}" if "onnxruntime" in machine else "")
-        + f", Python {machine['python']}.",
-        f"Load average (1/5/15 min) before / after: {load_before} / {load_after}.",
+    record.update(texts={"source": source, "passages": n_texts, "tokens": n_tokens}, repeats=args.repeats,
+                  results=rows, thread_costs_s_per_token=thread_costs, onnx_note=onnx_note)
+    finish_record(record)
+    lines = results_header("CPU embedding throughput: Embedder vs SentenceTransformer.encode", record) + [
         f"Texts: {n_texts} passages of {source}; {n_tokens} tokens after truncation to "
         f"{reference.max_seq_length} ({n_tokens / n_texts:.0f} per passage).",
         f"Model: all-MiniLM-L6-v2 from the local package; median of {args.repeats} interleaved passes "
@@ -225,19 +156,9 @@ def main() -> None:
             lines.append(f"{name}: last measured cost per padded token: {shown}.")
     if onnx_note:
         lines.append(onnx_note)
-    table = "\n".join(lines) + "\n"
-    print()
-    print(table)
-
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(table + "\n" + FINDINGS, encoding="utf-8")
-    json_path = args.out.with_suffix(".json")
-    json_path.write_text(json.dumps({
-        "machine": machine, "texts": {"source": source, "passages": n_texts, "tokens": n_tokens},
-        "repeats": args.repeats, "results": rows, "thread_costs_s_per_token": thread_costs,
-        "onnx_note": onnx_note,
-    }, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.out} and {json_path}")
+    lines += ["", f"What was tried while choosing the defaults (development measurements): `{DEFAULTS}`."]
+    print("\n".join(lines))
+    write_results(args.out, lines, record)
     for e in embedders.values():
         e.close()
 

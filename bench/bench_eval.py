@@ -5,34 +5,34 @@ sensitivity sweep, through ``spectrag.eval.evaluate``; the same as::
     spectrag eval musique --data ../shared/data/musique --methods all --ablations --sweep \
         --budgets 500,1000,2000 --out bench/results
 
-    python bench/bench_eval.py                          # everything (a few minutes on 2 cores)
+    python bench/bench_eval.py                          # everything (minutes on 2 cores)
     python bench/bench_eval.py --no-sweep --methods dense,hybrid,spectral
 
 The index is built once into ``~/.cache/spectrag/eval/musique-<hash>`` (with the dataset's
 OpenIE file for the knowledge graph and the entity signal, as ``spectrag index --openie``) and
-reused; embeddings come from the embedding cache when it holds them (a rebuild then takes
-about 30 s plus the knowledge graph). ``--index DIR`` evaluates an existing index instead.
+reused; embeddings come from the embedding cache when it holds them (a rebuild then runs no
+model, only chunking, the graph and the knowledge graph). ``--index DIR`` evaluates an existing
+index instead.
 
 **Reference in the same run.** Every figure is recomputed from the TREC runs and qrels the
-evaluation writes (``bench/.cache/eval_musique_trec``, git-ignored: about 10 MB) by
+evaluation writes (``bench/.cache/eval_musique_trec``, git-ignored) by
 ``ir_measures`` (trec_eval): R@2/5/10/20, RR, nDCG@10 from the ranking runs and SetP / SetR /
 SetF from the context runs. The largest absolute difference is reported (our figures are
 rounded to 4 decimals, so up to 5e-5).
 
-Writes ``bench/results/eval_musique.md`` / ``.json`` and the PNG plots beside them.
+Writes ``bench/results/eval_musique.md`` / ``.json`` and the PNG plots beside them (``--out``);
+the machine, threads and load average go into the results' ``machine`` line.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import sys
 import time
 from pathlib import Path
 
-from _common import cpu_model, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import ensure_spectrag, load_average, machine_info, pin_threads  # noqa: E402  (before numpy: sets thread counts)
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "musique"
@@ -79,20 +79,20 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(int(args.threads))
+    ensure_spectrag()
     from spectrag.eval import evaluate
     from spectrag.eval.report import save
 
     command = shlex.join(["python", "bench/bench_eval.py", *sys.argv[1:]])
+    machine = machine_info(packages=("faiss", "ir_measures"))  # before the run: the background's load average
     start = time.perf_counter()
     result = evaluate("musique", args.data, index=args.index, methods=args.methods, ablations=not args.no_ablations,
                       sweep=not args.no_sweep, budget=args.budget, out=args.out,
                       budgets=[int(b) for b in args.budgets.split(",") if b.strip()], trec_dir=HERE / ".cache" / "eval_musique_trec",
                       command=command, log=lambda m: print(m, file=sys.stderr, flush=True))
     seconds = time.perf_counter() - start
-    result["machine"] = {"cpu": cpu_model(), "cores": os.cpu_count(), "threads": args.threads,
-                         "load average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-                         "torch": torch.__version__, "python": platform.python_version(),
-                         "wall seconds": round(seconds, 1)}
+    result["machine"] = {**machine, "load_average_end": load_average(), "wall_seconds": round(seconds, 1),
+                         "runs": "one evaluation run (retrieval is deterministic)"}
     result["check"] = ir_measures_check(result)
     save(args.out, result)
     from spectrag.eval.report import markdown

@@ -34,8 +34,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
-import platform
 import shutil
 import statistics
 import sys
@@ -43,14 +41,16 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from _common import cpu_model, median_seconds, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import ensure_spectrag, pin_threads  # noqa: E402  (before numpy: sets thread counts)
 
 _THREADS = pin_threads("1", passive=True)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+from _common import command_line, load_average, machine_info, machine_line, median_seconds  # noqa: E402
+
+ensure_spectrag()
 
 
 def log(msg: str) -> None:
@@ -135,7 +135,6 @@ def time_spectrum(index, old_coords: np.ndarray, repeats: int) -> dict:
 
 
 def run(args) -> dict:
-    sys.path.insert(0, str(ROOT))
     import faiss
     from make_synthetic import Plan, ensure
 
@@ -215,10 +214,9 @@ def render(result: dict, args, header: dict) -> str:
         "# Incremental indexing vs a full rebuild (CPU, synthetic corpus)", "",
         f"Command: `{header['command']}`  ",
         f"Date: {header['date']}  ",
-        f"Machine: {header['cpu']}, {os.cpu_count()} logical CPUs, shared with other jobs (load average at start "
-        f"{header['load']}); threads: {args.threads} for torch, BLAS and FAISS/OpenMP.  ",
-        f"Versions: Python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}. "
-        f"Repeats: {args.repeats} (medians). Total wall time {header['wall_min']:.1f} min.", "",
+        machine_line(header["machine"]) + "  ",
+        f"Threads: {args.threads} for torch, BLAS and FAISS/OpenMP. Runs: {args.repeats} per stage (medians). "
+        f"Total wall time {header['wall_min']:.1f} min.", "",
         f"Data: `bench/make_synthetic.py` (seed 0, d = {args.dim}, one chunk per section); base index of "
         f"{result['parts']['base']['chunks']:,} chunks ({result['parts']['base']['documents']:,} documents, built in "
         f"{result['base_build_s']} s); embeddings supplied; `IndexConfig()` defaults otherwise.", "",
@@ -298,7 +296,7 @@ def notes(result: dict) -> list[str]:
         "the old chunks are re-extracted: storing them would make that stage proportional to the new chunks plus "
         "one sparse product.",
         "* Embeddings are supplied here, so the embed stage is free. With the model it dominates a rebuild "
-        "(`bench/results/embed_cpu.md`: 16 passages/s on this machine), and an add embeds only the new chunks.",
+        "(see `bench/results/embed_cpu.md`), and an add embeds only the new chunks.",
         "* The warm start (the previous coordinates, new nodes given their old neighbours' mean, orthonormalized and "
         f"summed into one start vector) changes the Lanczos cycle count by {saved} in this run: adding documents "
         "turns some direction of the 32-dimensional subspace by the angle in the table (a direction nearly "
@@ -325,7 +323,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
-        keys = ("command", "date", "cpu", "load", "wall_min")
+        keys = ("command", "date", "machine", "wall_min")
         header, result = {k: saved[k] for k in keys}, {k: v for k, v in saved.items() if k not in (*keys, "threads")}
         for k, v in result.pop("args", {}).items():
             setattr(args, k, v)
@@ -335,9 +333,10 @@ def main() -> None:
             Path(args.out).write_text(text, encoding="utf-8")
         return
     t0 = time.perf_counter()
-    header = {"command": "python " + " ".join(sys.argv), "date": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-              "cpu": cpu_model(), "load": ", ".join(f"{x:.2f}" for x in os.getloadavg())}
+    header = {"command": command_line(), "date": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+              "machine": machine_info(packages=("faiss",))}  # before the run: the background's load average
     result = run(args)
+    header["machine"]["load_average_end"] = load_average()
     result["args"] = {k: getattr(args, k) for k in ("base", "adds", "dim", "repeats", "threads")}
     header["wall_min"] = (time.perf_counter() - t0) / 60
     text = render(result, args, header)

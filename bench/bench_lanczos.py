@@ -1,7 +1,8 @@
 """Benchmark: ``spectrag.kernels.lanczos.lanczos_eigsh`` vs ``scipy.sparse.linalg.eigsh``.
 
 Problem: the k=32 smallest eigenpairs of the normalized Laplacian of a random sparse graph
-(n=100,000 nodes, ~10 neighbours per node), in float32 and float64, on the CPU.
+(``_common.random_graph``, 0/1 weights; n=100,000 nodes, ~10 neighbours per node), in float32
+and float64, on the CPU.
 scipy runs ARPACK on ``2 I - L`` with ``which="LA"`` (the same eigenvectors; eigenvalues are
 mapped back with ``2 - mu``), which converges much faster than ``which="SA"`` on ``L``.
 Each timing is the median of ``--repeats`` runs in the same process. Both solvers run with
@@ -9,50 +10,32 @@ Each timing is the median of ``--repeats`` runs in the same process. Both solver
 free cores makes torch's OpenMP kernels much slower). "matvecs" counts operator applications
 (ours includes the explicit residual checks and the probe cycle).
 
-Usage: ``python bench/bench_lanczos.py [--n 100000] [--k 32] [--repeats 3]``
+Usage: ``python bench/bench_lanczos.py [--n 100000] [--k 32] [--repeats 3]`` (prints a table,
+machine, threads and load average first; ``bench_spectrum.py`` asks the same question on chunk
+graphs of 10^4 .. 10^6 nodes and writes results).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 # BLAS thread counts must be fixed before numpy/scipy/torch load their BLAS libraries.
-from _common import median_seconds, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import ensure_spectrag, pin_threads
 
 _THREADS = pin_threads("1")
 
-import numpy as np
-import scipy.sparse as sp
-import scipy.sparse.linalg as sla
-import torch
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+import scipy.sparse.linalg as sla  # noqa: E402
+import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from _common import machine_info, machine_line, median_seconds, quiet_sparse_warnings, random_graph, torch_csr  # noqa: E402
 
+ensure_spectrag()
 from spectrag.kernels.lanczos import lanczos_eigsh  # noqa: E402
 from spectrag.kernels.laplacian import normalized_laplacian  # noqa: E402
 
-
-def random_graph(n: int, avg_degree: int, seed: int) -> sp.csr_matrix:
-    """Symmetric 0/1 adjacency: every node draws avg_degree/2 random partners."""
-    rng = np.random.default_rng(seed)
-    half = avg_degree // 2
-    rows = np.repeat(np.arange(n), half)
-    cols = rng.integers(0, n, size=n * half)
-    W = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n)).tocsr()
-    W = W + W.T
-    W.setdiag(0)
-    W.eliminate_zeros()
-    W.data[:] = 1.0
-    return W
-
-
-def to_torch_coo(W: sp.spmatrix, dtype: torch.dtype) -> torch.Tensor:
-    W = W.tocoo()
-    idx = torch.from_numpy(np.vstack([W.row, W.col]).astype(np.int64))
-    t = torch.sparse_coo_tensor(idx, torch.from_numpy(W.data), W.shape, dtype=dtype, check_invariants=False)
-    return t.coalesce()
+quiet_sparse_warnings()
 
 
 def main() -> None:
@@ -67,14 +50,15 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    W = random_graph(args.n, args.degree, seed=0)
+    W = random_graph(args.n, args.degree, 0, unit=True)
+    print(machine_line(machine_info()))
     print(
         f"graph: n={args.n}, nnz(W)={W.nnz} (mean degree {W.nnz / args.n:.2f}), k={args.k}, "
         f"torch threads={torch.get_num_threads()}, repeats={args.repeats} (median)"
     )
     rows = []
     for dtype, tol in ((torch.float64, args.tol64), (torch.float32, args.tol32)):
-        L = normalized_laplacian(to_torch_coo(W, dtype))
+        L = normalized_laplacian(torch_csr(W, torch.int64, dtype))
         t_ours, res = median_seconds(lambda: lanczos_eigsh(L, args.k, which="SA", tol=tol), args.repeats, warmup=False)
 
         crow, col, val = (t.numpy() for t in (L.crow_indices(), L.col_indices(), L.values()))

@@ -1,7 +1,8 @@
-"""Benchmark: the batched online pipeline (``Retriever.score_batch``) against the plain per-query
-reference pipeline (``tests/query/reference.py``: numpy brute-force dense search, BM25 row sorted
-in Python, RRF with a dict, Python BFS expansion, networkx PPR on each candidate subgraph,
-Python-loop selection), measured in the same run, with a check that both give the same results.
+"""Benchmark: the batched online pipeline (``spectrag.pipeline.run``, through
+``Retriever.score_batch``) against the plain per-query reference pipeline
+(``spectrag.reference.pipeline``: numpy brute-force dense search, BM25 row sorted in Python, RRF
+with a dict, Python BFS expansion, networkx PPR on each candidate subgraph, Python-loop
+selection), measured in the same run, with a check that both give the same results.
 
     python bench/bench_query.py                                  # MuSiQue + synthetic 10^5
     python bench/bench_query.py --indexes synthetic --synthetic-n 20000 --sizes 1,16,256
@@ -14,8 +15,8 @@ Python-loop selection), measured in the same run, with a check that both give th
   used when it holds them). Skipped with a message when the data is absent. Queries: the 100
   questions of ``musique_train.json``, embedded once before any timing, tiled to reach B.
 * ``synthetic``: ``--synthetic-n`` chunks (default 10^5): generated passages (the ``musique``
-  corpus format, one chunk each: chunking Markdown documents costs ~3 ms per chunk here, see
-  the report), in topics of ~400 passages; pseudo-word text with per-topic vocabulary (BM25
+  corpus format, one chunk each: chunking Markdown documents would dominate the build, see the
+  report's build stages), in topics of ~400 passages; pseudo-word text with per-topic vocabulary (BM25
   material), per-topic capitalized names (entity edges) and a mention of another passage's
   title (citation edges). Embeddings are *supplied* (``build_index(..., embeddings=...)``):
   d = ``--dim`` (default 128), topic centre + offset shared by runs of 4 passages + noise,
@@ -41,89 +42,43 @@ is counted separately and compared again with the reference run on the engine's 
 does FAISS return another dense list for that row inside the batch than alone?
 
 Threads: ``--threads`` (default 1) for torch intra-op, OpenMP, MKL and OpenBLAS (FAISS too),
-with ``OMP_WAIT_POLICY=PASSIVE``: on this shared 2-core machine two threads were about 3x
-slower than one in a trial (the load average from other jobs is 3-5).
+with ``OMP_WAIT_POLICY=PASSIVE``: on a shared 2-core machine two threads were slower than one
+in a trial (the load average is in the results). Results: ``results/query_cpu.md`` / ``.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
-import platform
 import random
 import statistics
-import sys
 import time
 
-from _common import cpu_model, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import ensure_spectrag, pin_threads
 
 _THREADS = pin_threads("1", passive=True)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
+from _common import ROOT, finish_record, machine_line, new_record, results_header, write_results  # noqa: E402
 
-from spectrag.retriever import Retriever# noqa: E402
-from spectrag.config import RetrieverConfig
+ensure_spectrag()
 from make_synthetic import SYLLABLES, pseudo_word  # noqa: E402
+from spectrag.config import RetrieverConfig  # noqa: E402
+from spectrag.reference.pipeline import bm25_list, reference_retrieve  # noqa: E402
+from spectrag.retriever import Retriever  # noqa: E402
 
-
-def _load_reference():
-    """tests/query/reference.py (the per-query reference pipeline), loaded by path."""
-    import importlib.util
-
-    name = "spectrag_query_reference"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "tests", "query", "reference.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-bm25_list = _load_reference().bm25_list
-reference_retrieve = _load_reference().reference_retrieve
-
+HERE = str(ROOT / "bench")
+ROOT = str(ROOT)
 MUSIQUE = os.path.join(ROOT, "..", "shared", "data", "musique")
 TOL = 1e-5
-STAGES = ("seed", "expand", "blocks", "propagate", "score", "select")
+STAGES = ("seed", "expand", "blocks", "propagate", "bridge", "score", "select")
 
 
 def log(*a) -> None:
     print(*a, flush=True)
-
-
-# --------------------------------------------------------------------------------------------
-# machine
-# --------------------------------------------------------------------------------------------
-
-
-
-
-def machine() -> dict:
-    import faiss
-    import networkx
-    import scipy
-
-    return {
-        "cpu": cpu_model(),
-        "logical_cpus": os.cpu_count(),
-        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
-        "torch_threads": torch.get_num_threads(),
-        "blas_omp_threads": _THREADS,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "networkx": networkx.__version__,
-        "faiss": getattr(faiss, "__version__", "?"),
-    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,7 +218,7 @@ def prebuilt(spec: str):
 
 
 # --------------------------------------------------------------------------------------------
-# comparison (as tests/query/test_reference.py)
+# comparison (as tests/test_pipeline.py)
 # --------------------------------------------------------------------------------------------
 
 
@@ -321,7 +276,7 @@ def diagnose(retriever, btexts, bvecs, b: int, mode: str, want: dict) -> str:
     one = retriever.score_batch([btexts[b]], qvecs=bvecs[b : b + 1], mode=mode)
     alone = differences(batch_row(one, 0, one.ranking()), want)
     out = "the same query alone (B = 1) " + ("equals the reference" if alone is None else f"also differs ({alone})")
-    k = retriever.config.k_dense
+    k = retriever.config.seed.k_dense
     s_in, i_in = retriever.index.dense.search(bvecs.numpy(), k)
     s_1, i_1 = retriever.index.dense.search(bvecs[b : b + 1].numpy(), k)
     swaps = [(r + 1, int(x), float(sx), int(y), float(sy)) for r, (x, sx, y, sy)
@@ -350,21 +305,19 @@ def run_reference(index, texts, qvecs, cfg, budget: int, n: int):
 
 
 def bench_index(index, texts, qvecs, info, args, record) -> None:
-    from dataclasses import replace
-
     retriever = Retriever(index, RetrieverConfig(device="cpu"))
-    budget = retriever.config.select.budget
+    budget = retriever.config.budget
     n_unique = len(texts)
     n_ref = min(args.ref_queries, n_unique, max(args.sizes))
     info.update(chunks=len(index.chunks), graph_edges=int(index.graph["weights"].nnz // 2) if index.graph else 0)
     log(f"\n== {info['name']}: {len(index.chunks):,} chunks, d = {info['dim']}, "
         f"{info['graph_edges']:,} graph edges; {info['build']}")
     for mode in args.modes:
-        cfg = replace(retriever.config, mode=mode)
+        cfg = retriever.config.replace(mode=mode)
         t0 = time.perf_counter()
         ref, ref_times = run_reference(index, texts, qvecs, cfg, budget, n_ref)
         ref_wall = time.perf_counter() - t0
-        ties = bm25_tie_lists(index, texts[:n_ref], cfg.k_bm25) if mode != "dense" else {}
+        ties = bm25_tie_lists(index, texts[:n_ref], cfg.seed.k_bm25) if mode != "dense" else {}
         for b, lst in ties.items():  # re-run (untimed) on the engine's BM25 list where it only broke a tie
             if lst is not None:
                 ref[b] = reference_retrieve(index, qvecs[b].numpy(), texts[b], cfg, budget, bm25_ids=lst)
@@ -423,22 +376,11 @@ def bench_index(index, texts, qvecs, info, args, record) -> None:
 
 
 def markdown(record: dict) -> str:
-    m = record["machine"]
-    lines = [
-        "# Online retrieval: batched `Retriever.score_batch` vs the per-query reference pipeline (CPU)",
-        "",
-        f"Command: `{record['command']}`  ",
-        f"Date: {record['date']}  ",
-        f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs (affinity {m['affinity']}), shared with other jobs "
-        f"(load average at start {', '.join(map(str, m['load_average'] or []))}); torch {m['torch']} with "
-        f"{m['torch_threads']} intra-op thread(s), OMP/MKL/OpenBLAS threads {m['blas_omp_threads']}, "
-        f"OMP_WAIT_POLICY=PASSIVE.  ",
-        f"Versions: Python {m['python']}, numpy {m['numpy']}, scipy {m['scipy']}, networkx {m['networkx']}, "
-        f"faiss {m['faiss']}. Total wall time {record['total_s'] / 60:.1f} min.",
-        "",
+    lines = results_header("Online retrieval: batched `spectrag.pipeline.run` vs the per-query reference pipeline "
+                           "(CPU)", record) + [
         "Timing: query vectors are passed in (`qvecs=`), so **query embedding is excluded**. Batched = median of "
         f"{record['repeats']} `score_batch` calls after one warm-up at the same B, default `RetrieverConfig` "
-        "(K = 50 + 50, 20 seeds, P = 200, 2 hops, budget 12,000 tokens). Reference = `tests/query/reference.py` "
+        "(K = 50 + 50, 20 seeds, P = 200, 2 hops, budget 12,000 tokens). Reference = `spectrag.reference.pipeline` "
         "(numpy brute-force dense top-K, BM25 row sorted in Python, RRF dict, Python BFS expansion, networkx "
         "subgraph + `networkx.pagerank`, numpy-loop spectral proximity, `budget_select_reference`), one run per "
         f"query on the first {record['ref_queries']} queries: its time at B = 1 is query 0's, at B = 16 the sum "
@@ -504,12 +446,8 @@ def markdown(record: dict) -> str:
 
 
 def save(record: dict, args) -> None:
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    record["total_s"] = time.perf_counter() - record["_t0"]
-    with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-        json.dump({k: v for k, v in record.items() if not k.startswith("_")}, f, indent=1)
-    with open(args.out, "w") as f:
-        f.write(markdown(record))
+    """The results so far (partial results survive an interruption)."""
+    write_results(args.out, markdown(finish_record(record)).splitlines(), record)
 
 
 def main() -> None:
@@ -545,15 +483,12 @@ def main() -> None:
         faiss.omp_set_num_threads(args.threads)
     except Exception:  # noqa: BLE001 - FAISS without OpenMP controls
         pass
-    record = {
-        "_t0": time.perf_counter(),
-        "command": " ".join(["python bench/bench_query.py"] + sys.argv[1:]),
-        "date": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        "machine": machine(),
-        "repeats": args.repeats, "ref_queries": args.ref_queries, "sizes": args.sizes, "modes": args.modes,
-        "indexes": [], "rows": [], "notes": list(args.note),
-    }
-    log(json.dumps(record["machine"]))
+    record = new_record(f"batched: median of {args.repeats} calls after one warm-up; reference: one run per query "
+                        f"on the first {args.ref_queries} queries after one untimed warm-up query",
+                        packages=("faiss", "networkx"))
+    record.update(repeats=args.repeats, ref_queries=args.ref_queries, sizes=args.sizes, modes=args.modes,
+                  indexes=[], rows=[], notes=list(args.note))
+    log(machine_line(record["machine"]))
     for name in args.indexes.split(","):
         if name == "musique":
             got = musique(args.index_dir)
@@ -579,8 +514,7 @@ def main() -> None:
                 "far past the ~15 min this benchmark may spend on it.")
         save(record, args)
     save(record, args)
-    log(f"\nwritten to {args.out} and {os.path.splitext(args.out)[0]}.json "
-        f"({(time.perf_counter() - record['_t0']) / 60:.1f} min)")
+    log(f"done in {record['wall_seconds'] / 60:.1f} min")
 
 
 if __name__ == "__main__":

@@ -34,26 +34,23 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
-import platform
-import sys
 import time
 from pathlib import Path
 
-from _common import cpu_model, median_seconds, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import ensure_spectrag, pin_threads  # noqa: E402  (before numpy: sets thread counts)
 
 _THREADS = pin_threads("2", passive=True)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
+from _common import ROOT, command_line, load_average, machine_info, machine_line, median_seconds  # noqa: E402
 
+ensure_spectrag()
 import make_synthetic as synth  # noqa: E402
-
 from spectrag.config import EmbedConfig, IndexConfig  # noqa: E402
+
+HERE = ROOT / "bench"
 
 
 def log(msg: str) -> None:
@@ -64,26 +61,6 @@ def label(n: int) -> str:
     """``1e6`` for powers of ten, else the number."""
     k = len(str(n)) - 1
     return f"1e{k}" if n == 10**k and k > 0 else str(n)
-
-
-def machine(threads: int) -> dict:
-    import faiss
-    import scipy
-
-    return {
-        "cpu": cpu_model(),
-        "logical_cpus": os.cpu_count(),
-        "affinity_cpus": len(os.sched_getaffinity(0)),
-        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "threads": threads,
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-        "load_average_start": [round(x, 2) for x in os.getloadavg()],
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "faiss": faiss.__version__,
-    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -163,16 +140,13 @@ def spmv_locality(index_dir: Path, repeats: int = 5) -> dict:
     """Median milliseconds of one float32 ``L_sym`` SpMV (1 column, what Lanczos applies) and
     SpMM (32 columns, a query block) with the nodes in chunk order, the stored reverse
     Cuthill-McKee order, and sorted by spectral k-means cluster."""
-    import scipy.sparse as sp
-
+    from spectrag.graph.build import load_graph
     from spectrag.graph.spectrum import laplacian_csr, scipy_to_torch_csr
 
-    g = index_dir / "graph"
-    indptr = np.load(g / "weights.indptr.npy")
-    w = sp.csr_matrix((np.load(g / "weights.data.npy"), np.load(g / "weights.indices.npy"), indptr),
-                      shape=(len(indptr) - 1,) * 2)
-    orders = {"chunk order": None, "RCM order": np.load(g / "rcm_order.npy"),
-              "cluster order": np.argsort(np.load(g / "clusters.npy"), kind="stable")}
+    graph = load_graph(index_dir)
+    w = graph["weights"]
+    orders = {"chunk order": None, "RCM order": np.asarray(graph["rcm_order"]),
+              "cluster order": np.argsort(np.asarray(graph["clusters"]), kind="stable")}
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(w.shape[0], 32, dtype=torch.float32, generator=gen)
     out: dict = {}
@@ -207,10 +181,8 @@ def render(record: dict) -> str:
     lines = [
         "# Large-corpus indexing on the CPU: synthetic 10^5 / 10^6 chunks, one command",
         "",
-        f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs (affinity {m['affinity_cpus']}), "
-        f"{m['memory_gib']} GiB RAM, shared with other jobs; threads {m['threads']} (torch, BLAS, FAISS/OpenMP; "
-        f"OMP_WAIT_POLICY={m['omp_wait_policy']}); chunking and entity extraction use a process pool of the "
-        "usable CPUs. Versions: " + ", ".join(f"{k} {m[k]}" for k in ("python", "torch", "numpy", "scipy", "faiss")) + ".",
+        machine_line(m) + f" Threads {record.get('threads', m['torch_threads'])} for torch, BLAS and FAISS/OpenMP; "
+        "chunking and entity extraction use a process pool of the usable CPUs.",
         "",
         "Each size is one run (not repeated). Wall seconds on this shared machine depend on the other jobs "
         "(load average given per run); CPU seconds (this process and its worker processes, all threads) "
@@ -324,12 +296,12 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
-    record["machine"] = machine(args.threads)
+    record["machine"], record["threads"] = machine_info(packages=("faiss",)), args.threads
     corpus = Path(args.corpus or f"/tmp/spectrag-synth-corpus-{args.n}")
     index_dir = Path(args.index or f"/tmp/spectrag-synth-{label(args.n)}")
-    run: dict = {"n": args.n, "command": "python bench/bench_scale.py " + " ".join(sys.argv[1:]),
+    run: dict = {"n": args.n, "command": command_line(),
                  "date": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-                 "load_average_start": [round(x, 2) for x in os.getloadavg()],
+                 "load_average_start": load_average(),
                  "corpus_dir": str(corpus), "index_dir": str(index_dir)}
 
     t0 = time.perf_counter()
@@ -369,7 +341,7 @@ def main() -> None:
     log("SpMV locality check ...")
     run["spmv"] = spmv_locality(index_dir)
     log("  " + "; ".join(f"{k}: SpMV {v['spmv_ms']} ms, SpMM(32) {v['spmm32_ms']} ms" for k, v in run["spmv"].items()))
-    run["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    run["load_average_end"] = load_average()
     run["bench_wall_s"] = round(time.perf_counter() - t0, 1)
 
     record["runs"][str(args.n)] = run

@@ -6,8 +6,8 @@
 
 Problem (the paper's operating point, section 3.8): pools of P=200 candidates, float32
 embeddings of d=384 (all-MiniLM-L6-v2 size), token budget 12,000, chunk lengths uniform in
-[50, 400], default ``SelectConfig`` (core 3, rho 0.3, floor 0.5, backfill on).  Embeddings are
-clustered (8 centroids per query, within-cluster cosine about 0.6) so the redundancy term
+[50, 400], the engine's selection settings (``dataclasses.asdict(SelectConfig())``, passed to
+both as keyword arguments).  Embeddings are clustered (8 centroids per query, within-cluster cosine about 0.6) so the redundancy term
 matters; ``clusters`` are those centroid ids, ``docs`` uniform over 30 documents.
 
 Timing: inputs are built outside the timed region; one warm-up call, then the median of
@@ -18,26 +18,26 @@ so.  Both are single-process; torch uses ``--threads`` intra-op threads (default
 shared machine more threads than free cores makes OpenMP kernels far slower).  The table also
 reports how many queries the two implementations select identically (cosines are float32 in
 the batched kernel and float64 in the reference, so a near-tie may rarely flip).
+Results: ``results/select_<device type>.md`` / ``.json`` (``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import sys
+import dataclasses
 
-from _common import cpu_model, median_seconds, pin_threads  # noqa: E402  (before numpy: sets thread counts)
+from _common import ensure_spectrag, pin_threads
 
 _THREADS = pin_threads("1")
 
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _common import ROOT, finish_record, median_seconds, new_record, results_header, write_results  # noqa: E402
 
-from spectrag.config import SelectConfig# noqa: E402
-from spectrag.kernels.select import budget_select
-from spectrag.reference.select import budget_select_reference
+ensure_spectrag()
+from spectrag.config import SelectConfig  # noqa: E402
+from spectrag.kernels.select import budget_select  # noqa: E402
+from spectrag.reference.select import budget_select_reference  # noqa: E402
 
 
 def make_inputs(B: int, P: int, d: int, seed: int) -> dict:
@@ -61,19 +61,6 @@ def make_inputs(B: int, P: int, d: int, seed: int) -> dict:
 
 
 
-
-def machine_line(device: torch.device) -> str:
-    if device.type == "cuda":
-        what = f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
-    else:
-        what = f"{cpu_model()}, {os.cpu_count()} logical CPUs"
-    load = f"; 1-min load average at start {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
-    return (
-        f"{what}; torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s); "
-        f"Python {platform.python_version()}{load}"
-    )
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="1,16,256,1024", help="comma-separated batch sizes B")
@@ -93,28 +80,26 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     sizes = [int(x) for x in args.sizes.split(",")]
-    cfg = SelectConfig(budget=args.budget)
-    out = args.out or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "results", f"select_{device.type}.md"
-    )
-
-    machine = machine_line(device)  # before the runs, so the load average is the background
+    params = {**dataclasses.asdict(SelectConfig()), "budget": args.budget}  # the engine's selection settings
+    out = args.out or str(ROOT / "bench" / "results" / f"select_{device.type}.md")
+    record = new_record(f"median of {args.repeats} after one warm-up, synchronized on CUDA; the reference: median of "
+                        f"{args.repeats} without a warm-up per B (after one warm-up query)", device=device)
     rows = []
     ref_per_query = None  # seconds per query at the largest measured B
     ref_warm = False
     for B in sizes:
         cpu_inputs = make_inputs(B, args.P, args.d, args.seed + B)
         inputs = {k: v.to(device) for k, v in cpu_inputs.items()}
-        t_batch, res = median_seconds(lambda: budget_select(**inputs, config=cfg), args.repeats, device=device)
+        t_batch, res = median_seconds(lambda: budget_select(**inputs, **params), args.repeats, device=device)
         res = {k: getattr(res, k) for k in ("order", "phase", "used_tokens")} | {"n_steps": res.n_steps}
         picks = (res["order"] >= 0).sum(1).float()
 
         if B <= args.ref_max_batch:
             if not ref_warm:  # warm-up: one query (the reference has no per-B state)
-                budget_select_reference(**{k: v[:1] for k, v in cpu_inputs.items()}, config=cfg)
+                budget_select_reference(**{k: v[:1] for k, v in cpu_inputs.items()}, **params)
                 ref_warm = True
             t_ref, ref = median_seconds(
-                lambda: budget_select_reference(**cpu_inputs, config=cfg), args.repeats, warmup=False
+                lambda: budget_select_reference(**cpu_inputs, **params), args.repeats, warmup=False
             )
             ref_per_query = t_ref / B
             K = max(ref.order.shape[1], res["order"].shape[1])
@@ -141,13 +126,13 @@ def main() -> None:
             flush=True,
         )
 
-    lines = [
-        f"# Token-budgeted selection: batched `budget_select` vs per-query reference ({device.type})",
-        "",
-        f"Machine: {machine}.",
+    record.update(params=params, rows=rows)
+    finish_record(record)
+    lines = results_header(f"Token-budgeted selection: batched `budget_select` vs per-query reference "
+                           f"({device.type})", record) + [
         f"Problem: P = {args.P} candidates per query, d = {args.d} (float32 embeddings), budget "
-        f"{args.budget:,} tokens, chunk lengths uniform in [50, 400], default `SelectConfig`.",
-        f"Runs: median of {args.repeats} after one warm-up; the reference is timed up to "
+        f"{args.budget:,} tokens, chunk lengths uniform in [50, 400], the engine's `SelectConfig()` settings "
+        f"({', '.join(f'{k} {v}' for k, v in params.items() if k != 'budget')}). The reference is timed up to "
         f"B = {args.ref_max_batch} and extrapolated linearly (per query) above that.",
         "",
         "| B | batched (ms) | batched queries/s | reference (s) | reference queries/s | speed-up "
@@ -161,18 +146,8 @@ def main() -> None:
             f"| {r['t_ref'] / r['t_batch']:,.1f}x | {r['steps']} | {r['picks']:.1f} "
             f"| {r['used']:,.0f} | {r['match']} |"
         )
-    lines += [
-        "",
-        "Command: `" + " ".join(["python bench/bench_select.py"] + sys.argv[1:]) + "`",
-        "",
-    ]
-    table = "\n".join(lines)
-    print()
-    print(table)
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        f.write(table)
-    print(f"written to {out}")
+    print("\n".join(lines))
+    write_results(out, lines, record)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,28 @@
-"""GPU check: every kernel against the CPU reference on random inputs, then each online stage
-timed at 10^6 chunks for B = 256 and 1,024, and end-to-end queries/s. Run it with
-``bash bench/gpu_check.sh`` (``PYTHONPATH=.``; needs only torch, numpy and scipy; Triton,
-CuPy and faiss-gpu are used when present).
+"""GPU check: every kernel against the CPU reference on random inputs, the pipeline on the
+device against the pipeline on the CPU, then each online stage and ``spectrag.pipeline.run`` end
+to end timed at 10^6 chunks for B = 256 and 1,024. Run it with ``bash bench/gpu_check.sh``.
 
-    bash bench/gpu_check.sh                  # CUDA machine: n = 1e6, B = 256, 1024 (< 8 min)
-    bash bench/gpu_check.sh --small          # any machine: n = 1e4, B = 32, 128 (~1-2 min on one CPU core)
+    bash bench/gpu_check.sh                  # CUDA machine: n = 1e6, B = 256, 1024 (under 8 min)
+    bash bench/gpu_check.sh --small          # any machine: n = 1e4, B = 32, 128 (a minute or two on a CPU)
+
+Needs only torch, numpy and scipy (Triton, CuPy and faiss-gpu are used when present); nothing
+needs to be installed: ``_common.ensure_spectrag`` maps ``spectrag`` onto the checkout, and the
+engine modules imported here need neither FAISS, bm25s, tiktoken, sentence-transformers nor
+pyahocorasick (``tests/test_light_imports.py``).
 
 Synthetic data, generated on the device: ``n`` chunk embeddings (d = 384, float32,
 L2-normalised) drawn around ``n / 1000`` cluster centres; a kNN-like graph where every chunk
 links to 10 random chunks of its own cluster (symmetrised: ~20 nonzeros per row, weights in
-(0, 1]), node ids randomly permuted (no free locality); token lengths in [50, 400], 8 chunks
-per document, 32-dim spectral coordinates; a knowledge graph of ``n / 4`` entities with ~4
-directed relations each for spreading activation.
+(0.05, 1]), node ids randomly permuted (no free locality); token lengths in [50, 400], 8 chunks
+per document, 32-dim spectral coordinates; a Zipf-like BM25 matrix; a knowledge graph of
+``n / 4`` entities with ~4 directed relations each for spreading activation.
 
-The end-to-end query is the ``spectral`` mode of ``spectrag.pipeline`` composed from
-kernels on the device (engine itself is not imported: it pulls tokenizers and FAISS):
-dense seeds (tiled matmul top-50) -> two-hop expansion to P = 200 -> induced ``[B, P, P]``
-blocks -> relevance, PPR on the blocks (float32) and spectral proximity -> ``budget_select``.
-No BM25 (text) stage: seeds are dense only.
+End to end: the data as a :class:`spectrag.state.QueryState` (``from_arrays``: the one synthetic
+graph serves as the fused and the relational graph; dense seeds by ``DenseIndex(backend="torch")``,
+as the GPU machine has no FAISS) and ``spectrag.pipeline.run`` with the ``RetrieverConfig``
+defaults (mode ``spectral``) on query vectors alone, so the seeds are dense only (the synthetic
+chunks have no text). The check runs the same batch on the device with the torch graph backend
+and on the CPU with the scipy one and compares the selections.
 
 Results: ``gpu_check_<cuda|cpu>.md`` and ``.json`` in ``--out`` (default ``$OUT`` when set,
 else ``bench/results``).
@@ -26,67 +31,64 @@ else ``bench/results``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
-import json
 import os
-import platform
 import sys
 import time
 import traceback
-import warnings
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-from _common import median_seconds  # noqa: E402  (bench/, no heavy imports)
+from _common import (  # noqa: E402  (bench/, no heavy imports)
+    copy_bandwidth,
+    ensure_spectrag,
+    finish_record,
+    md_table,
+    median_seconds,
+    new_record,
+    quiet_sparse_warnings,
+    random_graph,
+    results_header,
+    sync,
+    torch_csr,
+    write_results,
+)
 
 T0 = time.perf_counter()
-import spectrag.kernels  # noqa: E402  (must not import sentence-transformers / faiss)
-
-HEAVY = sorted({m.split(".")[0] for m in sys.modules} & {"sentence_transformers", "faiss", "transformers"})
-
+ensure_spectrag()
+from spectrag.config import BM25Config, RetrieverConfig, SelectConfig  # noqa: E402
+from spectrag.expand.blocks import candidate_blocks_torch  # noqa: E402
+from spectrag.expand.pool import expand, expand_torch  # noqa: E402
+from spectrag.index.dense import DenseIndex  # noqa: E402
+from spectrag.index.lexical import BM25Index  # noqa: E402  (bm25s is imported lazily there)
 from spectrag.kernels.activation import spreading_activation  # noqa: E402
+from spectrag.kernels.csr import TorchCSR  # noqa: E402
 from spectrag.kernels.edge_propagate import edge_propagate  # noqa: E402
 from spectrag.kernels.heat import chebyshev_heat, chebyshev_heat_dense_batched, heat_coefficients  # noqa: E402
+from spectrag.kernels.laplacian import block_laplacian, normalized_laplacian  # noqa: E402
 from spectrag.kernels.pagerank import (  # noqa: E402
     personalized_pagerank,
     personalized_pagerank_dense_batched,
     random_walk_operator,
 )
-from spectrag.config import SelectConfig# noqa: E402
-from spectrag.kernels.select import budget_select
+from spectrag.kernels.select import budget_select  # noqa: E402
 from spectrag.kernels.topk import tiled_topk_ip  # noqa: E402
+from spectrag.pipeline import run  # noqa: E402
+from spectrag.state import QueryState  # noqa: E402
 
-# the engine's device expansion and blocks (these modules import neither FAISS nor sentence-transformers)
-from spectrag.expand.pool import expand# noqa: E402
-from spectrag.kernels.csr import TorchCSR# noqa: E402
-from spectrag.expand.blocks import candidate_blocks_torch
-from spectrag.expand.pool import expand_torch
-from spectrag.index.lexical import top_k_scores  # noqa: E402  (bm25s is imported lazily there)
-from spectrag.rescore.bridge import bridge_relevance  # noqa: E402
-from spectrag.config import RetrieverConfig# noqa: E402
-from spectrag.kernels.laplacian import block_laplacian# noqa: E402
-from spectrag.propagate.proximity import ppr_proximity, spectral_proximity
-
-warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
-warnings.filterwarnings("ignore", message=".*Sparse invariant checks are implicitly disabled.*")
+# what the GPU machine lacks must not have been imported by anything above
+HEAVY = sorted({m.split(".")[0] for m, module in sys.modules.items() if module is not None}
+               & {"sentence_transformers", "transformers", "faiss", "bm25s", "tiktoken", "ahocorasick"})
+quiet_sparse_warnings()
 
 D = 384
 P = 200
 N_SEEDS = 20
-K_DENSE = 50
-K_BM25 = 50
-
-
-# ---------------------------------------------------------------------------------------------
-# Timing
-# ---------------------------------------------------------------------------------------------
-
-
-def sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+K = 50  # dense and BM25 list depth
+SELECT = {**dataclasses.asdict(SelectConfig()), "budget": RetrieverConfig().budget}  # the engine's selection
 
 
 def timed(fn, dev: torch.device, repeats: int = 3):
@@ -94,12 +96,8 @@ def timed(fn, dev: torch.device, repeats: int = 3):
     return median_seconds(fn, repeats, device=dev, slow_s=3.0)
 
 
-def copy_bandwidth(dev: torch.device, mib: int) -> float:
-    """GB/s of a device-to-device copy (read + write bytes), median of 5."""
-    a = torch.empty(mib * 2**20 // 4, dtype=torch.float32, device=dev).normal_()
-    b = torch.empty_like(a)
-    sec, _ = timed(lambda: b.copy_(a), dev, 5)
-    return 2 * a.numel() * 4 / sec / 1e9
+def on(data: dict, dev: torch.device) -> dict:
+    return {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in data.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,6 +106,8 @@ def copy_bandwidth(dev: torch.device, mib: int) -> float:
 
 
 def make_data(n: int, dev: torch.device, seed: int) -> dict:
+    """Chunks: ``emb [n, D]``, ``cluster``, ``tokens``, ``docs [n]``, ``coords [n, 32]`` and the
+    graph as CSR ``indptr [n + 1]``, ``indices``, ``values [nnz]``."""
     g = torch.Generator(device=dev).manual_seed(seed)
     n_clusters = max(n // 1000, 4)
     centres = torch.randn(n_clusters, D, generator=g, device=dev)
@@ -137,19 +137,32 @@ def make_data(n: int, dev: torch.device, seed: int) -> dict:
     indptr = torch.zeros(n + 1, dtype=torch.int64, device=dev)
     torch.cumsum(torch.bincount(r, minlength=n), 0, out=indptr[1:])
     coords = torch.randn(n, 32, generator=g, device=dev)
-    coords /= coords.norm(dim=1, keepdim=True)
-    # queries: near random chunks
-    return dict(
-        n=n, emb=emb, cluster=cluster, indptr=indptr, indices=c, values=w,
-        tokens=torch.randint(50, 401, (n,), generator=g, device=dev),
-        docs=torch.arange(n, device=dev) // 8, coords=coords,
-    )
+    return dict(n=n, emb=emb, cluster=cluster, indptr=indptr, indices=c, values=w,
+                tokens=torch.randint(50, 401, (n,), generator=g, device=dev),
+                docs=torch.arange(n, device=dev) // 8, coords=coords / coords.norm(dim=1, keepdim=True))
 
 
-def make_bm25(n: int, dev: torch.device, seed: int, vocab: int = 200_000, per_doc: int = 100) -> torch.Tensor:
-    """A BM25-like score matrix ``[vocab, n]`` (sparse CSR on the device): ``per_doc`` term draws
-    per chunk from a Zipf(1.1) law over ``vocab`` terms (long posting lists for frequent terms,
-    as in real text), scores in [0.5, 5)."""
+def graph_csr(data: dict) -> sp.csr_matrix:
+    """The synthetic graph as scipy CSR ``[n, n]`` (on the host)."""
+    n = data["n"]
+    return sp.csr_matrix((data["values"].cpu().numpy(), data["indices"].cpu().numpy(), data["indptr"].cpu().numpy()),
+                         shape=(n, n))
+
+
+def make_state(data: dict, dev: torch.device) -> QueryState:
+    """The pipeline's state of the synthetic chunks on ``dev``: the one graph is the fused and
+    the relational graph; dense seeds by the torch backend (no FAISS on the GPU machine)."""
+    W = graph_csr(data)
+    dense = DenseIndex(data["emb"].cpu().numpy(), backend="torch", device=str(dev))
+    return QueryState.from_arrays(data["emb"].to(dev), tokens=data["tokens"], doc_codes=data["docs"],
+                                  clusters=data["cluster"], coordinates=data["coords"], weights=W, relations=W,
+                                  dense=dense, device=dev)
+
+
+def make_bm25(n: int, dev: torch.device, seed: int, vocab: int = 200_000, per_doc: int = 100) -> BM25Index:
+    """A BM25 index over a synthetic score matrix ``[vocab, n]``: ``per_doc`` term draws per
+    chunk from a Zipf(1.1) law over ``vocab`` terms (long posting lists for frequent terms, as in
+    real text), scores in [0.5, 5). Drawn on ``dev``, stored on the host as the engine stores it."""
     g = torch.Generator(device=dev).manual_seed(seed)
     cdf = torch.cumsum(torch.arange(1, vocab + 1, device=dev, dtype=torch.float64) ** -1.1, 0)
     term = torch.searchsorted(cdf / cdf[-1], torch.rand(n * per_doc, generator=g, device=dev, dtype=torch.float64))
@@ -157,27 +170,21 @@ def make_bm25(n: int, dev: torch.device, seed: int, vocab: int = 200_000, per_do
     crow = torch.zeros(vocab + 1, dtype=torch.int64, device=dev)
     crow[1:] = torch.cumsum(torch.bincount(key // n, minlength=vocab), 0)
     vals = 0.5 + 4.5 * torch.rand(key.numel(), generator=g, device=dev)
-    return torch.sparse_csr_tensor(crow, key % n, vals, size=(vocab, n), check_invariants=False)
+    M = sp.csr_matrix((vals.cpu().numpy(), (key % n).cpu().numpy(), crow.cpu().numpy()), shape=(vocab, n))
+    return BM25Index(BM25Config(stemmer=""), {str(t): t for t in range(vocab)}, M)  # no PyStemmer needed
 
 
-def bm25_queries(B: int, vocab: int, dev: torch.device, seed: int, terms: int = 4) -> torch.Tensor:
-    """Query term counts ``[B, vocab]`` (sparse CSR): ``terms`` distinct terms of frequency rank
-    20-5,000 each (content words: posting lists of ~10^2-10^5 chunks at n = 10^6)."""
-    g = torch.Generator(device=dev).manual_seed(seed)
-    cols = torch.sort(20 + torch.randperm(4980, generator=g, device=dev)[: B * terms].reshape(B, terms), dim=1).values
-    crow = torch.arange(0, B * terms + 1, terms, device=dev)
-    return torch.sparse_csr_tensor(crow, cols.reshape(-1), torch.ones(B * terms, device=dev), size=(B, vocab),
-                                   check_invariants=False)
-
-
-def bm25_search(Q: torch.Tensor, M: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The engine's BM25 search on the device (``BM25Index.search``, backend torch): one sparse
-    product and the positive top-k per row."""
-    rows = torch.sparse.mm(Q, M)
-    return top_k_scores(rows.crow_indices(), rows.col_indices(), rows.values(), k)
+def bm25_queries(B: int, vocab: int, seed: int, terms: int = 4) -> sp.csr_matrix:
+    """Query term counts ``[B, vocab]``: ``terms`` distinct terms of frequency rank 20-5,000
+    each (content words: posting lists of ~10^2-10^5 chunks at n = 10^6)."""
+    g = torch.Generator().manual_seed(seed)
+    cols = torch.sort(20 + torch.randperm(4980, generator=g)[: B * terms].reshape(B, terms), dim=1).values
+    return sp.csr_matrix((np.ones(B * terms, np.float32), cols.reshape(-1).numpy(), np.arange(0, B * terms + 1, terms)),
+                         shape=(B, vocab))
 
 
 def make_queries(data: dict, B: int, seed: int) -> torch.Tensor:
+    """``[B, D]`` query vectors near random chunks."""
     dev = data["emb"].device
     g = torch.Generator(device=dev).manual_seed(seed)
     at = torch.randint(0, data["n"], (B,), generator=g, device=dev)
@@ -204,76 +211,11 @@ def make_kg(n_ent: int, dev: torch.device, seed: int) -> dict:
                 indptr=indptr, indices=dst, edge_index=torch.randint(0, n_rel, (src.numel(),), generator=g, device=dev))
 
 
-# ---------------------------------------------------------------------------------------------
-# Online stages composed from kernels (device versions of engine/expand/pool.py)
-# ---------------------------------------------------------------------------------------------
-
-
-def graph_of(data: dict) -> TorchCSR:
-    return TorchCSR(data["indptr"], data["indices"], data["values"])
-
-
-def expand_device(data: dict, seeds: torch.Tensor, seed_w: torch.Tensor, p: int = P, hops: int = 2) -> torch.Tensor:
-    """Candidate pools ``[B, p]`` (-1 padded) on the device: the engine's torch expansion
-    (``spectrag.expand.pool``), what ``Retriever`` runs on a GPU."""
-    return expand_torch(seeds, seed_w, graph_of(data), max_candidates=p, hops=hops)[0]
-
-
-def expand_reference(data: dict, seeds: np.ndarray, seed_w: np.ndarray, p: int = P) -> np.ndarray:
-    """The same rule by the engine's CPU path (scipy sparse products), for the check."""
-    n = data["n"]
-    W = sp.csr_matrix((data["values"].cpu().numpy(), data["indices"].cpu().numpy(), data["indptr"].cpu().numpy()), shape=(n, n))
-    return expand(torch.from_numpy(seeds), torch.from_numpy(seed_w), W, max_candidates=p)[0].numpy()
-
-
-def blocks_device(data: dict, cand: torch.Tensor) -> torch.Tensor:
-    """Induced subgraphs ``W[c_b, c_b]`` as dense ``[B, P, P]`` (zero rows/cols on padding), by the
-    engine's ``candidate_blocks_torch``."""
-    return candidate_blocks_torch(cand, [graph_of(data)])[0]
-
-
-def end_to_end(data: dict, q: torch.Tensor, cfg: SelectConfig) -> tuple[torch.Tensor, dict]:
-    """One batch through the engine's spectral-mode stages (``Retriever.score_batch`` with the
-    ``RetrieverConfig`` defaults) on the device: dense seeds (no BM25: the synthetic data has no
-    text), expansion, blocks of the fused and relational graphs (the one synthetic graph serves
-    as both), PPR + spectral proximity, bridging, selection. Returns the selection order and
-    seconds per stage."""
-    dev = q.device
-    rc = RetrieverConfig()
-    sec = {}
-    t = time.perf_counter()
-
-    def stage(name):
-        nonlocal t
-        sync(dev)
-        now = time.perf_counter()
-        sec[name] = now - t
-        t = now
-
-    s, ids = tiled_topk_ip(q, data["emb"], rc.k_dense)
-    stage("seed")
-    seeds, seed_w = ids[:, : rc.n_seeds], s[:, : rc.n_seeds]
-    seed_w = seed_w / seed_w[:, :1].clamp(min=1e-30)
-    cand = expand_device(data, seeds, seed_w, p=rc.max_candidates, hops=rc.hops)
-    stage("expand")
-    blocks, relations = candidate_blocks_torch(cand, [graph_of(data), graph_of(data)])
-    stage("blocks")
-    mask = cand >= 0
-    emb = data["emb"][cand.clamp(min=0)]  # (B, P, d)
-    relevance = (emb * q[:, None, :]).sum(dim=2).masked_fill(~mask, 0.0)
-    restart = ((cand[:, :, None] == seeds[:, None, :]).float() * seed_w[:, None, :].clamp(min=0)).sum(dim=2)
-    ppr = ppr_proximity(blocks, restart, mask, damping=rc.damping)
-    prox = (0.5 * ppr + 0.5 * spectral_proximity(data["coords"], cand, seeds, mask)).clamp(0.0, 1.0)
-    stage("propagate")
-    bridged = bridge_relevance(relations, relevance, cand, sources=rc.bridge_sources, lam=rc.bridge_lambda,
-                               gamma=rc.bridge_gamma, rounds=rc.bridge_rounds)
-    scores = torch.where(mask, (1 - rc.alpha) * bridged + rc.alpha * prox, torch.zeros_like(relevance))
-    stage("bridge")
-    ids_c = cand.clamp(min=0)
-    sel = budget_select(scores, prox, data["tokens"][ids_c].masked_fill(~mask, 1), mask, emb,
-                        data["cluster"][ids_c], data["docs"][ids_c], cfg)
-    stage("select")
-    return sel.order, sec
+def same_rows(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Fraction of rows of two ``-1``-padded ``[B, *]`` id tensors that are equal."""
+    width = max(a.shape[1], b.shape[1])
+    pad = lambda x: torch.nn.functional.pad(x.cpu(), (0, width - x.shape[1]), value=-1)  # noqa: E731
+    return (pad(a) == pad(b)).all(1).float().mean().item()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,39 +223,9 @@ def end_to_end(data: dict, q: torch.Tensor, cfg: SelectConfig) -> tuple[torch.Te
 # ---------------------------------------------------------------------------------------------
 
 
-def small_graph(n: int, seed: int) -> torch.Tensor:
-    rng = np.random.default_rng(seed)
-    m = n * 4
-    r, c = rng.integers(0, n, m), rng.integers(0, n, m)
-    keep = r != c
-    w = rng.random(keep.sum()) + 0.05
-    A = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([r[keep], c[keep]]), np.concatenate([c[keep], r[keep]]))),
-                      shape=(n, n)).tocsr()
-    A.sum_duplicates()
-    return torch.sparse_csr_tensor(torch.from_numpy(A.indptr), torch.from_numpy(A.indices.astype(np.int64)),
-                                   torch.from_numpy(A.data), size=(n, n))
-
-
-def sym_laplacian(A: torch.Tensor) -> torch.Tensor:
-    Ad = A.to_dense()
-    s = Ad.sum(1).clamp(min=1e-30).rsqrt()
-    return (torch.eye(A.shape[0], dtype=Ad.dtype) - s[:, None] * Ad * s[None, :]).to_sparse_csr()
-
-
-def run_checks(dev: torch.device, rows: list) -> None:
-    def check(name, fn, tol):
-        try:
-            err, note = fn()
-            rows.append(dict(check=name, error=err, tol=tol, ok=bool(err <= tol), note=note))
-        except Exception as e:  # noqa: BLE001  (a failed check is reported, the run goes on)
-            rows.append(dict(check=name, error=float("nan"), tol=tol, ok=False,
-                             note=f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"))
-            traceback.print_exc()
-        r = rows[-1]
-        print(f"  [{'ok' if r['ok'] else 'FAIL'}] {name}: error {r['error']:.2e} (tol {tol:.0e}) {r['note']}", flush=True)
-
+def kernel_checks(dev: torch.device, check) -> None:
+    """Every kernel on the device against the same kernel on the CPU (float64 where it has one)."""
     g = torch.Generator().manual_seed(0)
-    cpu = torch.device("cpu")
 
     def rel(a, b):
         return float((a.double().cpu() - b.double().cpu()).abs().max() / b.double().abs().max().clamp(min=1e-30))
@@ -324,8 +236,8 @@ def run_checks(dev: torch.device, rows: list) -> None:
         s1, i1 = tiled_topk_ip(xq.to(dev), xb.to(dev), 10, tile=1024)
         return rel(s1, s0), f"ids identical: {bool(torch.equal(i1.cpu(), i0))}"
 
-    A = small_graph(2000, 1)
-    L = sym_laplacian(A)
+    A = torch_csr(random_graph(2000, 8, 1), torch.int64, torch.float64)
+    L = normalized_laplacian(A)
     X = torch.rand(2000, 8, generator=g, dtype=torch.float64)
 
     def heat():
@@ -339,9 +251,7 @@ def run_checks(dev: torch.device, rows: list) -> None:
         return fn
 
     def ppr():
-        ref = personalized_pagerank(A, X).scores
-        out = personalized_pagerank(A.to(dev), X.to(dev)).scores
-        return rel(out, ref), "float64 on both"
+        return rel(personalized_pagerank(A.to(dev), X.to(dev)).scores, personalized_pagerank(A, X).scores), "float64 on both"
 
     Bb, Pb = 16, 50
     blk = torch.rand(Bb, Pb, Pb, generator=g, dtype=torch.float64) * (torch.rand(Bb, Pb, Pb, generator=g) < 0.2)
@@ -374,13 +284,13 @@ def run_checks(dev: torch.device, rows: list) -> None:
             return rel(out, ep_ref), f"backend={backend}" + (", dst sorted (segments)" if sort else "")
         return fn
 
-    kg = make_kg(3000, cpu, 3)
+    kg = make_kg(3000, torch.device("cpu"), 3)
     qa = torch.randn(32, D, generator=g)
     qa /= qa.norm(dim=1, keepdim=True)
 
     def activation():
         ref = spreading_activation(qa, **kg, hops=3)
-        out = spreading_activation(qa.to(dev), **{k: v.to(dev) for k, v in kg.items()}, hops=3)
+        out = spreading_activation(qa.to(dev), **on(kg, dev), hops=3)
         same = torch.equal(out.node.cpu(), ref.node) and torch.equal(out.query.cpu(), ref.query)
         return rel(out.value, ref.value), f"same (query, node) pairs: {same}, layout {out.layout}"
 
@@ -392,33 +302,9 @@ def run_checks(dev: torch.device, rows: list) -> None:
                    tokens=torch.randint(50, 401, (B, Ps), generator=g), mask=torch.rand(B, Ps, generator=g) < 0.95,
                    embeddings=emb, clusters=torch.randint(0, 8, (B, Ps), generator=g),
                    docs=torch.randint(0, 30, (B, Ps), generator=g))
-        ref = budget_select(**inp)
-        out = budget_select(**{k: v.to(dev) for k, v in inp.items()})
-        same = (out.order.cpu() == ref.order).all(1).float().mean().item() if out.order.shape == ref.order.shape else 0.0
-        return 1.0 - same, "fraction of queries with a different selection"
-
-    sdata = make_data(3000, cpu, 5)
-    sq = make_queries(sdata, 24, 6)
-
-    def expand():
-        s, ids = tiled_topk_ip(sq, sdata["emb"], N_SEEDS)
-        w = s / s[:, :1]
-        ref = expand_reference(sdata, ids.numpy(), w.numpy())
-        out = expand_device({k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in sdata.items()},
-                            ids.to(dev), w.to(dev)).cpu().numpy()
-        same = (out == ref).all(1).mean()
-        return 1.0 - float(same), "fraction of queries whose pool differs from the scipy reference"
-
-    def blocks():
-        s, ids = tiled_topk_ip(sq, sdata["emb"], N_SEEDS)
-        cand = expand_device(sdata, ids, s / s[:, :1])
-        W = sp.csr_matrix((sdata["values"].numpy(), sdata["indices"].numpy(), sdata["indptr"].numpy()))
-        ref = np.zeros((cand.shape[0], P, P), dtype=np.float32)
-        for b in range(cand.shape[0]):  # reference: one query at a time
-            c = cand[b][cand[b] >= 0].numpy()
-            ref[b, : c.size, : c.size] = W[c][:, c].toarray()
-        out = blocks_device({k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in sdata.items()}, cand.to(dev))
-        return rel(out, torch.from_numpy(ref)), ""
+        ref = budget_select(**inp, **SELECT)
+        out = budget_select(**on(inp, dev), **SELECT)
+        return 1.0 - same_rows(out.order, ref.order), "fraction of queries with a different selection"
 
     check("tiled_topk_ip", topk, 1e-5)
     check("chebyshev_heat (CSR)", heat, 1e-5)
@@ -426,9 +312,7 @@ def run_checks(dev: torch.device, rows: list) -> None:
         if dev.type == "cuda":
             check(f"chebyshev_heat (CSR) {dt} state", heat_half(dt), 5e-2)
         else:
-            rows.append(dict(check=f"chebyshev_heat (CSR) {dt} state", error=float("nan"), tol=5e-2, ok=True,
-                             note="skipped: torch has no half-precision CSR product on the CPU"))
-            print(f"  [skip] {rows[-1]['check']}: {rows[-1]['note']}")
+            check(f"chebyshev_heat (CSR) {dt} state", None, 5e-2, "skipped: torch has no half-precision CSR product on the CPU")
     check("personalized_pagerank (CSR)", ppr, 1e-4)
     check("chebyshev_heat_dense_batched", dense_heat, 1e-5)
     check("personalized_pagerank_dense_batched", dense_ppr, 1e-4)
@@ -437,37 +321,77 @@ def run_checks(dev: torch.device, rows: list) -> None:
         check("edge_propagate triton (atomics)", ep("triton", False), 1e-5)
         check("edge_propagate triton (segments)", ep("triton", True), 1e-5)
     else:
-        rows.append(dict(check="edge_propagate triton", error=float("nan"), tol=0.0, ok=True,
-                         note="skipped: needs CUDA tensors and triton (tested in the interpreter by tests/kernels)"))
-        print(f"  [skip] edge_propagate triton: {rows[-1]['note']}")
+        check("edge_propagate triton", None, 0.0, "skipped: needs CUDA tensors and triton (tested in the interpreter by tests/kernels)")
     check("spreading_activation", activation, 1e-5)
     check("budget_select", select, 0.0)
+
+
+def stage_checks(dev: torch.device, check) -> None:
+    """The engine's device stages against its CPU path: expansion, induced blocks, BM25 search,
+    and the whole pipeline (device + torch graph backend vs CPU + scipy graph backend)."""
+    cpu = torch.device("cpu")
+    sdata = make_data(3000, cpu, 5)
+    sq = make_queries(sdata, 24, 6)
+    W = graph_csr(sdata)
+    s, ids = tiled_topk_ip(sq, sdata["emb"], N_SEEDS)
+    w = s / s[:, :1]
+    cand_cpu = expand(ids, w, W, max_candidates=P)[0]
+
+    def expansion():
+        out = expand_torch(ids.to(dev), w.to(dev), TorchCSR.from_scipy(W, dev), max_candidates=P)[0]
+        return 1.0 - same_rows(out, cand_cpu), "fraction of queries whose pool differs from the scipy path"
+
+    def blocks():
+        ref = np.zeros((cand_cpu.shape[0], P, P), dtype=np.float32)
+        for b in range(cand_cpu.shape[0]):  # reference: one query at a time
+            c = cand_cpu[b][cand_cpu[b] >= 0].numpy()
+            ref[b, : c.size, : c.size] = W[c][:, c].toarray()
+        out = candidate_blocks_torch(cand_cpu.to(dev), [TorchCSR.from_scipy(W, dev)])[0]
+        return float((out.cpu() - torch.from_numpy(ref)).abs().max()), "max abs difference"
+
     def bm25():
-        M, Q = make_bm25(3000, cpu, 8, vocab=5000, per_doc=40), bm25_queries(40, 5000, cpu, 9)
-        Ms = sp.csr_matrix((M.values().numpy(), M.col_indices().numpy(), M.crow_indices().numpy()), shape=M.shape)
-        Qs = sp.csr_matrix((Q.values().numpy(), Q.col_indices().numpy(), Q.crow_indices().numpy()), shape=Q.shape)
-        rows = (Qs @ Ms).tocsr()
-        s, ids = bm25_search(Q.to(dev), M.to(dev), K_BM25)
-        ids = ids.cpu()
+        index, Q = make_bm25(3000, cpu, 8, vocab=5000, per_doc=40), bm25_queries(40, 5000, 9)
+        rows = (Q @ index.matrix).tocsr()
+        _, got = index.search_terms(Q, K, device=dev, backend="torch")
         differ = 0
         for b in range(Q.shape[0]):  # reference: sort each query's row in Python
             lo, hi = rows.indptr[b], rows.indptr[b + 1]
-            want = sorted(zip(rows.indices[lo:hi].tolist(), rows.data[lo:hi].tolist()), key=lambda t: (-t[1], t[0]))[:K_BM25]
-            differ += ids[b, : len(want)].tolist() != [c for c, _ in want]
+            want = sorted(zip(rows.indices[lo:hi].tolist(), rows.data[lo:hi].tolist()), key=lambda t: (-t[1], t[0]))[:K]
+            differ += got[b, : len(want)].tolist() != [c for c, _ in want]
         return differ / Q.shape[0], "fraction of queries whose top-50 differs (float32 sums in another order may swap near-ties)"
 
-    check("expansion (device) vs scipy", expand, 0.05)
-    check("BM25 search (device) vs scipy rows sorted in Python", bm25, 0.05)
-
     def pipeline():
-        ref, _ = end_to_end(sdata, sq, SelectConfig())
-        dev_data = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in sdata.items()}
-        out, _ = end_to_end(dev_data, sq.to(dev), SelectConfig())
-        same = (out.cpu() == ref).all(1).float().mean().item() if out.shape == ref.shape else 0.0
-        return 1.0 - same, "fraction of queries whose selection differs from the same stages on the CPU"
+        ref = run(make_state(sdata, cpu), sq, RetrieverConfig(device="cpu", graph_backend="scipy"))
+        out = run(make_state(sdata, dev), sq.to(dev), RetrieverConfig(device=str(dev), graph_backend="torch"))
+        pools = same_rows(out.candidates, ref.candidates)
+        return 1.0 - same_rows(out.selected_ids(), ref.selected_ids()), \
+            f"fraction of queries whose selection differs; pools equal on {pools:.0%}"
 
-    check("engine spectral stages end to end (device) vs CPU", pipeline, 0.05)  # float32 vs float64 sums: near-ties at the cut may swap
+    check("expansion (device) vs scipy", expansion, 0.05)
     check("induced blocks (device) vs scipy", blocks, 0.0)
+    check("BM25 search_terms (device, torch) vs scipy rows sorted in Python", bm25, 0.05)
+    # float32 sums in another order than scipy's: near-ties at a cut may swap
+    check("spectrag.pipeline.run: device + torch graph backend vs CPU + scipy", pipeline, 0.05)
+
+
+def run_checks(dev: torch.device, rows: list) -> None:
+    def check(name, fn, tol, skipped: str = ""):
+        if fn is None:
+            rows.append(dict(check=name, error=float("nan"), tol=tol, ok=True, note=skipped))
+            print(f"  [skip] {name}: {skipped}")
+            return
+        try:
+            err, note = fn()
+            rows.append(dict(check=name, error=err, tol=tol, ok=bool(err <= tol), note=note))
+        except Exception as e:  # noqa: BLE001  (a failed check is reported, the run goes on)
+            rows.append(dict(check=name, error=float("nan"), tol=tol, ok=False,
+                             note=f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"))
+            traceback.print_exc()
+        r = rows[-1]
+        print(f"  [{'ok' if r['ok'] else 'FAIL'}] {name}: error {r['error']:.2e} (tol {tol:.0e}) {r['note']}", flush=True)
+
+    kernel_checks(dev, check)
+    stage_checks(dev, check)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,52 +399,36 @@ def run_checks(dev: torch.device, rows: list) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_timings(dev, data, batches, deadline, rows, roof, args) -> None:
+def whole_graph_diffusion(dev, data, batches, left, roof) -> None:
+    """Heat (float32 / float16 / bfloat16 state) and PPR on the whole graph, ``X [n, B]``, with
+    GB/s (bytes as in ``bench_diffusion_roofline.py``)."""
     n = data["n"]
-    cfg = SelectConfig()
-
-    def left() -> bool:
-        if time.perf_counter() > deadline:
-            print("  (time budget reached: remaining timings skipped)", flush=True)
-            return False
-        return True
-
-    def add(stage, B, sec, note=""):
-        rows.append(dict(stage=stage, B=B, ms=sec * 1e3, qps=B / sec, note=note))
-        print(f"  {stage:<34} B={B:>5}: {sec * 1e3:9.2f} ms  {B / sec:>11,.0f} queries/s  {note}", flush=True)
-
-    # global-graph diffusion roofline (X [n, B]): what one SpMM-based heat / PPR costs at this n
     A = torch.sparse_csr_tensor(data["indptr"], data["indices"], data["values"], size=(n, n))
-    deg = torch.zeros(n, device=dev).index_add_(0, torch.repeat_interleave(torch.arange(n, device=dev), torch.diff(data["indptr"])), data["values"])
-    s = deg.clamp(min=1e-30).rsqrt()
-    rowi = torch.repeat_interleave(torch.arange(n, device=dev), torch.diff(data["indptr"]))
-    Lv = -data["values"] * s[rowi] * s[data["indices"]]
-    Lcoo = torch.sparse_coo_tensor(torch.cat([torch.stack([rowi, data["indices"]]), torch.arange(n, device=dev).expand(2, n)], 1),
-                                   torch.cat([Lv, torch.ones(n, device=dev)]), (n, n)).coalesce()
-    L = Lcoo.to_sparse_csr()
+    L = normalized_laplacian(A)
     nnz_L, nnz_A = L.values().numel(), data["values"].numel()
-    K = len(heat_coefficients(1.0)) - 1
+    K_heat = len(heat_coefficients(1.0)) - 1
     op = random_walk_operator(A, dtype=torch.float32)
     for B in batches:
         if not left():
             return
-        X = torch.rand(n, B, device=dev)
+        X = torch.rand(n, B, device=dev)  # (n, B)
         i_b = L.col_indices().element_size()
         for dt in (torch.float32, torch.float16, torch.bfloat16):
+            name = str(dt).replace("torch.", "")
             try:
                 sec, Y = timed(lambda: chebyshev_heat(L, X.to(dt), 1.0), dev)
-            except Exception as e:  # noqa: BLE001
-                roof.append(dict(kernel=f"heat {dt}", B=B, note=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"))
-                print(f"  heat {dt} B={B}: {roof[-1]['note']}")
+            except Exception as e:  # noqa: BLE001  (what torch says is the finding)
+                roof.append(dict(kernel=f"heat {name}", B=B, note=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"))
+                print(f"  heat {name} B={B}: {roof[-1]['note']}")
                 continue
             sv = torch.empty((), dtype=dt).element_size()
-            by = K * (nnz_L * (sv + i_b) + (n + 1) * i_b + nnz_L * B * sv + 8 * n * B * sv)
-            r = dict(kernel=f"heat {str(dt).replace('torch.', '')}", B=B, spmms=K, ms=sec * 1e3, GBps=by / sec / 1e9)
+            by = K_heat * (nnz_L * (sv + i_b) + (n + 1) * i_b + nnz_L * B * sv + 8 * n * B * sv)
+            r = dict(kernel=f"heat {name}", B=B, spmms=K_heat, ms=sec * 1e3, GBps=by / sec / 1e9)
             if dt != torch.float32:
                 ref = chebyshev_heat(L, X, 1.0)
-                r["rel_err_vs_fp32"] = float((Y.float() - ref).abs().max() / ref.abs().max())
+                r["note"] = f"max rel. error vs float32 {float((Y.float() - ref).abs().max() / ref.abs().max()):.1e}"
             roof.append(r)
-            print(f"  diffusion heat {dt} n={n:,} B={B}: {sec * 1e3:.1f} ms, {by / sec / 1e9:.3g} GB/s", flush=True)
+            print(f"  diffusion heat {name} n={n:,} B={B}: {sec * 1e3:.1f} ms, {by / sec / 1e9:.3g} GB/s", flush=True)
         if not left():
             return
         R = torch.zeros(n, B, device=dev)
@@ -530,42 +438,43 @@ def run_timings(dev, data, batches, deadline, rows, roof, args) -> None:
         by = res.n_iter * (nnz_A * (4 + ib) + (n + 1) * ib) + int(res.column_iters.sum()) * (nnz_A + 8 * n) * 4
         roof.append(dict(kernel="ppr float32", B=B, spmms=res.n_iter, ms=sec * 1e3, GBps=by / sec / 1e9))
         print(f"  diffusion ppr n={n:,} B={B}: {res.n_iter} iterations {sec * 1e3:.1f} ms, {by / sec / 1e9:.3g} GB/s", flush=True)
-        del X, R
+        X = R = None  # freed before the next B
 
-    bm25_M = make_bm25(n, dev, 12)
+
+def stage_timings(dev, data, state, batches, left, add) -> None:
+    """Each online stage alone (seeding variants, BM25, expansion, blocks, diffusion on the
+    blocks, spreading activation, selection), then ``run`` end to end, per B."""
+    n = data["n"]
+    bm25 = make_bm25(n, dev, 12)
     kg = make_kg(max(n // 4, 1000), dev, 11)
+    W = state.torch_graph("weights")
     for B in batches:
         if not left():
             return
         q = make_queries(data, B, 100 + B)
-        sec, (s, ids) = timed(lambda: tiled_topk_ip(q, data["emb"], K_DENSE), dev)
+        sec, (s, ids) = timed(lambda: tiled_topk_ip(q, data["emb"], K), dev)
         add("seed: matmul + top-50 (float32)", B, sec)
         emb16 = data["emb"].half()
-        sec16, (s16, ids16) = timed(lambda: tiled_topk_ip(q.half(), emb16, K_DENSE), dev)
+        sec16, (_, ids16) = timed(lambda: tiled_topk_ip(q.half(), emb16, K), dev)
         overlap = (ids16[:, :, None] == ids[:, None, :]).any(2).float().mean().item()
         add("seed: matmul + top-50 (float16)", B, sec16, f"top-50 overlap with float32 {overlap:.3f}")
-        sec16s, _ = timed(lambda: tiled_topk_ip(q.half(), emb16, K_DENSE, tile=8192), dev)
+        sec16s, _ = timed(lambda: tiled_topk_ip(q.half(), emb16, K, tile=8192), dev)
         add("seed: float16, tile 8,192 (L2-sized)", B, sec16s, "vs the default tile of 65,536")
-        del emb16
+        emb16 = None
         if importlib.util.find_spec("faiss") is not None and dev.type == "cuda":
             try:
-                import faiss  # noqa: PLC0415
-
-                res_f = faiss.StandardGpuResources()
-                index = faiss.GpuIndexFlatIP(res_f, D)
-                index.add(data["emb"].cpu().numpy())
-                qn = q.cpu().numpy()
-                sec_f, _ = timed(lambda: index.search(qn, K_DENSE), dev)
-                add("seed: faiss-gpu IndexFlatIP", B, sec_f, "host queries in/out")
+                faiss_dense = DenseIndex(data["emb"].cpu().numpy(), backend="faiss-gpu", device=str(dev))
+                sec_f, _ = timed(lambda: faiss_dense.search(q.cpu().numpy(), K), dev)
+                add("seed: DenseIndex faiss-gpu", B, sec_f, "host queries in/out, float64 re-scoring")
             except Exception as e:  # noqa: BLE001
                 print(f"  faiss-gpu: {type(e).__name__}: {e}")
-        bm25_Q = bm25_queries(B, bm25_M.shape[0], dev, 200 + B)
-        sec, (bs, _) = timed(lambda: bm25_search(bm25_Q, bm25_M, K_BM25), dev)
-        add("seed: BM25 sparse product + top-50", B, sec, f"{bm25_M.values().numel():,} matrix entries")
+        Q = bm25_queries(B, bm25.matrix.shape[0], 200 + B)
+        sec, _ = timed(lambda: bm25.search_terms(Q, K, device=dev, backend="torch"), dev)
+        add("seed: BM25 search_terms (torch)", B, sec, f"{bm25.matrix.nnz:,} matrix entries")
         seeds, seed_w = ids[:, :N_SEEDS], s[:, :N_SEEDS] / s[:, :1].clamp(min=1e-30)
-        sec, cand = timed(lambda: expand_device(data, seeds, seed_w), dev)
+        sec, (cand, _) = timed(lambda: expand_torch(seeds, seed_w, W, max_candidates=P), dev)
         add("expand: two hops, P = 200", B, sec)
-        sec, blocks = timed(lambda: blocks_device(data, cand), dev)
+        sec, (blocks,) = timed(lambda: candidate_blocks_torch(cand, [W]), dev)
         add("blocks: induced [B, 200, 200]", B, sec)
         mask = cand >= 0
         x = torch.where(mask, torch.rand(cand.shape, device=dev), torch.zeros((), device=dev))
@@ -583,18 +492,37 @@ def run_timings(dev, data, batches, deadline, rows, roof, args) -> None:
         sec, act = timed(lambda: spreading_activation(qk, **kg, hops=3), dev)
         add("activation: spectrag.kernels.spreading_activation", B, sec,
             f"{kg['node_emb'].shape[0]:,} entities, 3 hops, {act.value.numel():,} (query, node) pairs, layout {act.layout}")
-        emb = data["emb"][cand.clamp(min=0)]
-        rel = torch.bmm(emb, q[:, :, None]).squeeze(2).masked_fill(~mask, 0.0)
+        emb = data["emb"][cand.clamp(min=0)]  # (B, P, d)
         ids_c = cand.clamp(min=0)
-        sel_in = dict(scores=rel, prox=torch.rand(cand.shape, device=dev), tokens=data["tokens"][ids_c].masked_fill(~mask, 1),
-                      mask=mask, embeddings=emb, clusters=data["cluster"][ids_c], docs=data["docs"][ids_c])
-        sec, sel = timed(lambda: budget_select(**sel_in, config=cfg), dev)
+        sel_in = dict(scores=(emb * q[:, None, :]).sum(2).masked_fill(~mask, 0.0), prox=torch.rand(cand.shape, device=dev),
+                      tokens=data["tokens"][ids_c].masked_fill(~mask, 1), mask=mask, embeddings=emb,
+                      clusters=data["cluster"][ids_c], docs=data["docs"][ids_c])
+        sec, sel = timed(lambda: budget_select(**sel_in, **SELECT), dev)
         add("select: budget_select", B, sec, f"{sel.n_steps} steps")
         if not left():
             return
-        sec, (order, parts) = timed(lambda: end_to_end(data, q, cfg), dev)
-        add("end-to-end (engine spectral stages, no BM25)", B, sec,
-            "stages ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in parts.items()))
+        config = RetrieverConfig(device=str(dev))
+        sec, res = timed(lambda: run(state, q, config), dev)
+        add("end-to-end: spectrag.pipeline.run (spectral, dense seeds)", B, sec,
+            "stages ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in res.seconds.items()))
+
+
+def run_timings(dev, data, batches, deadline, rows, roof) -> None:
+    def left() -> bool:
+        if time.perf_counter() > deadline:
+            print("  (time budget reached: remaining timings skipped)", flush=True)
+            return False
+        return True
+
+    def add(stage, B, sec, note=""):
+        rows.append(dict(stage=stage, B=B, ms=sec * 1e3, qps=B / sec, note=note))
+        print(f"  {stage:<40} B={B:>5}: {sec * 1e3:9.2f} ms  {B / sec:>11,.0f} queries/s  {note}", flush=True)
+
+    whole_graph_diffusion(dev, data, batches, left, roof)
+    t = time.perf_counter()
+    state = make_state(data, dev)
+    print(f"  query state on {dev}: {time.perf_counter() - t:.1f} s", flush=True)
+    stage_timings(dev, data, state, batches, left, add)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -604,9 +532,9 @@ def run_timings(dev, data, batches, deadline, rows, roof, args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--small", action="store_true", help="n = 1e4, B = 32, 128 (runs on a CPU in about a minute)")
+    ap.add_argument("--small", action="store_true", help="n = 1e4, B = 32, 128 (runs on a CPU in a minute or two)")
     ap.add_argument("--n", type=int, default=None, help="chunks (default: 1e6, or 1e4 with --small)")
-    ap.add_argument("--batches", default=None, help="comma-separated B (default: 256,1024, or 64,256 with --small)")
+    ap.add_argument("--batches", default=None, help="comma-separated B (default: 256,1024, or 32,128 with --small)")
     ap.add_argument("--device", default="auto", help="auto (cuda when present) or a torch device")
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new timings after this many seconds")
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
@@ -614,19 +542,19 @@ def main() -> None:
     dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     n = args.n or (10_000 if args.small else 1_000_000)
     batches = [int(b) for b in (args.batches or ("32,128" if args.small else "256,1024")).split(",")]
-    deadline = T0 + args.budget_s
     if dev.type == "cpu":  # small problems on a shared CPU: extra OpenMP threads only spin
         torch.set_num_threads(1)
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-    have = {m: importlib.util.find_spec(m) is not None for m in ("triton", "cupy", "faiss", "torch_geometric", "sentence_transformers")}
-    print(f"device {dev}: {name}; torch {torch.__version__} (CUDA {torch.version.cuda}); n = {n:,}, B = {batches}; "
-          f"present: {', '.join(k for k, v in have.items() if v) or 'none'}", flush=True)
-    print(f"`import spectrag.kernels` pulled in: {HEAVY or 'nothing heavy'}", flush=True)
-
-    checks: list = [dict(check="import spectrag.kernels pulls no sentence-transformers / faiss", error=float(len(HEAVY)),
-                         tol=0.0, ok=not HEAVY, note=", ".join(HEAVY))]
+    record = new_record("median of 3 after one warm-up (one run when the warm-up took over 3 s), synchronized "
+                        "on CUDA; checks: one run", device=dev)
+    present = {m: importlib.util.find_spec(m) is not None for m in ("triton", "cupy", "faiss", "torch_geometric", "sentence_transformers")}
+    print(f"device {dev}: {record['machine'].get('gpu', record['machine']['cpu'])}; torch {torch.__version__} "
+          f"(CUDA {torch.version.cuda}); n = {n:,}, B = {batches}; present: {', '.join(k for k, v in present.items() if v) or 'none'}",
+          flush=True)
+    print(f"the engine modules imported here pulled in: {HEAVY or 'nothing heavy'}", flush=True)
+    checks: list = [dict(check="imports pull no sentence-transformers / transformers / faiss / bm25s / tiktoken / "
+                         "pyahocorasick", error=float(len(HEAVY)), tol=0.0, ok=not HEAVY, note=", ".join(HEAVY))]
     print("== copy bandwidth (ceiling)", flush=True)
-    ceiling = copy_bandwidth(dev, 2048 if dev.type == "cuda" else 256)
+    ceiling = copy_bandwidth(dev, mib=2048 if dev.type == "cuda" else 256, repeats=5)["torch_GBps"]
     print(f"  device-to-device copy: {ceiling:.3g} GB/s", flush=True)
     print("== checks: device vs CPU reference", flush=True)
     run_checks(dev, checks)
@@ -639,56 +567,42 @@ def main() -> None:
     print("== timings", flush=True)
     rows: list = []
     roof: list = []
-    run_timings(dev, data, batches, deadline, rows, roof, args)
+    run_timings(dev, data, batches, T0 + args.budget_s, rows, roof)
     for r in roof:
         if "GBps" in r:
             r["ratio"] = r["GBps"] / ceiling
-    wall = time.perf_counter() - T0
-    res = dict(command="bash bench/gpu_check.sh " + " ".join(sys.argv[1:]), device=name, torch=torch.__version__,
-               cuda=torch.version.cuda, python=platform.python_version(), present=have, n=n, batches=batches,
-               graph_nnz=data["values"].numel(), copy_GBps=ceiling, checks=checks, timings=rows, diffusion=roof,
-               wall_seconds=wall, data_seconds=t_data)
-    write(res, args.out, dev)
+    record.update(present=present, n=n, batches=batches, graph_nnz=data["values"].numel(), copy_GBps=ceiling,
+                  checks=checks, timings=rows, diffusion=roof, data_seconds=t_data)
+    record["command"] = "bash bench/gpu_check.sh " + " ".join(sys.argv[1:])
+    finish_record(record)
+    write_results(os.path.join(args.out, f"gpu_check_{dev.type}"), report(record), record)
+    print(f"{sum(not c['ok'] for c in checks)} failed check(s)")
 
 
-def write(res: dict, out_dir: str, dev: torch.device) -> None:
+def report(res: dict) -> list[str]:
     fails = [c for c in res["checks"] if not c["ok"]]
-    L = [f"# GPU check ({res['device']})", "",
-         f"Command: `{res['command']}`  ",
-         f"Device: {res['device']}; torch {res['torch']} (CUDA {res['cuda']}), Python {res['python']}; present: "
-         + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in res["present"].items()) + ".  ",
-         f"Data: n = {res['n']:,} synthetic chunks (d = {D}), graph nnz {res['graph_nnz']:,}; built on the device in "
-         f"{res['data_seconds']:.1f} s. Wall time {res['wall_seconds']:.0f} s. Timings: median of 3 after a warm-up.", "",
-         f"## Checks against the CPU reference: {len(res['checks']) - len(fails)}/{len(res['checks'])} passed", "",
-         "| check | error | tolerance | result | note |", "|---|---:|---:|---|---|"]
-    for c in res["checks"]:
-        L.append(f"| {c['check']} | {c['error']:.2e} | {c['tol']:.0e} | {'ok' if c['ok'] else '**FAIL**'} | {c['note']} |")
+    L = results_header(f"GPU check ({res['machine'].get('gpu', res['machine']['cpu'])})", res)
+    present = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in res["present"].items())
+    L += [f"Present: {present}.  ",
+          f"Data: n = {res['n']:,} synthetic chunks (d = {D}), graph nnz {res['graph_nnz']:,}; built on the device in "
+          f"{res['data_seconds']:.1f} s.", "",
+          f"## Checks against the CPU reference: {len(res['checks']) - len(fails)}/{len(res['checks'])} passed", ""]
+    L += md_table(res["checks"], [("check", "check", ""), ("error", "error", ".2e"), ("tolerance", "tol", ".0e"),
+                                  ("result", lambda c: "ok" if c["ok"] else "**FAIL**", ""), ("note", "note", "")])
     L += ["", f"## Diffusion on the whole graph (X [n, B]) against the copy ceiling ({res['copy_GBps']:.3g} GB/s, "
           "device-to-device copy measured in this run)", "",
-          "Bytes: heat K [CSR + nnz B s + 8 n B s]; PPR iters CSR + sum over columns of iters (nnz + 8 n) s.", "",
-          "| kernel | B | SpMMs | ms | GB/s | / ceiling | note |", "|---|---:|---:|---:|---:|---:|---|"]
-    for r in res["diffusion"]:
-        if "ms" in r:
-            note = f"max rel. error vs float32 {r['rel_err_vs_fp32']:.1e}" if "rel_err_vs_fp32" in r else ""
-            L.append(f"| {r['kernel']} | {r['B']} | {r['spmms']} | {r['ms']:.1f} | {r['GBps']:.3g} | {r['ratio']:.0%} | {note} |")
-        else:
-            L.append(f"| {r['kernel']} | {r['B']} | | | | | {r['note']} |")
-    L += ["", "## Stages at this n", "", "| stage | B | ms | queries/s | note |", "|---|---:|---:|---:|---|"]
-    for r in res["timings"]:
-        L.append(f"| {r['stage']} | {r['B']} | {r['ms']:.2f} | {r['qps']:,.0f} | {r['note']} |")
+          "Bytes: heat K [CSR + nnz B s + 8 n B s]; PPR iters CSR + sum over columns of iters (nnz + 8 n) s.", ""]
+    L += md_table(res["diffusion"], [("kernel", "kernel", ""), ("B", "B", "d"), ("SpMMs", "spmms", "d"), ("ms", "ms", ".1f"),
+                                     ("GB/s", "GBps", ".3g"), ("/ ceiling", "ratio", ".0%"), ("note", "note", "")])
+    L += ["", "## Stages at this n", ""]
+    L += md_table(res["timings"], [("stage", "stage", ""), ("B", "B", "d"), ("ms", "ms", ".2f"), ("queries/s", "qps", ",.0f"),
+                                   ("note", "note", "")])
     e2e = [r for r in res["timings"] if r["stage"].startswith("end-to-end")]
     if e2e:
         best = max(e2e, key=lambda r: r["B"])
         L += ["", f"End-to-end at B = {best['B']}: **{best['qps']:,.0f} queries/s** (goal on the H200 at 10^6 chunks, "
-              f"B = 1,024: 20,000)."]
-    L.append("")
-    os.makedirs(out_dir, exist_ok=True)
-    stem = os.path.join(out_dir, f"gpu_check_{dev.type}")
-    with open(stem + ".md", "w") as f:
-        f.write("\n".join(L))
-    with open(stem + ".json", "w") as f:
-        json.dump(res, f, indent=1, default=str)
-    print(f"written to {stem}.md and {stem}.json; {len(fails)} failed check(s)")
+              "B = 1,024: 20,000)."]
+    return L
 
 
 if __name__ == "__main__":

@@ -36,17 +36,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import ensure_spectrag
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from spectrag.extract.titles import COMMON_WORDS# noqa: E402
+ensure_spectrag()
+from spectrag.extract.titles import COMMON_WORDS  # noqa: E402
+from spectrag.types import Chunk  # noqa: E402
 
 VERSION = 1  # bump when the output changes for the same parameters
 SECTIONS = (1, 7)  # sections per document (inclusive)
@@ -164,7 +162,19 @@ class _Text:
         return got
 
     def documents(self, lo: int, hi: int) -> list[dict]:
-        """Records of documents ``lo .. hi - 1``."""
+        """Records of documents ``lo .. hi - 1`` (the ``jsonl`` corpus format)."""
+        return [{"id": doc_id(doc), "title": title(doc), "url": url(doc), "text": text}
+                for doc, text, _ in self._render(lo, hi)]
+
+    def chunks(self, lo: int, hi: int) -> list[Chunk]:
+        """The chunks of documents ``lo .. hi - 1``, one per section, as the default chunking
+        cuts them (section path = the headings above, ``n_tokens`` = words), without chunking."""
+        return [Chunk(doc_id(doc), title(doc), path, url(doc), text[start:end], len(text[start:end].split()), start, end)
+                for doc, text, spans in self._render(lo, hi) for path, start, end in spans]
+
+    def _render(self, lo: int, hi: int):
+        """``(doc, Markdown text, [(section path, start, end)])`` per document ``lo .. hi - 1``;
+        a span covers its heading and its paragraph."""
         p, rng = self.plan, self.rng
         c0, c1 = int(p.doc_ptr[lo]), int(p.doc_ptr[hi])
         m = c1 - c0
@@ -187,22 +197,22 @@ class _Text:
         head_u = rng.random(m)
         head_h2 = rng.integers(0, len(_H2), size=m)
 
-        records = []
         cursor = 0
         for doc in range(lo, hi):
             t_doc = int(p.doc_topic[doc])
-            lines = [f"# {title(doc)}", ""]
+            path, head = (title(doc),), f"# {title(doc)}"
             h2 = None
             part = 0
+            sections = []  # (section path, heading line, paragraph)
             for i in range(int(p.doc_ptr[doc]), int(p.doc_ptr[doc + 1])):
                 k = i - c0
                 if i > p.doc_ptr[doc]:  # a new section: "## H2" (70 %, or when none is open) or "### Part k"
                     if h2 is None or head_u[k] < 0.7:
                         h2, part = _H2[int(head_h2[k])], 0
-                        lines += [f"## {h2}", ""]
+                        path, head = (title(doc), h2), f"## {h2}"
                     else:
                         part += 1
-                        lines += [f"### Part {part}", ""]
+                        path, head = (title(doc), h2, f"Part {part}"), f"### Part {part}"
                 t = int(p.topic[i])
                 tw = self.words_of(t)
                 nw = int(n_words[k])
@@ -224,9 +234,18 @@ class _Text:
                     inserts.append(f"[see also]({doc_id(int(link[k]))})")
                 if bare[k] >= 0 and bare[k] != doc:
                     inserts.append(f"({url(int(bare[k]))})")
-                lines += [_paragraph(words, inserts, int(sent_len[k])), ""]
-            records.append({"id": doc_id(doc), "title": title(doc), "url": url(doc), "text": "\n".join(lines).rstrip() + "\n"})
-        return records
+                sections.append((path, head, _paragraph(words, inserts, int(sent_len[k]))))
+            yield (doc, *_markdown(sections))
+
+
+def _markdown(sections: list[tuple[tuple[str, ...], str, str]]) -> tuple[str, list[tuple[tuple[str, ...], int, int]]]:
+    """A document's text (heading, blank line, paragraph, blank line per section) and the span
+    of each section in it."""
+    spans, pos = [], 0
+    for path, head, paragraph in sections:
+        spans.append((path, pos, pos + len(head) + 2 + len(paragraph)))
+        pos = spans[-1][2] + 2
+    return "".join(f"{head}\n\n{paragraph}\n\n" for _, head, paragraph in sections).rstrip() + "\n", spans
 
 
 def _paragraph(words: list[str], inserts: list[str], sent_len: int) -> str:
@@ -256,18 +275,24 @@ def _centres(plan: Plan, dim: int, seed: int) -> np.ndarray:
     return centres / np.linalg.norm(centres, axis=1, keepdims=True)
 
 
-def write_embeddings(path: Path, plan: Plan, centres: np.ndarray, seed: int, block: int = 65_536) -> None:
-    """centre[topic] + 0.7 offset[doc] + 0.6 noise, normalized, written through a memory map
-    in blocks (peak memory ~ one block). Shapes: -> ``[n, d]`` float32."""
+def embedding_blocks(plan: Plan, centres: np.ndarray, seed: int, block: int = 65_536):
+    """centre[topic] + 0.7 offset[doc] + 0.6 noise, normalized, ``block`` rows at a time (peak
+    memory ~ one block). Yields ``(lo, hi, vectors [hi - lo, d] float32)``."""
     dim = centres.shape[1]
     rng = np.random.default_rng([seed, 3])
     offsets = (rng.standard_normal((plan.n_docs, dim)) / math.sqrt(dim)).astype(np.float32)
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(plan.n, dim))
     for lo in range(0, plan.n, block):
         hi = min(plan.n, lo + block)
         noise = (rng.standard_normal((hi - lo, dim)) / math.sqrt(dim)).astype(np.float32)
         vec = centres[plan.topic[lo:hi]] + 0.7 * offsets[plan.doc_of[lo:hi]] + 0.6 * noise  # (block, d)
-        out[lo:hi] = vec / np.linalg.norm(vec, axis=1, keepdims=True)
+        yield lo, hi, vec / np.linalg.norm(vec, axis=1, keepdims=True)
+
+
+def write_embeddings(path: Path, plan: Plan, centres: np.ndarray, seed: int) -> None:
+    """:func:`embedding_blocks` written through a memory map. Shapes: -> ``[n, d]`` float32."""
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(plan.n, centres.shape[1]))
+    for lo, hi, vec in embedding_blocks(plan, centres, seed):
+        out[lo:hi] = vec
     out.flush()
     del out
 
@@ -346,6 +371,21 @@ def ensure(out: str | Path, n: int, *, dim: int = 128, seed: int = 0, n_queries:
         if all(meta.get(k) == v for k, v in _params(n, dim, seed, n_queries).items()):
             return meta, True
     return generate(out, n, dim=dim, seed=seed, n_queries=n_queries, log=log), False
+
+
+def chunk_corpus(n: int, *, dim: int = 32, seed: int = 0, block_docs: int = 8192) -> tuple[list[Chunk], np.ndarray, dict]:
+    """The corpus of :func:`generate` in memory, as the chunks of its default chunking: for the
+    graph benchmarks, which start after chunking. Returns ``(chunks, embeddings [n, dim], facts)``."""
+    plan = Plan(n, seed)
+    centres = _centres(plan, dim, seed)
+    emb = np.empty((n, dim), dtype=np.float32)
+    for lo, hi, vec in embedding_blocks(plan, centres, seed):
+        emb[lo:hi] = vec
+    text = _Text(plan, seed)
+    chunks = [c for lo in range(0, plan.n_docs, block_docs) for c in text.chunks(lo, min(plan.n_docs, lo + block_docs))]
+    facts = {"chunks": n, "dim": dim, "topics": plan.n_topics, "documents": plan.n_docs,
+             "entity_names": int(plan.name_ptr[-1]), "mean_words": round(float(np.mean([c.n_tokens for c in chunks])), 1)}
+    return chunks, emb, facts
 
 
 def load_queries(folder: str | Path) -> tuple[list[str], np.ndarray, np.ndarray]:
