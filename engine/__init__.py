@@ -1,40 +1,95 @@
 """SpectRAG: a batched graph-retrieval tensor engine.
 
-Offline: :func:`build_index` turns a corpus into a persisted index; :func:`add_documents` adds
-documents to one; :func:`load_index` opens it.
+Offline, in the order data flows (``engine/`` installs as ``spectrag``)::
+
+    index/    load -> chunk -> embed -> dense (FAISS) and lexical (BM25)
+    extract/  entities, titles, OpenIE, relations    (shared by graph/ and kg/)
+    graph/    signals -> fuse -> spectrum, the relational graph
+    kg/       the knowledge graph for spreading activation
+    build.py  build_index        store.py  the index on disk      incremental.py  add_documents
+
+Online, for a batch of queries at once::
+
+    seed/ -> expand/ -> propagate/ -> rescore/ -> select/     stages on tensors
+    state.py (QueryState)   pipeline.py (run)   retriever.py (Retriever)   contexts.py
+
+Normal use needs only the names below::
+
+    index = spectrag.build_index("docs/", "my-index")
+    contexts = spectrag.Retriever(spectrag.load_index("my-index")).retrieve(["who built it?"])
 """
 
 import importlib
 
-from spectrag.config import BM25Config, ChunkConfig, EmbedConfig, IndexConfig, load_config
+from spectrag.config import (
+    ActivationConfig,
+    BaselineSelectConfig,
+    BM25Config,
+    BridgeConfig,
+    ChunkConfig,
+    EmbedConfig,
+    ExpandConfig,
+    GraphConfig,
+    IndexConfig,
+    KGConfig,
+    PropagateConfig,
+    RetrieverConfig,
+    SeedConfig,
+    SelectConfig,
+    load_config,
+    load_retriever_config,
+)
 from spectrag.errors import ConfigError, CorpusError, IndexFormatError, SpectragError
 
-# imported on first use (PEP 562): the build pulls in tiktoken, bm25s and FAISS, which the query
-# kernels and the GPU check must not need (the GPU machine may have none of them)
-_LAZY = {"build_index": "spectrag.build", "add_documents": "spectrag.incremental",
-         "Index": "spectrag.store", "load_index": "spectrag.store"}
+# Imported on first use (PEP 562): the build pulls in tiktoken, bm25s, pyahocorasick and FAISS,
+# which the kernels and the device stages must not need (a GPU machine may have none of them).
+_LAZY = {
+    "build_index": "spectrag.build",
+    "add_documents": "spectrag.incremental",
+    "Index": "spectrag.store",
+    "load_index": "spectrag.store",
+    "Retriever": "spectrag.retriever",
+    "QueryState": "spectrag.state",
+    "run": "spectrag.pipeline",
+    "evaluate": "spectrag.eval.runner",
+}
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    raise AttributeError(f"module 'spectrag' has no attribute {name!r}")
 
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActivationConfig",
     "BM25Config",
+    "BaselineSelectConfig",
+    "BridgeConfig",
     "ChunkConfig",
     "ConfigError",
     "CorpusError",
     "EmbedConfig",
+    "ExpandConfig",
+    "GraphConfig",
     "Index",
     "IndexConfig",
     "IndexFormatError",
+    "KGConfig",
+    "PropagateConfig",
+    "QueryState",
+    "Retriever",
+    "RetrieverConfig",
+    "SeedConfig",
+    "SelectConfig",
     "SpectragError",
     "add_documents",
     "build_index",
+    "evaluate",
     "load_config",
     "load_index",
+    "load_retriever_config",
+    "run",
 ]

@@ -13,14 +13,14 @@ import numpy as np
 
 from spectrag.config import IndexConfig
 from spectrag.errors import ConfigError, CorpusError
-from spectrag.util import usage
-from spectrag.types import Chunk
+from spectrag.graph.build import build_graph, save_graph
 from spectrag.index.chunk import chunk_corpus
 from spectrag.index.dense import DenseIndex
 from spectrag.index.embed import Embedder
 from spectrag.index.lexical import BM25Index
-from spectrag.types import Document
 from spectrag.index.load import detect_format, iter_documents
+from spectrag.kg.build import build_kg, check_kg_inputs
+from spectrag.kg.store import save_kg
 from spectrag.store import (
     CHUNKS,
     EMBEDDINGS,
@@ -31,6 +31,8 @@ from spectrag.store import (
     write_chunks,
     write_manifest,
 )
+from spectrag.types import Chunk, Document
+from spectrag.util import usage
 from spectrag.util.tokens import TOKENIZER
 
 PACKAGES = ("spectrag", "torch", "numpy", "scipy", "faiss-cpu", "bm25s", "sentence-transformers", "transformers", "tiktoken")
@@ -98,7 +100,6 @@ def _check_documents(docs: list[Document], source: Path, skip_empty: bool) -> tu
 def _check_inputs(config: IndexConfig, *, embeddings_supplied: bool) -> None:
     """The config's input files and sources, checked before any work (a missing file found at
     step 7 would have cost the whole build)."""
-    from spectrag.kg.build import check_kg_inputs
 
     if config.graph.enabled and config.graph.entities_file and not Path(config.graph.entities_file).is_file():
         raise ConfigError(f"graph.entities_file {config.graph.entities_file} does not exist")
@@ -159,13 +160,11 @@ def build_index(
 
     graph = None
     if config.graph.enabled:
-        from spectrag.graph.build import build_graph
 
         graph = build_graph(chunks, vectors, config.graph, encode=embedder.encode if embedder else None)
         stage("graph")
     kg = None
     if config.kg.enabled:  # offline step 7, before the embedder closes: it embeds names and relations
-        from spectrag.kg.build import build_kg
 
         kg = build_kg(chunks, config.kg, encode=embedder.encode if embedder else None, progress=progress)
         stage("kg")
@@ -181,12 +180,10 @@ def build_index(
         write_chunks(tmp / CHUNKS, chunks)
         graph_facts = None
         if graph is not None:
-            from spectrag.graph.build import save_graph
 
             fused, spectrum, graph_facts = graph
             graph_facts = {**graph_facts, "order": save_graph(tmp, fused, spectrum, config.graph)}
         if kg is not None:
-            from spectrag.kg.store import save_kg
 
             save_kg(tmp, kg[0])
         write_manifest(

@@ -60,16 +60,26 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from spectrag.build import (
+    BuildReport,
+    _check_documents,
+    _versions,
+    embedding_text,
+    stage_recorder,
+)
 from spectrag.config import GraphConfig
 from spectrag.errors import CorpusError, SpectragError
-from spectrag.build import BuildReport, _check_documents, _versions, embedding_text, stage_recorder
-from spectrag.types import Chunk
+from spectrag.graph import signals as sig
+from spectrag.graph.build import _doc_codes, build_graph, save_graph, spectrum_of
+from spectrag.graph.fuse import signal_matrix
+from spectrag.graph.signals import coo, knn_index, knn_rows, top_k_per_row
 from spectrag.index.chunk import chunk_corpus
 from spectrag.index.dense import DenseIndex, load_faiss
+from spectrag.index.embed import Embedder
 from spectrag.index.lexical import BM25Index
-from spectrag.types import Document
 from spectrag.index.load import detect_format, iter_documents
-from spectrag.graph.fuse import signal_matrix
+from spectrag.kg.build import build_kg
+from spectrag.kg.store import save_kg
 from spectrag.store import (
     CHUNKS,
     EMBEDDINGS,
@@ -80,6 +90,7 @@ from spectrag.store import (
     write_chunks,
     write_manifest,
 )
+from spectrag.types import Chunk, Document
 
 # formats whose document ids are list positions, so that any second file collides
 _POSITION_IDS = "musique, 2wiki and multihop-rag files and JSON lists without 'id' number documents from 0"
@@ -153,7 +164,6 @@ def add_documents(
             stage("graph")
         kg = None
         if old.manifest.get("kg"):  # no incremental path yet (entity merging is global): rebuilt in full
-            from spectrag.kg.build import build_kg
 
             kg = build_kg(chunks, config.kg, encode=encode, progress=progress)
             stage("kg")
@@ -181,12 +191,10 @@ def add_documents(
         bm25.save(tmp)
         write_chunks(tmp / CHUNKS, chunks)
         if graph is not None:
-            from spectrag.graph.build import save_graph
 
             fused, spectrum, facts = graph
             manifest["graph"] = {**facts, "order": save_graph(tmp, fused, spectrum, config.graph)}
         if kg is not None:
-            from spectrag.kg.store import save_kg
 
             save_kg(tmp, kg[0])
             manifest["kg"] = kg[1]
@@ -230,7 +238,6 @@ def _embed(old: Index, texts: list[str], supplied: np.ndarray | None, report: Ad
             f"embeddings: {old.path} embeds with the model {info['model']!r}; supplied vectors would not "
             "match its queries (pass embeddings only to an index built from supplied embeddings)"
         )
-    from spectrag.index.embed import Embedder
 
     embedder = Embedder(old.config.embed)
     if embedder.fingerprint != info.get("fingerprint"):
@@ -264,8 +271,6 @@ def update_graph(
     """The chunk graph of ``chunks`` whose first ``n_old`` have the graph ``old_graph``
     (:func:`spectrag.graph.build.load_graph`), as :func:`spectrag.graph.build.build_graph` returns
     it. ``dense`` is the FAISS index of all ``vectors [n, d]``."""
-    from spectrag.graph import signals as sig
-    from spectrag.graph.build import _doc_codes, build_graph
 
     new = chunks[n_old:]
     old = lambda name, size: stored_signal(old_graph, name, n_old, size)  # noqa: E731
@@ -315,7 +320,6 @@ def semantic_update(
     strongest of its old list and its ``k`` nearest new rows. Cost ``O((n + n_old) m d)`` for
     ``m = n - n_old`` new rows, against ``O(n^2 d)`` for a rebuild. Shapes: -> ``[n, n]``.
     """
-    from spectrag.graph.signals import coo, knn_index, knn_rows, top_k_per_row
 
     n = vectors.shape[0]
     if index is None:
@@ -349,7 +353,6 @@ def warm_spectrum(weights: sp.csr_matrix, previous: np.ndarray, config: GraphCon
     """:func:`spectrag.graph.spectrum.spectral_coordinates` of ``weights`` with the settings
     ``build_graph`` uses, Lanczos started from the previous coordinates ``[n_old, m]``
     (:func:`warm_start`) instead of a random vector: the same eigenpairs to ``tol``."""
-    from spectrag.graph.build import spectrum_of
 
     v0 = warm_start(weights, previous) if previous.shape[1] else None
     spectrum = spectrum_of(weights, config, v0=v0)

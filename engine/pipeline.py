@@ -30,7 +30,7 @@ from spectrag.config import BASELINE_MODES, GRAPH_MODES, KG_MODES, RetrieverConf
 from spectrag.errors import SpectragError
 from spectrag.expand.blocks import candidate_blocks_of, candidate_blocks_torch
 from spectrag.expand.pool import expand, expand_torch
-from spectrag.propagate.activation import activate, ActivationBatch
+from spectrag.propagate.activation import ActivationBatch, activate
 from spectrag.propagate.proximity import pool_proximity
 from spectrag.rescore.bridge import bridge_relevance
 from spectrag.seed.seed import seed

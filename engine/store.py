@@ -22,9 +22,9 @@ import json
 import os
 import shutil
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,6 @@ import numpy as np
 
 from spectrag.config import IndexConfig
 from spectrag.errors import IndexFormatError, SpectragError
-from spectrag.types import Chunk
 from spectrag.graph.build import load_graph
 from spectrag.graph.relational import relational_graph
 from spectrag.index.dense import DenseIndex
@@ -41,6 +40,7 @@ from spectrag.index.embed import Embedder
 from spectrag.index.lexical import BM25Index
 from spectrag.kg.store import load_kg
 from spectrag.types import Chunk
+
 
 class IndexNote(UserWarning):
     """Something about a loaded index the user may want to act on (it still loads)."""

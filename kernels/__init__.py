@@ -1,11 +1,16 @@
 """Batched tensor primitives for graph retrieval.
 
 Every kernel takes queries as columns (``[n, B]`` blocks) or as padded ``[B, P]`` tensors,
-runs on the device of its inputs, and has a plain reference implementation in the tests.
+runs on the device of its inputs, and is held to a plain reference in the tests (scipy, networkx,
+or :mod:`spectrag.reference`). Pure math: no product defaults, no I/O, nothing from the engine.
 """
 
 from spectrag.kernels.activation import ActivationResult, spreading_activation
-from spectrag.kernels.heat import chebyshev_heat, chebyshev_heat_dense_batched, chebyshev_heat_lowrank, heat_num_terms
+from spectrag.kernels.heat import (
+    chebyshev_heat,
+    chebyshev_heat_dense_batched,
+    heat_num_terms,
+)
 from spectrag.kernels.lanczos import LanczosNotConverged, LanczosResult, lanczos_eigsh
 from spectrag.kernels.laplacian import degree_vector, normalized_laplacian
 from spectrag.kernels.pagerank import (
@@ -24,7 +29,6 @@ __all__ = [
     "PageRankResult",
     "chebyshev_heat",
     "chebyshev_heat_dense_batched",
-    "chebyshev_heat_lowrank",
     "degree_vector",
     "heat_num_terms",
     "lanczos_eigsh",

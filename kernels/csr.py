@@ -1,10 +1,13 @@
-"""Small CSR helpers shared by the kernels and the query stages: CSR entries of a set of
-nodes (any device), torch CSR index width and dtype checks, block-diagonal CSR of dense blocks."""
+"""CSR helpers shared by the kernels and the stages: torch CSR from CSR arrays (the one place that
+picks the index width), CSR entries of a set of nodes (any device), dtype checks, block-diagonal
+CSR of dense blocks, and :class:`TorchCSR` (a graph as plain index/value tensors)."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -33,12 +36,31 @@ def check_sparse_dtype(M: torch.Tensor, name: str) -> None:
         )
 
 
+def torch_csr(indptr, indices, values, shape: tuple[int, int], *, dtype: torch.dtype | None = None,
+              device: str | torch.device = "cpu") -> torch.Tensor:
+    """A torch sparse CSR ``[rows, cols]`` from CSR arrays (numpy, e.g. a scipy matrix's, or
+    tensors; copied, so read-only memory maps are fine), on ``device``, with int32 indices on
+    the CPU when they fit (see :func:`csr_int32`) and int64 elsewhere."""
+    device = torch.device(device)
+    values = torch.as_tensor(np.asarray(values) if not torch.is_tensor(values) else values)
+    fits = max(shape[0], shape[1], values.numel()) < 2**31
+    index = torch.int32 if device.type == "cpu" and fits else torch.int64
+
+    def ints(a) -> torch.Tensor:
+        return torch.as_tensor(np.array(a) if not torch.is_tensor(a) else a).to(index)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(ints(indptr), ints(indices), values.clone().to(dtype or values.dtype),
+                                       size=tuple(shape), check_invariants=False).to(device)
+
+
 def csr_int32(M: torch.Tensor) -> torch.Tensor:
     """``M`` (sparse CSR) with int32 indices on the CPU when they fit; else ``M`` unchanged.
 
     torch's CPU CSR product (MKL) was as fast or faster with int32 indices than with int64 in
-    most cases of ``bench/bench_roofline.py`` (1.6-2.7x at B = 1 and 16 on 10^6 nodes; within
-    noise at B >= 64; ``bench/results/roofline_cpu.md``), and the indices take half the bytes.
+    most cases of the SpMM benchmark (``bench/bench_spmm.py``, bench/results/roofline_cpu.md),
+    and the indices take half the bytes.
     An operator built with int32 indices once skips this conversion (one pass over them).
     """
     if M.device.type != "cpu" or M.crow_indices().dtype == torch.int32:

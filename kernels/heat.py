@@ -50,12 +50,16 @@ import torch
 from scipy.special import ive
 
 from spectrag.kernels._checks import check_dense_blocks
-from spectrag.kernels.csr import block_diagonal_csr, check_sparse_dtype, csr_int32, use_sparse_blocks
+from spectrag.kernels.csr import (
+    block_diagonal_csr,
+    check_sparse_dtype,
+    csr_int32,
+    use_sparse_blocks,
+)
 
 __all__ = [
     "chebyshev_heat",
     "chebyshev_heat_dense_batched",
-    "chebyshev_heat_lowrank",
     "heat_coefficients",
     "heat_num_terms",
 ]
@@ -316,50 +320,6 @@ def chebyshev_heat(
         torch.addmm(C, Lop, V, beta=-1.0, alpha=alpha, out=C)
 
     Y = _chebyshev_apply(axpm, X2, coeffs, float(lambda_max) / 2.0)
-    return Y.squeeze(1) if squeeze else Y
-
-
-def chebyshev_heat_lowrank(
-    eigenvalues: torch.Tensor,
-    eigenvectors: torch.Tensor,
-    X: torch.Tensor,
-    t: float,
-) -> torch.Tensor:
-    """Heat diffusion through stored eigenpairs: ``U diag(exp(-t lambda)) U^T X``.
-
-    ``eigenvectors`` (``U``, ``[n, m]``) must have orthonormal columns and ``eigenvalues``
-    (``[m]``) the matching eigenvalues of a symmetric ``L``.  The result is *exact only on the
-    span of U*: it equals ``expm(-t L) P X`` with ``P = U U^T``, i.e. the component of ``X``
-    orthogonal to the stored eigenvectors is dropped (not diffused).  With ``m = n`` it is the
-    exact heat kernel.  Cost ``O(n m B)``, two dense GEMMs.
-
-    Returns ``[n, B]`` (or ``[n]`` for a 1-D ``X``) in ``X``'s dtype and device.
-    """
-    t = _check_scalar("t", t, positive=True, allow_zero=True)
-    X2, squeeze = _as_columns(X)
-    for name, T, ndim, want in (
-        ("eigenvalues", eigenvalues, 1, "[m]"),
-        ("eigenvectors", eigenvectors, 2, "[n, m]"),
-    ):
-        if not isinstance(T, torch.Tensor) or T.dim() != ndim:
-            got = tuple(T.shape) if isinstance(T, torch.Tensor) else type(T).__name__
-            raise ValueError(f"{name} must be a {ndim}-D tensor {want}, got {got}")
-    n, m = eigenvectors.shape
-    if eigenvalues.shape[0] != m:
-        raise ValueError(
-            f"shape mismatch: eigenvalues has {eigenvalues.shape[0]} entries but eigenvectors "
-            f"has {m} columns"
-        )
-    if X2.shape[0] != n:
-        raise ValueError(f"shape mismatch: eigenvectors has {n} rows but X has {X2.shape[0]} rows")
-    for name, T in (("eigenvalues", eigenvalues), ("eigenvectors", eigenvectors)):
-        if T.device != X2.device:
-            raise ValueError(f"{name} is on {T.device} but X is on {X2.device}")
-        if not bool(torch.isfinite(T).all()):
-            raise _first_nonfinite(name, T)
-    U = eigenvectors.to(X2.dtype)
-    decay = torch.exp(-t * eigenvalues.to(X2.dtype))
-    Y = U @ (decay.unsqueeze(1) * (U.transpose(0, 1) @ X2))
     return Y.squeeze(1) if squeeze else Y
 
 

@@ -42,7 +42,12 @@ from typing import Optional, Union
 import torch
 
 from spectrag.kernels._checks import check_dense_blocks
-from spectrag.kernels.csr import block_diagonal_csr, check_sparse_dtype, csr_int32, use_sparse_blocks
+from spectrag.kernels.csr import (
+    block_diagonal_csr,
+    check_sparse_dtype,
+    csr_int32,
+    use_sparse_blocks,
+)
 
 __all__ = [
     "PageRankNotConverged",

@@ -15,6 +15,9 @@ from typing import Any
 import click
 import torch
 
+from spectrag.build import build_index
+from spectrag.seed.rrf import reciprocal_rank_fusion
+
 SAMPLE = Path(__file__).resolve().parents[1] / "sample"
 
 
@@ -28,7 +31,6 @@ def sample_questions() -> list[dict[str, Any]]:
 
 def hybrid_search(index, queries: list[str], k: int, depth: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
     """Dense top-``depth`` and BM25 top-``depth`` fused by RRF. Shapes: -> ``[B, k]``."""
-    from spectrag.seed.rrf import reciprocal_rank_fusion
 
     _, dense_ids = index.dense_search(queries, depth)
     _, bm25_ids = index.bm25_search(queries, depth)
@@ -36,7 +38,6 @@ def hybrid_search(index, queries: list[str], k: int, depth: int = 20) -> tuple[t
 
 
 def run_demo(out_dir: Path | None, *, top_k: int = 5, as_json: bool = False) -> list[dict[str, Any]]:
-    from spectrag.build import build_index
 
     questions = sample_questions()
     with tempfile.TemporaryDirectory(prefix="spectrag-demo-") as tmp:

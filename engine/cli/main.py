@@ -121,8 +121,8 @@ def main() -> None:
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
               openie_file: Path | None, overwrite: bool, skip_empty: bool, as_json: bool) -> None:
     """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
-    from spectrag.config import load_config
     from spectrag.build import build_index
+    from spectrag.config import load_config
 
     config = load_config(config_file, preset=preset)
     if openie_file is not None:
@@ -196,7 +196,9 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
                  config_file: Path | None, budget: int | None, batch_size: int, out_file: Path | None,
                  trec_file: Path | None, no_text: bool) -> None:
     """Retrieve a token-budgeted context for every query, in batches."""
-    from spectrag.cli.retrieve import run_queries  # imported on use: `spectrag --help` stays fast
+    from spectrag.cli.retrieve import (
+        run_queries,  # imported on use: `spectrag --help` stays fast
+    )
     from spectrag.config import load_retriever_config
 
     config = load_retriever_config(config_file, **({"mode": mode} if mode else {}))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from spectrag.errors import SpectragError
 from spectrag.cli.queries import iter_queries
 from spectrag.config import RetrieverConfig
+from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever
 from spectrag.store import load_index
 

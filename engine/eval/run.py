@@ -13,7 +13,6 @@ import torch
 from spectrag.eval.score import Run
 
 
-
 def _pad_cat(parts: list[torch.Tensor]) -> torch.Tensor:
     width = max(1, max(p.shape[1] for p in parts))
     return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]), value=-1) for p in parts])

@@ -19,6 +19,7 @@ import torch
 from spectrag.eval import metrics as M
 from spectrag.eval.datasets import Dataset
 from spectrag.eval.gold import GoldSet, chunk_gold, map_gold, unit_table
+from spectrag.index.load import iter_documents
 
 KS = (2, 5, 10, 20)
 METRICS = ("R@2", "R@5", "R@10", "R@20", "MRR", "nDCG@10", "P", "R", "F1")
@@ -90,7 +91,6 @@ def _named(values: torch.Tensor) -> dict[str, float]:
 
 
 def make_scorer(ds: Dataset, index) -> Scorer:
-    from spectrag.index.load import iter_documents
 
     table = unit_table(list(iter_documents(ds.corpus, ds.fmt)), index.chunks, ds.fmt)
     gold = map_gold(ds.questions, table)

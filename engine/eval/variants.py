@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from spectrag.errors import SpectragError
-from spectrag.eval.metrics import paired_bootstrap_ci
 from spectrag.eval.graphs import rebuild_graph, stored_signals, with_graph
+from spectrag.eval.metrics import paired_bootstrap_ci
 from spectrag.eval.run import run_method, with_config
 from spectrag.eval.score import METRICS, Run, Scorer
 

@@ -14,7 +14,7 @@ On a device (a GPU) the same rules run as torch tensors (:func:`expand_torch`): 
 frontier's nodes and sums the contributions per key (``torch.unique`` + ``index_add_``), so the
 work is proportional to the touched entries. Priorities are summed in another order than
 scipy's products, so they can differ from the CPU path in the last float32 bit; pools then
-differ only where two priorities at the cut are that close (tests/expand/test_pool_torch.py).
+differ only where two priorities at the cut are that close (tests/expand/test_expand_pool.py).
 """
 
 from __future__ import annotations

@@ -51,7 +51,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -245,7 +244,7 @@ def _span_entity(text: str, start: int, span: str, out: set[str] | None = None) 
 # Every alternative of _PATTERN starts with a word boundary and a digit or an upper-case letter
 # (months are capitalized), so a match can only start where this class matches. Scanning for
 # the class uses the regex engine's fast charset loop; trying the five alternatives at every
-# position (what ``finditer`` does) was about 5x dearer on English prose.
+# position (what ``finditer`` does) was several times dearer on English prose.
 _START = re.compile(rf"[\d{_UPPER}]")
 
 

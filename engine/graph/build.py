@@ -27,12 +27,15 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from spectrag.config import GraphConfig
 from spectrag.errors import ConfigError, CorpusError
+from spectrag.extract.entities import entity_incidence, extract_entities
+from spectrag.extract.openie import load_openie_entities
 from spectrag.graph import signals as sig
+from spectrag.graph.citations import citation_edges
 from spectrag.graph.fuse import FusedGraph, fuse_signals
 from spectrag.graph.relational import relational_graph
 from spectrag.graph.spectrum import Spectrum, spectral_coordinates
-from spectrag.util import usage
 from spectrag.types import Chunk
+from spectrag.util import usage
 
 FOLDER = "graph"
 
@@ -43,8 +46,6 @@ def _doc_codes(chunks: Sequence[Chunk]) -> np.ndarray:
 
 
 def _entities(chunks: Sequence[Chunk], config: GraphConfig) -> tuple[list[list[str]], dict[str, Any]]:
-    from spectrag.extract.entities import extract_entities
-    from spectrag.extract.openie import load_openie_entities
 
     texts = [c.text for c in chunks]
     if config.entities_file:
@@ -96,8 +97,6 @@ def build_signals(
     """Every enabled edge signal as a directed sparse ``[n, n]`` matrix, and build facts.
     ``makers``: signals built another way (an incremental add updates the stored ones), timed
     and ordered like the others."""
-    from spectrag.graph.citations import citation_edges
-    from spectrag.extract.entities import entity_incidence
 
     n = len(chunks)
     weights = config.signal_weights()

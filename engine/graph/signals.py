@@ -24,6 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from spectrag.index.dense import load_faiss
+
 
 def coo(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, n: int) -> sp.csr_matrix:
     """CSR ``[n, n]`` from edge arrays; duplicate edges keep their largest weight."""
@@ -88,7 +90,6 @@ def knn_index(
 ):
     """The FAISS inner-product index :func:`semantic_edges` searches, over ``embeddings [n, d]``,
     filled tile by tile (a memory-mapped input is read once, never copied whole)."""
-    from spectrag.index.dense import load_faiss  # the project's FAISS loader (install hint, BLAS threshold)
 
     faiss = load_faiss()
 

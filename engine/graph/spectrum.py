@@ -19,7 +19,6 @@ costs one SpMM plus O(n b).
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +26,8 @@ import scipy.sparse as sp
 import torch
 from scipy.sparse.csgraph import connected_components, reverse_cuthill_mckee
 
+from spectrag.index.dense import load_faiss
+from spectrag.kernels.csr import torch_csr
 from spectrag.kernels.lanczos import lanczos_eigsh
 
 SIGMA = 3.0
@@ -53,26 +54,16 @@ class Spectrum:
 
 
 def scipy_to_torch_csr(matrix: sp.csr_matrix, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """CSR tensor of a scipy matrix; int32 indices when they fit (CPU SpMV is faster with them)."""
+    """CSR tensor of a scipy matrix on the CPU (int32 indices when they fit)."""
     matrix = matrix.tocsr()
-    small = max(matrix.shape[0], matrix.nnz) < 2**31 - 1
-    index = np.int32 if small else np.int64
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(
-            torch.from_numpy(matrix.indptr.astype(index)),
-            torch.from_numpy(matrix.indices.astype(index)),
-            torch.from_numpy(matrix.data.astype(np.float64)).to(dtype),
-            size=matrix.shape,
-            check_invariants=False,
-        )
+    return torch_csr(matrix.indptr, matrix.indices, matrix.data.astype(np.float64), matrix.shape, dtype=dtype)
 
 
 def laplacian_csr(weights: sp.spmatrix) -> sp.csr_matrix:
     """``L_sym = I - D^{-1/2} W D^{-1/2}`` in float64 as scipy CSR, with the conventions of
     :func:`spectrag.kernels.laplacian.normalized_laplacian` (an isolated node has an identity row; a
     self-loop counts once in the degree and gives ``L_ii = 1 - W_ii / d_i``). Built with scipy
-    in O(nnz) passes: at 10^6 nodes the torch kernel's coalesce steps took about 40 s.
+    in O(nnz) passes (the torch kernel's coalesce steps dominated at 10^6 nodes).
     Shapes: ``[n, n]`` -> ``[n, n]``."""
     return _laplacian_and_degree(weights)[0]
 
@@ -155,56 +146,22 @@ def _fix_signs(vectors: np.ndarray) -> np.ndarray:
     return vectors * np.where(signs == 0, 1.0, signs)
 
 
-def _nearest(points: torch.Tensor, centers: torch.Tensor, tile: int = 65_536) -> torch.Tensor:
-    """Index of the nearest center per point, in row tiles (memory ``tile * k``).
-
-    ``argmin_c ||x - c||^2 = argmin_c (||c||^2 - 2 x.c)``: one GEMM per tile. ``torch.cdist``
-    took 7 of the 8 minutes of k-means at 10^6 points and 707 centres.
-    """
-    c2 = (centers * centers).sum(dim=1)  # (k,)
-    return torch.cat([
-        torch.addmm(c2, points[lo : lo + tile], centers.T, alpha=-2.0).argmin(dim=1)  # (tile, k) -> (tile,)
-        for lo in range(0, len(points), tile)
-    ])
-
-
-def kmeans(
-    points: torch.Tensor, k: int, *, seed: int = 0, iters: int = 50, max_points_per_center: int = 256
-) -> torch.Tensor:
-    """Lloyd's k-means with k-means++ seeding from a fixed generator.
-
-    With more than ``max_points_per_center * k`` points the centres are fitted on a seeded
-    random sample of that many (FAISS's rule), then every point gets its nearest centre: at
-    10^6 points and 707 centres this is 5x less work per iteration, and ~256 points per
-    centre place it as well.
+def kmeans(points: torch.Tensor, k: int, *, seed: int = 0, iters: int = 50) -> torch.Tensor:
+    """Lloyd's k-means by ``faiss.Kmeans`` (FAISS's random initialization from ``seed``; centres
+    fitted on at most 256 points each, then every point gets its nearest centre). Chosen over
+    an own torch version by bench/results/kmeans_cpu.md (same objective, much faster).
 
     Shapes: points ``[n, m]`` -> labels ``[n]`` (int64).
     """
     n = points.shape[0]
     k = max(1, min(k, n))
-    gen = torch.Generator().manual_seed(seed)
-    everything = points
-    if n > max_points_per_center * k:
-        points = points[torch.randperm(n, generator=gen)[: max_points_per_center * k].sort().values]
-        n = points.shape[0]
-    centers = points[torch.randint(n, (1,), generator=gen)]
-    dist = ((points - centers) ** 2).sum(dim=1)  # squared distance to the nearest centre so far
-    for _ in range(1, k):
-        total = dist.sum()
-        probs = dist / total if total > 0 else torch.full_like(dist, 1.0 / n)
-        nxt = points[torch.multinomial(probs, 1, generator=gen)]
-        centers = torch.cat([centers, nxt])
-        dist = torch.minimum(dist, ((points - nxt) ** 2).sum(dim=1))
-    labels = _nearest(points, centers)
-    for _ in range(iters):
-        sums = torch.zeros_like(centers).index_add_(0, labels, points)
-        counts = torch.bincount(labels, minlength=k).to(points.dtype)
-        centers = torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None], centers)
-        new = _nearest(points, centers)
-        if torch.equal(new, labels):
-            break
-        labels = new
-    return labels if everything is points else _nearest(everything, centers)
+    x = np.ascontiguousarray(points.cpu().numpy(), dtype=np.float32)
+    if k == 1:
+        return torch.zeros(n, dtype=torch.int64)
+    km = load_faiss().Kmeans(x.shape[1], k, niter=iters, seed=seed + 1, max_points_per_centroid=256, verbose=False)
+    km.train(x)
+    _, labels = km.index.search(x, 1)
+    return torch.from_numpy(labels.ravel().astype(np.int64))
 
 
 def spectral_coordinates(
@@ -225,9 +182,8 @@ def spectral_coordinates(
     or ``auto`` (float32 from :data:`FLOAT32_MIN_N` nodes on). ``reorder``: solve on the graph
     relabelled by its reverse Cuthill-McKee order and map the eigenvectors back: the same
     eigenpairs up to sign and rounding, with the SpMV reading the vector more nearly in order.
-    (Measured on the 10^6-chunk synthetic graph: no gain for the single-vector float32 SpMV
-    Lanczos uses, 52 vs 60 ms, whose 4 MB vector stays in cache; 1.6x for a 32-column SpMM;
-    see bench/results/scale_cpu.md.) ``v0``: a warm start ``[n]`` or ``[n, p]`` in the
+    (No gain for the single-vector SpMV Lanczos uses, whose vector stays in cache, on the
+    10^6-chunk synthetic graph; see bench/results/scale_cpu.md.) ``v0``: a warm start ``[n]`` or ``[n, p]`` in the
     original node order (e.g. earlier coordinates).
 
     The report has the solver's facts (``converged``, ``n_matvec``, ``max_residual`` in the

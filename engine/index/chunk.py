@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from spectrag.config import ChunkConfig
 from spectrag.types import Chunk, Document
+from spectrag.util.pool import map_blocks, resolve_workers
 from spectrag.util.tokens import count_tokens, get_encoding
 
 
@@ -251,7 +252,6 @@ def chunk_corpus(
     rather than receive pickled, and the blocks are concatenated in order
     (:func:`spectrag.util.pool.map_blocks`), so the result does not depend on ``workers``.
     """
-    from spectrag.util.pool import map_blocks, resolve_workers
 
     def block(lo: int, hi: int) -> list[Chunk]:
         return [c for doc in docs[lo:hi] for c in chunk_document(doc, config)]

@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sqlite3
+import tempfile
+import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
 from spectrag.config import DEFAULT_MODEL, EmbedConfig
 from spectrag.errors import ConfigError
@@ -50,7 +56,6 @@ def resolve_model_path(model: str) -> Path:
 
 
 def resolve_device(device: str) -> str:
-    import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -149,7 +154,6 @@ class Embedder:
         self.model_path = resolve_model_path(self.config.model)
         self.device = resolve_device(self.config.device)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder never needs the hub
-        import torch
         from sentence_transformers import SentenceTransformer
 
         self.model = SentenceTransformer(str(self.model_path), device=self.device, local_files_only=True)
@@ -215,7 +219,6 @@ class Embedder:
         return out
 
     def _encode_uncached(self, texts: list[str], show_progress: bool) -> np.ndarray:
-        import torch
 
         if not self._fast:
             with torch.inference_mode():
@@ -228,7 +231,6 @@ class Embedder:
                 )
             return np.ascontiguousarray(vectors, dtype=np.float32)
 
-        from tqdm.auto import tqdm
 
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         threads = torch.get_num_threads()
@@ -266,7 +268,6 @@ class Embedder:
         (at most ``batch_size`` rows); each batch is trimmed to its own longest text, which is
         the padding sentence-transformers would give those rows.
         """
-        import torch
 
         mask = features["attention_mask"]
         width = int(mask.shape[1])
@@ -292,9 +293,7 @@ class Embedder:
 
     def _forward(self, batch: dict, tokens: int) -> np.ndarray:
         """One batch -> normalized float32 vectors, timing it to choose the thread count."""
-        import time
 
-        import torch
 
         threads = self._pick_threads(tokens)
         if threads and self._ort is None:
@@ -357,7 +356,6 @@ class Embedder:
     # ---------------------------------------------------------------------- ONNX Runtime
     def _onnx_session(self):
         """ONNX Runtime session on the model's transformer, exported once and verified."""
-        import torch
 
         try:
             import onnxruntime as ort
@@ -380,7 +378,6 @@ class Embedder:
         if self._cache_dir:
             folder = Path(self._cache_dir) / "onnx"
         else:
-            import tempfile
 
             self._tmp_dir = tempfile.mkdtemp(prefix="spectrag-onnx-")
             folder = Path(self._tmp_dir)
@@ -408,9 +405,7 @@ class Embedder:
             fresh = True  # a copy exported by other versions of torch/transformers: export again
 
     def _export_onnx(self, model, probe: dict, path: Path) -> None:
-        import warnings
 
-        import torch
 
         try:
             import onnx  # noqa: F401  (torch's exporter writes through it)
@@ -463,7 +458,6 @@ class Embedder:
         if self.cache is not None:
             self.cache.close()
         if self._tmp_dir is not None:
-            import shutil
 
             shutil.rmtree(self._tmp_dir, ignore_errors=True)
             self._tmp_dir = None

@@ -3,8 +3,8 @@ sources (``openie``, ``extract``) -> ``graph`` (merge entities, relations as arr
 ``build`` (embed) -> ``store`` (``kg/`` in the index directory)."""
 
 from spectrag.kg.build import build_kg
-from spectrag.types import Extraction, Triple
-from spectrag.kg.graph import assemble, KnowledgeGraph
+from spectrag.kg.graph import KnowledgeGraph, assemble
 from spectrag.kg.store import load_kg, save_kg
+from spectrag.types import Extraction, Triple
 
 __all__ = ["Extraction", "KnowledgeGraph", "Triple", "assemble", "build_kg", "load_kg", "save_kg"]

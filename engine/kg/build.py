@@ -21,12 +21,10 @@ import numpy as np
 
 from spectrag.config import KGConfig
 from spectrag.errors import ConfigError
-from spectrag.types import Chunk
-from spectrag.extract.relations import acronym_aliases, extract
-from spectrag.types import Extraction
-from spectrag.kg.graph import assemble, KnowledgeGraph
 from spectrag.extract.openie import load_openie
-
+from spectrag.extract.relations import acronym_aliases, extract
+from spectrag.kg.graph import KnowledgeGraph, assemble
+from spectrag.types import Chunk, Extraction
 
 LLM_MISSING = ("kg.source = 'llm' needs an LLM client, which this version does not have; "
                "use kg.source = 'openie' with an extraction file, or 'extractor'")

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spectrag.errors import IndexFormatError
-from spectrag.kg.graph import check_embeddings, KnowledgeGraph
+from spectrag.kg.graph import KnowledgeGraph, check_embeddings
 
 FOLDER = "kg"
 _REL = ("subject", "object", "predicate", "text", "chunk")

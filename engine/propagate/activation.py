@@ -24,11 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from spectrag.errors import SpectragError
 from spectrag.config import KG_MODES, ActivationConfig
+from spectrag.errors import SpectragError
 from spectrag.kernels.activation import ActivationResult, spreading_activation
 from spectrag.kernels.csr import csr_entries
 from spectrag.kernels.topk import topk_by_row
+
 
 @dataclass
 class KGState:

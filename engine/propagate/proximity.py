@@ -43,7 +43,7 @@ def ppr_proximity(
     out = torch.zeros_like(restart)
     if live.any():
         # float32 iterates reach tol = 1e-8 on pools of a few hundred nodes (L1 rounding ~1e-7
-        # of a unit-mass vector, against the threshold P * tol) at ~1.6x the speed of float64;
+        # of a unit-mass vector, against the threshold P * tol) faster than float64;
         # the columns that do not are redone in float64
         b32, x32, m = blocks[live].float(), restart[live].float(), mask[live]
         result = personalized_pagerank_dense_batched(b32, x32, mask=m, damping=damping, tol=tol, max_iter=200,

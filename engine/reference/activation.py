@@ -1,6 +1,6 @@
 """Plain per-query references for spreading activation (SA-RAG 3.5-3.6): Python dicts, loops
 and numpy dot products, one query at a time. Used by the tests and by
-``bench/bench_activation.py`` (loaded by path there).
+``bench/bench_activation.py``.
 
 * :func:`sync_reference` -- the engine's synchronous update, written out per query:
   ``a_t[j] = min(1, a_0[j] + sum over edges i -> j of w'[e] * a_{t-1}[i])`` on the query's own

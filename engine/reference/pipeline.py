@@ -1,7 +1,7 @@
 """A plain, per-query reference of the whole online pipeline (SpectRAG Algorithm 1), for tests
 and for ``bench/bench_query.py``.
 
-It computes, for ONE query, what :meth:`spectrag.pipeline.Retriever.score_batch` computes
+It computes, for ONE query, what :func:`spectrag.pipeline.run` computes
 for a batch, with Python loops and standard libraries and without any of the batched code
 paths (no ``spectrag.query.*`` function, no ``kernels.*`` kernel except the per-query selection
 reference :func:`spectrag.kernels.select.budget_select_reference`):

@@ -10,7 +10,17 @@ from typing import Union
 
 import torch
 
-from spectrag.kernels.select import _empty_result, _validate, _work_dtype, PHASE_BACKFILL, PHASE_CORE, PHASE_PAD, PHASE_TAIL, SelectParams, SelectResult
+from spectrag.kernels.select import (
+    PHASE_BACKFILL,
+    PHASE_CORE,
+    PHASE_PAD,
+    PHASE_TAIL,
+    SelectParams,
+    SelectResult,
+    _empty_result,
+    _validate,
+    _work_dtype,
+)
 
 
 def budget_select_reference(

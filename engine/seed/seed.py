@@ -10,7 +10,6 @@ fused list; a batch without term counts (query vectors only) seeds with the dens
 
 from __future__ import annotations
 
-import numpy as np
 import scipy.sparse as sp
 import torch
 
@@ -39,17 +38,12 @@ def seed(
     device = vectors.device
     if mode == "bm25" and (terms is None or bm25 is None):
         raise SpectragError("mode 'bm25' needs query texts (term counts) and a BM25 index; got query vectors only")
-    dense_s, dense_i = dense.search(vectors.cpu().numpy(), k_dense)
+    dense_s, dense_i = dense.search_tensors(vectors, k_dense)  # a torch-backend search stays on the device
     if mode == "dense" or terms is None or bm25 is None:
-        return _on(dense_i, device), _on(dense_s, device)
+        return dense_i, dense_s
     bm_s, bm_i = bm25.search_terms(terms, k_bm25, device=device)  # on a GPU: torch sparse products there
+    bm_s, bm_i = torch.from_numpy(bm_s).to(device), torch.from_numpy(bm_i).to(device)
     if mode == "bm25":
-        return _on(bm_i, device), _on(bm_s, device)
-    fused_s, fused_i = reciprocal_rank_fusion(
-        [torch.from_numpy(dense_i), torch.from_numpy(bm_i)], k=rrf_k, top=max(k_dense, k_bm25)
-    )
-    return fused_i.to(device), fused_s.to(device)
-
-
-def _on(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    return torch.from_numpy(a).to(device)
+        return bm_i, bm_s
+    fused_s, fused_i = reciprocal_rank_fusion([dense_i, bm_i], k=rrf_k, top=max(k_dense, k_bm25))
+    return fused_i, fused_s

@@ -13,6 +13,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from tqdm import tqdm
+
 #: below this many items the work runs in this process (starting a pool costs ~0.1 s)
 MIN_ITEMS = 20_000
 MAX_WORKERS = 8
@@ -54,7 +56,6 @@ def map_blocks(
     bounds = [(lo, min(n_items, lo + block)) for lo in range(0, n_items, block)]
     parallel = workers > 1 and len(bounds) > 1 and "fork" in mp.get_all_start_methods()
     if progress:
-        from tqdm import tqdm
 
         def bar(it):
             return tqdm(it, total=len(bounds), desc=f"{progress} ({block} per block)", unit="block")
