@@ -151,7 +151,7 @@ def eval_with_labels(dataset: str, data: str, labels: dict[str, np.ndarray]) -> 
 
 
 def index_points(dataset: str, data: str) -> np.ndarray:
-    from spectrag.eval.runner import cache_folder, find_openie, resolve_index
+    from spectrag.eval.runner import find_openie, resolve_index
     from spectrag.config import IndexConfig, with_openie
     from spectrag.eval.datasets import load_dataset
 

@@ -60,7 +60,8 @@ from _common import (  # noqa: E402  (bench/, no heavy imports)
 T0 = time.perf_counter()
 ensure_spectrag()
 from spectrag.config import BM25Config, RetrieverConfig, SelectConfig  # noqa: E402
-from spectrag.expand.blocks import candidate_blocks_torch  # noqa: E402
+from spectrag.expand.blocks import candidate_blocks  # noqa: E402
+from spectrag.propagate.proximity import heat_proximity, ppr_proximity  # noqa: E402
 from spectrag.expand.pool import expand, expand_torch  # noqa: E402
 from spectrag.index.dense import DenseIndex  # noqa: E402
 from spectrag.index.lexical import BM25Index  # noqa: E402  (bm25s is imported lazily there)
@@ -346,7 +347,7 @@ def stage_checks(dev: torch.device, check) -> None:
         for b in range(cand_cpu.shape[0]):  # reference: one query at a time
             c = cand_cpu[b][cand_cpu[b] >= 0].numpy()
             ref[b, : c.size, : c.size] = W[c][:, c].toarray()
-        out = candidate_blocks_torch(cand_cpu.to(dev), [TorchCSR.from_scipy(W, dev)])[0]
+        out = candidate_blocks(cand_cpu.to(dev), [TorchCSR.from_scipy(W, dev)])[0].dense()
         return float((out.cpu() - torch.from_numpy(ref)).abs().max()), "max abs difference"
 
     def bm25():
@@ -474,17 +475,16 @@ def stage_timings(dev, data, state, batches, left, add) -> None:
         seeds, seed_w = ids[:, :N_SEEDS], s[:, :N_SEEDS] / s[:, :1].clamp(min=1e-30)
         sec, (cand, _) = timed(lambda: expand_torch(seeds, seed_w, W, max_candidates=P), dev)
         add("expand: two hops, P = 200", B, sec)
-        sec, (blocks,) = timed(lambda: candidate_blocks_torch(cand, [W]), dev)
-        add("blocks: induced [B, 200, 200]", B, sec)
+        sec, (blocks,) = timed(lambda: candidate_blocks(cand, [W]), dev)
+        add("blocks: induced subgraphs (sparse BlockGraph)", B, sec, f"{blocks.nnz:,} edges")
         mask = cand >= 0
         x = torch.where(mask, torch.rand(cand.shape, device=dev), torch.zeros((), device=dev))
-        Lb = block_laplacian(blocks)
-        for spmm in ("dense", "sparse"):  # bmm on [B, P, P] vs one block-diagonal CSR
-            sec, _ = timed(lambda: chebyshev_heat_dense_batched(Lb, x, 1.0, mask=mask, spmm=spmm), dev)
-            add(f"diffusion: heat on blocks ({spmm})", B, sec)
-            sec, res = timed(lambda: personalized_pagerank_dense_batched(
-                blocks, x + mask.float() * 1e-3, mask=mask, tol=1e-6, max_iter=200, raise_on_failure=False, spmm=spmm), dev)
-            add(f"diffusion: PPR on blocks ({spmm}, float32)", B, sec, f"{res.n_iter} iterations")
+        for dense in (True, False):  # bmm on [B, P, P] vs one block-diagonal CSR (the engine's stage functions)
+            kind = "dense [B, P, P]" if dense else "sparse"
+            sec, _ = timed(lambda: heat_proximity(blocks, x, mask, 1.0, dense=dense), dev)
+            add(f"propagate: heat on blocks ({kind})", B, sec)
+            sec, _ = timed(lambda: ppr_proximity(blocks, x + mask.float() * 1e-3, mask, dense=dense), dev)
+            add(f"propagate: PPR on blocks ({kind}, float64)", B, sec)
         if not left():
             return
         qk = torch.randn(B, D, device=dev)

@@ -421,6 +421,9 @@ class PropagateConfig(_Checked):
     t: diffusion time of the heat kernel (default: 1.0).
     damping: PPR damping (default: 0.85).
     tol: PPR convergence tolerance, L1 change per node (default: 1e-8).
+    blocks: how the induced subgraphs are applied: ``sparse`` (one block-diagonal CSR: the
+        edges only), ``dense`` (``[B, P, P]`` blocks and ``bmm``) or ``auto``: sparse on the
+        CPU, dense on a GPU (default: auto).
     """
 
     SECTION = "propagate"
@@ -428,6 +431,7 @@ class PropagateConfig(_Checked):
     t: float = opt(1.0, lo=0, lo_open=True)
     damping: float = opt(0.85, lo=0, hi=1, lo_open=True, hi_open=True)
     tol: float = opt(1e-8, lo=0, lo_open=True)
+    blocks: str = opt("auto", choices=("auto", "sparse", "dense"))
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,9 @@ import scipy.sparse as sp
 import torch
 
 from spectrag.config import BASELINE_MODES, GRAPH_MODES, KG_MODES, RetrieverConfig
+from spectrag.kernels.gather import gathered_dot
 from spectrag.errors import SpectragError
-from spectrag.expand.blocks import candidate_blocks_of, candidate_blocks_torch
+from spectrag.expand.blocks import candidate_blocks
 from spectrag.expand.pool import expand, expand_torch
 from spectrag.propagate.activation import ActivationBatch, activate
 from spectrag.propagate.proximity import pool_proximity
@@ -144,22 +145,18 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     else:
         candidates = seeds[:, : ec.max_candidates]
     mask = candidates >= 0
-    emb = state.embeddings[candidates.clamp(min=0)]  # (B, P, d)
-    # a product and a sum over d, not bmm: bmm takes another kernel at B = 1 than at B > 1
-    # (differences of 1e-5), and a query's result must not depend on its batch
-    relevance = (emb * q[:, None, :]).sum(dim=2).masked_fill(~mask, 0.0)
+    relevance = gathered_dot(state.embeddings, candidates, q)  # r = cos(q, c), (B, P); 0 on padding
     proximity = torch.zeros_like(relevance)
     if mode in PROPAGATION_MODES:
         pc, bc = config.propagate, config.bridge
         bridging = bc.rounds > 0 and state.relations is not None
         names = ["weights", "relations"] if bridging else ["weights"]
-        if on_device:
-            blocks, *relation_blocks = candidate_blocks_torch(candidates, [state.torch_graph(g) for g in names])
-        else:
-            blocks, *relation_blocks = candidate_blocks_of(candidates, [getattr(state, g) for g in names])
+        graphs = [state.torch_graph(g) if on_device else getattr(state, g) for g in names]
+        blocks, *relation_blocks = candidate_blocks(candidates, graphs)
         stage("blocks")
+        dense = pc.blocks == "dense" or (pc.blocks == "auto" and state.device.type != "cpu")
         proximity = pool_proximity(mode, blocks, candidates, top, weight, relevance, mask, state.coords,
-                                   t=pc.t, damping=pc.damping, tol=pc.tol)
+                                   t=pc.t, damping=pc.damping, tol=pc.tol, dense=dense)
         if sa is not None:  # combined: (ppr + spectral + activation) / 3
             proximity = (2 * proximity + sa.proximity(candidates)) / 3
         stage("propagate")
@@ -180,8 +177,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     scores = scores.masked_fill(~mask, float("-inf"))
     stage("score")
     select = config.baseline_select if mode in BASELINE_MODES else config.select
-    sel = select_context(scores, proximity, candidates, emb, state.tokens, state.clusters, state.doc_codes,
-                         select, budget=budget)
+    sel = select_context(scores, proximity, candidates, state.embeddings, state.tokens, state.clusters,
+                         state.doc_codes, select, budget=budget)
     stage("select")
     return BatchResult(mode, candidates, scores, relevance, proximity, sel.order, sel.phase, sel.used_tokens,
                        torch.full((len(batch),), budget), stage.seconds, sa)

@@ -42,6 +42,7 @@ from typing import Optional, Union
 import torch
 
 from spectrag.kernels._checks import check_dense_blocks
+from spectrag.kernels.blocks import BlockGraph
 from spectrag.kernels.csr import (
     block_diagonal_csr,
     check_sparse_dtype,
@@ -54,6 +55,7 @@ __all__ = [
     "PageRankResult",
     "RandomWalkOperator",
     "personalized_pagerank",
+    "personalized_pagerank_blocks",
     "personalized_pagerank_dense_batched",
     "random_walk_operator",
 ]
@@ -439,9 +441,19 @@ def personalized_pagerank_dense_batched(
 
         def walk(v: torch.Tensor) -> torch.Tensor:
             return torch.bmm(PT, v)
-    dang = dangling.to(dt).unsqueeze(1)  # [B, 1, P]
+    result = _iterate_blocks(walk, dangling, m, X3, squeeze, damping, tol, max_iter)
+    if not result.converged and raise_on_failure:
+        raise PageRankNotConverged(result, max_iter, tol)
+    return result
 
-    C = X3.shape[2]
+
+def _iterate_blocks(walk, dangling: torch.Tensor, m: torch.Tensor, X3: torch.Tensor, squeeze: bool,
+                    damping: float, tol: float, max_iter: int) -> PageRankResult:
+    """The power iteration of every block at once (networkx's model, see the module docstring):
+    ``walk(x)`` applies ``P^T`` block by block to ``x [B, P, C]``."""
+    Bn, P, C = X3.shape
+    dev, dt = X3.device, X3.dtype
+    dang = dangling.to(dt).unsqueeze(1)  # [B, 1, P]
     nb = m.sum(dim=1)  # [B]
     p = X3 / X3.sum(dim=1, keepdim=True)
     x = (m.to(dt) / nb.clamp_min(1).to(dt).unsqueeze(1)).unsqueeze(2).expand(Bn, P, C).contiguous()
@@ -463,7 +475,7 @@ def personalized_pagerank_dense_batched(
             break
 
     converged = not bool(active.any())
-    result = PageRankResult(
+    return PageRankResult(
         scores=x.squeeze(2) if squeeze else x,
         n_iter=n_iter,
         converged=converged,
@@ -471,6 +483,57 @@ def personalized_pagerank_dense_batched(
         column_converged=(~active).squeeze(1) if squeeze else ~active,
         column_iters=col_iters.squeeze(1) if squeeze else col_iters,
     )
-    if not converged and raise_on_failure:
+
+
+def personalized_pagerank_blocks(
+    blocks: BlockGraph,
+    X: torch.Tensor,
+    *,
+    mask: Optional[torch.Tensor] = None,
+    damping: float = 0.85,
+    tol: float = 1e-8,
+    max_iter: int = 100,
+    raise_on_failure: bool = True,
+) -> PageRankResult:
+    """:func:`personalized_pagerank_dense_batched` on sparse blocks: ``B`` symmetric induced
+    subgraphs as one block-diagonal CSR (:class:`spectrag.kernels.blocks.BlockGraph`), so an
+    iteration costs the blocks' edges, not ``B P^2``. The blocks must be symmetric (undirected
+    graphs, as the engine's): then ``P^T = A D^{-1}`` has the sparsity of ``A``.
+
+    Args:
+        blocks: ``B`` blocks of ``P x P`` non-negative weights.
+        X: ``[B, P]`` restart weights, in the working dtype (float64 reaches ``tol = 1e-8``).
+        mask, damping, tol, max_iter, raise_on_failure: as in
+            :func:`personalized_pagerank_dense_batched`.
+
+    Returns:
+        :class:`PageRankResult` with ``scores [B, P]``.
+    """
+    damping, tol, max_iter = _check_params(damping, tol, max_iter)
+    Bn, P = blocks.batch, blocks.width
+    if not isinstance(X, torch.Tensor) or tuple(X.shape) != (Bn, P) or not X.is_floating_point():
+        raise ValueError(f"X must be a floating [{Bn}, {P}] tensor, got "
+                         f"{tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__}")
+    dev, dt = X.device, X.dtype
+    m = torch.ones(Bn, P, dtype=torch.bool, device=dev) if mask is None else mask.to(torch.bool)
+    if tuple(m.shape) != (Bn, P):
+        raise ValueError(f"mask must be a [{Bn}, {P}] bool tensor, got {tuple(m.shape)}")
+    if blocks.nnz and (not bool(torch.isfinite(blocks.val).all()) or bool((blocks.val < 0).any())):
+        raise ValueError("blocks must have finite, non-negative edge weights")
+    live = m.reshape(-1)
+    keep = live[blocks.src] & live[blocks.col]  # edges between real nodes only
+    vals = torch.where(keep, blocks.val.to(torch.float64), torch.zeros((), dtype=torch.float64, device=dev))
+    deg = torch.zeros(Bn * P, dtype=torch.float64, device=dev).index_add_(0, blocks.src, vals)
+    dangling = ((deg == 0).reshape(Bn, P)) & m
+    inv = torch.where(deg > 0, 1.0 / torch.where(deg > 0, deg, torch.ones_like(deg)), torch.zeros_like(deg))
+    op = blocks.operator((vals * inv[blocks.col]).to(dt))  # P^T[j, i] = A[j, i] / d_i, A symmetric
+    X3 = torch.where(m, X, torch.zeros((), dtype=dt, device=dev)).unsqueeze(2)
+    _check_restart(X3.squeeze(2), 1, "block")
+
+    def walk(v: torch.Tensor) -> torch.Tensor:
+        return torch.sparse.mm(op, v.reshape(Bn * P, -1)).reshape(v.shape)
+
+    result = _iterate_blocks(walk, dangling, m, X3, True, damping, tol, max_iter)
+    if not result.converged and raise_on_failure:
         raise PageRankNotConverged(result, max_iter, tol)
     return result

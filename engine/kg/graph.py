@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spectrag.extract.entities import normalize_entity
-from spectrag.types import Extraction
+from spectrag.types import Extraction, Triple
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Online step 3: proximity of every candidate to its query's seeds, on the induced candidate
-subgraphs (``[B, P, P]`` dense blocks), by three operators:
+subgraphs (:class:`spectrag.kernels.blocks.BlockGraph`: sparse, or as dense ``[B, P, P]`` blocks
+with ``dense=True`` where ``bmm`` is faster), by three operators:
 
 * ``heat``: :math:`\\exp(-t L_{sub})\\, r^+` with :math:`L_{sub}` the normalized Laplacian of the
   block and :math:`r^+` the clipped dense relevance (SpectRAG eq. 17);
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from spectrag.kernels.heat import chebyshev_heat_dense_batched
+from spectrag.kernels.blocks import BlockGraph
+from spectrag.kernels.heat import chebyshev_heat_blocks, chebyshev_heat_dense_batched
 from spectrag.kernels.laplacian import block_laplacian
-from spectrag.kernels.pagerank import personalized_pagerank_dense_batched
+from spectrag.kernels.pagerank import personalized_pagerank_blocks, personalized_pagerank_dense_batched
 
 
 def _scale(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -25,37 +27,32 @@ def _scale(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(peak > 0, x / peak.clamp(min=1e-30), torch.zeros_like(x))
 
 
-def heat_proximity(blocks: torch.Tensor, relevance: torch.Tensor, mask: torch.Tensor, t: float) -> torch.Tensor:
-    """Shapes: blocks ``[B, P, P]``, relevance/mask ``[B, P]`` -> ``[B, P]`` in [0, 1]."""
+def heat_proximity(blocks: BlockGraph, relevance: torch.Tensor, mask: torch.Tensor, t: float, *,
+                   dense: bool = False) -> torch.Tensor:
+    """Shapes: ``B`` blocks, relevance/mask ``[B, P]`` -> ``[B, P]`` in [0, 1]."""
     x = torch.where(mask, relevance.clamp(min=0), torch.zeros_like(relevance))
-    return _scale(chebyshev_heat_dense_batched(block_laplacian(blocks), x, t, mask=mask), mask)
+    if dense:
+        return _scale(chebyshev_heat_dense_batched(block_laplacian(blocks.dense()), x, t, mask=mask), mask)
+    return _scale(chebyshev_heat_blocks(blocks, x, t, mask=mask), mask)
 
 
-def ppr_proximity(
-    blocks: torch.Tensor, restart: torch.Tensor, mask: torch.Tensor, *, damping: float = 0.85, tol: float = 1e-8
-) -> torch.Tensor:
-    """Shapes: blocks ``[B, P, P]``, restart/mask ``[B, P]`` (restart > 0 on seeds) -> ``[B, P]``."""
+def ppr_proximity(blocks: BlockGraph, restart: torch.Tensor, mask: torch.Tensor, *, damping: float = 0.85,
+                  tol: float = 1e-8, dense: bool = False) -> torch.Tensor:
+    """Shapes: ``B`` blocks, restart/mask ``[B, P]`` (restart > 0 on seeds) -> ``[B, P]``.
+
+    Iterated in float64: ``tol = 1e-8`` is the L1 change per node (networkx's test, which the
+    reference uses), below float32's rounding of a unit-mass vector of a few hundred nodes.
+    """
     restart = torch.where(mask, restart, torch.zeros_like(restart))
     empty = restart.sum(dim=1) <= 0
     restart = torch.where(empty[:, None] & mask, torch.ones_like(restart), restart)  # no seed: uniform
-    restart = torch.where(mask, restart, torch.zeros_like(restart))
-    live = mask.any(dim=1)
-    out = torch.zeros_like(restart)
-    if live.any():
-        # float32 iterates reach tol = 1e-8 on pools of a few hundred nodes (L1 rounding ~1e-7
-        # of a unit-mass vector, against the threshold P * tol) faster than float64;
-        # the columns that do not are redone in float64
-        b32, x32, m = blocks[live].float(), restart[live].float(), mask[live]
-        result = personalized_pagerank_dense_batched(b32, x32, mask=m, damping=damping, tol=tol, max_iter=200,
-                                                     raise_on_failure=False)
-        scores = result.scores.double()
-        redo = ~result.column_converged
-        if redo.any():
-            again = personalized_pagerank_dense_batched(b32[redo].double(), x32[redo].double(), mask=m[redo],
-                                                        damping=damping, tol=tol, max_iter=200)
-            scores[redo] = again.scores
-        out[live] = scores.to(out.dtype)
-    return _scale(out, mask)
+    restart = torch.where(mask, restart, torch.zeros_like(restart)).double()
+    if dense:
+        scores = personalized_pagerank_dense_batched(blocks.dense().double(), restart, mask=mask, damping=damping,
+                                                     tol=tol, max_iter=200).scores
+    else:
+        scores = personalized_pagerank_blocks(blocks, restart, mask=mask, damping=damping, tol=tol, max_iter=200).scores
+    return _scale(scores.to(torch.float32), mask)
 
 
 def spectral_proximity(coords: torch.Tensor, candidates: torch.Tensor, seeds: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -80,7 +77,7 @@ def seed_restart(candidates: torch.Tensor, seeds: torch.Tensor, seed_weights: to
 
 def pool_proximity(
     mode: str,
-    blocks: torch.Tensor,
+    blocks: BlockGraph,
     candidates: torch.Tensor,
     seeds: torch.Tensor,
     seed_weights: torch.Tensor,
@@ -91,13 +88,15 @@ def pool_proximity(
     t: float = 1.0,
     damping: float = 0.85,
     tol: float = 1e-8,
+    dense: bool = False,
 ) -> torch.Tensor:
     """The proximity of a graph mode: ``heat``, ``ppr``, or ``spectral`` / ``combined`` (the
     mean of PPR and spectral proximity). Shapes: ``[B, P, P]`` blocks, ``[B, P]`` pools,
     ``[B, S]`` seeds -> ``[B, P]`` in [0, 1]."""
     if mode == "heat":
-        return heat_proximity(blocks, relevance, mask, t)
-    ppr = ppr_proximity(blocks, seed_restart(candidates, seeds, seed_weights), mask, damping=damping, tol=tol)
+        return heat_proximity(blocks, relevance, mask, t, dense=dense)
+    ppr = ppr_proximity(blocks, seed_restart(candidates, seeds, seed_weights), mask, damping=damping, tol=tol,
+                        dense=dense)
     if mode == "ppr":
         return ppr
     spec = spectral_proximity(coords, candidates, seeds, mask)

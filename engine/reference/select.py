@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Union
+from typing import Optional, Union
 
+import numpy as np
 import torch
 
 from spectrag.kernels.select import (
@@ -33,6 +34,7 @@ def budget_select_reference(
     docs: torch.Tensor,
     *,
     budget: Union[int, torch.Tensor],
+    ids: Optional[torch.Tensor] = None,
     core_size: int = 0,
     a: float = 1.0,
     b: float = 0.0,
@@ -49,6 +51,8 @@ def budget_select_reference(
     lists and selected with explicit loops (dot products as Python sums).  Used by the tests as
     the independent reference and by ``bench/bench_select.py`` as the baseline.
     """
+    if ids is not None:  # embeddings is the [n, d] table of the candidates' rows
+        embeddings = embeddings[ids.clamp(min=0)]
     cfg = SelectParams(core_size, a, b, c, d, lam, rho, precision_floor, backfill)
     inp = _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget)
     B, P = scores.shape
@@ -85,7 +89,7 @@ def budget_select_reference(
             seen_docs.add(dc[i])
             ei = emb[i]
             for j in ids:
-                dot = sum(map(operator.mul, emb[j], ei))
+                dot = float(np.float32(sum(map(operator.mul, emb[j], ei))))  # as the kernel: rounded to float32
                 if dot > red[j]:
                     red[j] = dot
 

@@ -14,7 +14,7 @@ title mention / citation, section, adjacency, utility; not semantic kNN) in [0, 
 round a chunk scores at most the weighted mean of its best linked seed and itself, so a chunk
 the query does not match at all (small ``r_c``) is not lifted above its seed, and ``gamma``
 makes weak links count less. ``rounds`` > 1 follows longer paths (three- and four-hop
-questions). It is a one-line semiring product over the ``[B, P, P]`` relational blocks: no
+questions). It is a max-plus product over the edges of the sparse relational blocks: no
 per-query loop, and scores never decrease, so the dense top stays where it was unless a
 bridged chunk overtakes it.
 """
@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import torch
 
+from spectrag.kernels.blocks import BlockGraph
+from spectrag.kernels.csr import csr_entries
 from spectrag.kernels.topk import positions_by_score_then_id
 
 
 def bridge_relevance(
-    blocks: torch.Tensor,
+    relations: BlockGraph,
     relevance: torch.Tensor,
     candidates: torch.Tensor,
     *,
@@ -39,7 +41,8 @@ def bridge_relevance(
     """Bridged relevance ``x [B, P]`` (see the module docstring).
 
     Args:
-        blocks: relational weights of each pool's induced subgraph in [0, 1] (``[B, P, P]``).
+        relations: the relational graph of each pool's induced subgraph, weights in [0, 1]
+            (:class:`spectrag.kernels.blocks.BlockGraph`, ``B`` blocks of ``P x P``).
         relevance: the candidates' own relevance ``r`` (``[B, P]``).
         candidates: chunk ids, -1 on padding (``[B, P]``); ties in the top-``m`` go to the
             smaller id.
@@ -48,21 +51,28 @@ def bridge_relevance(
         gamma: penalty per unit of missing link weight (default: 0.05).
         rounds: hops of bridging (default: 1).
 
+    Per round only the edges leaving the ``m`` source rows are read (a CSR slice) and each
+    target keeps its best bridged score (``scatter_reduce`` amax): no ``[B, P, P]`` work.
     Shapes: -> ``[B, P]`` in relevance's dtype; padding keeps its input value.
     """
     mask = candidates >= 0
     x = relevance
-    if rounds < 1 or sources < 1 or blocks.shape[1] == 0:
+    batch, p = relevance.shape
+    if rounds < 1 or sources < 1 or p == 0:
         return x
-    target = (lam * relevance).masked_fill(~mask, float("-inf"))[:, None, :]  # (B, 1, P)
-    p = blocks.shape[1]
+    target = (lam * relevance).masked_fill(~mask, float("-inf")).reshape(-1)  # (B P,)
     m = min(sources, p)
+    rows = torch.arange(batch, device=relevance.device)[:, None] * p
+    weight = relations.val.to(relevance.dtype)
     for _ in range(rounds):
         key = x.masked_fill(~mask, float("-inf"))
         order = positions_by_score_then_id(key, candidates, m)  # (B, m)
-        # only the m source rows: the other P - m rows of a [B, P, P] product would be masked out
-        w = blocks.gather(1, order[:, :, None].expand(-1, -1, p)).to(relevance.dtype)  # (B, m, P)
-        via = (1.0 - lam) * x.gather(1, order)[:, :, None] + target - gamma * (1.0 - w)  # (B, m_src, P_dst)
-        via = via.masked_fill(~((w > 0) & mask.gather(1, order)[:, :, None]), float("-inf"))
-        x = torch.where(mask, torch.maximum(x, via.amax(dim=1)), x)
+        source = (rows + order)[mask.gather(1, order)]  # flat slots of the real sources
+        owner, pos = csr_entries(relations.crow, source)  # their edges, in CSR order
+        w = weight[pos]
+        via = (1.0 - lam) * x.reshape(-1)[source][owner] + target[relations.col[pos]] - gamma * (1.0 - w)
+        via = via.masked_fill(~(w > 0), float("-inf"))
+        best = torch.full((batch * p,), float("-inf"), dtype=x.dtype, device=x.device)
+        best = best.scatter_reduce(0, relations.col[pos], via, reduce="amax", include_self=True).reshape(batch, p)
+        x = torch.where(mask, torch.maximum(x, best), x)
     return x

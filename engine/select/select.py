@@ -20,7 +20,7 @@ def select_context(
     scores: torch.Tensor,
     proximity: torch.Tensor,
     candidates: torch.Tensor,
-    embeddings: torch.Tensor,
+    chunk_embeddings: torch.Tensor,
     tokens: torch.Tensor,
     clusters: torch.Tensor,
     doc_codes: torch.Tensor,
@@ -29,10 +29,10 @@ def select_context(
     budget: int | torch.Tensor,
 ) -> SelectResult:
     """Selection over each query's pool. Shapes: ``scores/proximity/candidates [B, P]`` (ids
-    -1 padded, scores -inf there), ``embeddings [B, P, d]`` (the pool's), ``tokens/clusters/
-    doc_codes [n]`` (every chunk's) -> :class:`SelectResult` with positions into the pool."""
+    -1 padded, scores -inf there), ``chunk_embeddings [n, d]``, ``tokens/clusters/doc_codes
+    [n]`` (every chunk's) -> :class:`SelectResult` with positions into the pool."""
     mask = candidates >= 0
     ids = candidates.clamp(min=0)
     finite = torch.where(mask, scores, torch.zeros_like(scores))
-    return budget_select(finite, proximity, tokens[ids].masked_fill(~mask, 1), mask, embeddings,
-                         clusters[ids], doc_codes[ids], budget=budget, **asdict(config))
+    return budget_select(finite, proximity, tokens[ids].masked_fill(~mask, 1), mask, chunk_embeddings,
+                         clusters[ids], doc_codes[ids], budget=budget, ids=ids, **asdict(config))

@@ -504,3 +504,24 @@ def test_device_equals_cpu(device):
         rc = budget_select(**on_device, **{**cfg, "budget": budget.to(device) if torch.is_tensor(budget) else budget})
         assert rc.order.device.type == device.type
         assert_same(to_cpu(rc), r)
+
+
+def test_table_and_ids_equal_gathered_embeddings(device):
+    """``embeddings`` as the [n, d] table with ``ids``: the same selection as the gathered rows."""
+    rng = np.random.default_rng(5)
+    for seed in range(20):
+        case = make_case(seed, 6, 25, ties=bool(seed % 2))
+        n = 40
+        table = torch.randn(n, case["embeddings"].shape[2], dtype=case["embeddings"].dtype)
+        table = table / table.norm(dim=1, keepdim=True)
+        ids = torch.from_numpy(rng.integers(0, n, size=case["scores"].shape))
+        gathered = {**case, "embeddings": table[ids]}
+        cfg, budget = random_config(rng, case)
+        kw = {**cfg, "budget": budget}
+        want = budget_select(**gathered, **kw)
+        got = budget_select(**{k: v.to(device) for k, v in {**case, "embeddings": table}.items()},
+                            **{**kw, "budget": budget.to(device) if torch.is_tensor(budget) else budget},
+                            ids=ids.to(device))
+        assert_same(SelectResult(*(t.cpu() if isinstance(t, torch.Tensor) else t for t in (
+            got.order, got.selected, got.used_tokens, got.phase, got.utility, got.n_steps))), want)
+        assert_same(budget_select_reference(**{**case, "embeddings": table}, **kw, ids=ids), want)

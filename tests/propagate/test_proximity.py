@@ -1,12 +1,17 @@
-"""ppr_proximity (spectrag.propagate.proximity): its float32 path, on the ``device`` fixture's
-devices, against float64 PPR on the CPU, and its float64 redo of columns that do not converge
-in float32."""
+"""The proximities of spectrag.propagate.proximity on the sparse blocks, on the ``device``
+fixture's devices, against dense float64 kernels on the CPU: PPR (sparse and dense paths) and
+heat (against scipy's expm per block)."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+import scipy.linalg
 import torch
 
 import spectrag.propagate.proximity as propagate
+from spectrag.kernels.blocks import BlockGraph
+from spectrag.kernels.laplacian import block_laplacian
 from spectrag.kernels.pagerank import personalized_pagerank_dense_batched
 
 
@@ -16,6 +21,7 @@ def random_blocks(seed: int, batch: int = 6, p: int = 50):
     w = torch.maximum(w, w.transpose(1, 2))
     mask = torch.ones(batch, p, dtype=torch.bool)
     mask[1, -9:] = False
+    w = w.masked_fill(~(mask[:, :, None] & mask[:, None, :]), 0.0)
     restart = torch.zeros(batch, p)
     restart[:, :5] = torch.rand(batch, 5, generator=g)
     return w, restart, mask
@@ -27,29 +33,24 @@ def float64_proximity(w, restart, mask):
     return x / x.amax(dim=1, keepdim=True)
 
 
-def test_float32_path_matches_float64(device):
+@pytest.mark.parametrize("dense", [False, True])
+def test_ppr_proximity_matches_float64_dense_kernel(device, dense):
     for seed in range(3):
         w, restart, mask = random_blocks(seed)
-        got = propagate.ppr_proximity(w.to(device), restart.to(device), mask.to(device)).cpu()
-        torch.testing.assert_close(got.double(), float64_proximity(w, restart, mask), rtol=0, atol=1e-5)
+        blocks = BlockGraph.from_dense(w.to(device))
+        got = propagate.ppr_proximity(blocks, restart.to(device), mask.to(device), dense=dense).cpu()
+        torch.testing.assert_close(got.double(), float64_proximity(w, restart, mask), rtol=0, atol=1e-6)
 
 
-def test_unconverged_float32_columns_are_redone_in_float64(monkeypatch, device):
-    w, restart, mask = random_blocks(5)
-    calls = []
-
-    def flaky(blocks, x, **kw):
-        calls.append(blocks.dtype)
-        if blocks.dtype == torch.float32:  # pretend column 2 stalled in float32
-            res = personalized_pagerank_dense_batched(blocks, x, **{**kw, "raise_on_failure": False})
-            flags = res.column_converged.clone()
-            flags[2] = False
-            scores = res.scores.clone()
-            scores[2] = 0.0
-            return type(res)(scores, res.n_iter, False, res.residual, flags, res.column_iters)
-        return personalized_pagerank_dense_batched(blocks, x, **kw)
-
-    monkeypatch.setattr(propagate, "personalized_pagerank_dense_batched", flaky)
-    got = propagate.ppr_proximity(w.to(device), restart.to(device), mask.to(device)).cpu()
-    assert calls == [torch.float32, torch.float64]
-    torch.testing.assert_close(got.double(), float64_proximity(w, restart, mask), rtol=0, atol=1e-5)
+@pytest.mark.parametrize("dense", [False, True])
+def test_heat_proximity_matches_expm_per_block(device, dense):
+    w, _, mask = random_blocks(4)
+    rel = torch.rand(w.shape[0], w.shape[1], generator=torch.Generator().manual_seed(1)).masked_fill(~mask, 0.0)
+    got = propagate.heat_proximity(BlockGraph.from_dense(w.to(device)), rel.to(device), mask.to(device), 0.7,
+                                   dense=dense).cpu().double()
+    L = block_laplacian(w.double())
+    want = torch.stack([torch.from_numpy(scipy.linalg.expm(-0.7 * L[b].numpy()) @ rel[b].double().numpy())
+                        for b in range(w.shape[0])]).masked_fill(~mask, 0.0)
+    want = want / want.amax(dim=1, keepdim=True)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    assert np.isfinite(got.numpy()).all()

@@ -1,12 +1,19 @@
-"""Bridged relevance (spectrag.rescore.bridge) against a per-query Python loop on random pools, on
-the ``device`` fixture's devices (the loop on the CPU; float64 on any device, same tolerance)."""
+"""Bridged relevance (spectrag.rescore.bridge, on sparse blocks) against a per-query Python loop
+on random dense pools, on the ``device`` fixture's devices (the loop on the CPU; float64 on any
+device, same tolerance)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from spectrag.rescore.bridge import bridge_relevance
+from spectrag.kernels.blocks import BlockGraph
+from spectrag.rescore.bridge import bridge_relevance as _bridge
+
+
+def bridge_relevance(blocks, relevance, candidates, **kw):
+    """The stage on the sparse form of dense test blocks."""
+    return _bridge(BlockGraph.from_dense(blocks), relevance, candidates, **kw)
 
 
 def loop_reference(blocks, relevance, candidates, *, sources, lam, gamma, rounds):
