@@ -366,13 +366,14 @@ def budget_select(
     uniq, inverse = torch.unique(tok_k, return_inverse=True)
     length_norm = (uniq.to(work) ** cfg.rho)[inverse]  # bit-identical for equal lengths
 
-    # running state (coverage and redundancy over K; selection and budget over the pool)
-    selected = torch.zeros((B, P), dtype=torch.bool, device=device)
-    taken_k = torch.zeros((B, kw), dtype=torch.bool, device=device)
+    # running state: budget and the record of picks over the pool; coverage, redundancy and the
+    # open set over K. Coverage is kept as the term it adds to the utility (c while a cluster is
+    # unseen, else 0: the same bits as c * ClusterGain)
     remaining = inp.budget.clone()  # (B,)
     red = torch.zeros((B, kw), dtype=work, device=device)  # running max(0, max cos)
-    cluster_seen = torch.zeros((B, kw), dtype=torch.bool, device=device)
-    doc_seen = torch.zeros((B, kw), dtype=torch.bool, device=device)
+    c_term = torch.full((B, kw), cfg.c, dtype=work, device=device)
+    d_term = torch.full((B, kw), cfg.d, dtype=work, device=device)
+    open_k = floor_k.clone()  # tail candidates not yet taken
     count = torch.zeros(B, dtype=torch.int64, device=device)
     # one spare column (index P) absorbs the writes of queries that do not pick in a step
     order = torch.full((B, P + 1), -1, dtype=torch.int64, device=device)
@@ -380,22 +381,21 @@ def budget_select(
     utility = torch.full((B, P + 1), math.nan, dtype=work, device=device)
     sink = torch.full((B,), P, dtype=torch.int64, device=device)
 
-    def record(pick: torch.Tensor, act: torch.Tensor, ph: int, value: torch.Tensor) -> None:
-        """Record positions ``pick [B]`` for the queries in ``act``; update selection and budget."""
+    def record(pos: torch.Tensor, act: torch.Tensor, ph: torch.Tensor, value: torch.Tensor) -> None:
+        """Record positions ``pos [B, 1]`` for the queries in ``act [B]``; charge the budget."""
         col = torch.where(act, count, sink).unsqueeze(1)
-        order.scatter_(1, col, pick.unsqueeze(1))
-        phase.scatter_(1, col, torch.full_like(col, ph, dtype=torch.int8))
-        utility.scatter_(1, col, value.unsqueeze(1))
-        count.add_(act.to(torch.int64))
-        selected[rows[act], pick[act]] = True
-        remaining.sub_(torch.where(act, tok.gather(1, pick.unsqueeze(1)).squeeze(1), 0))
+        order.scatter_(1, col, pos)
+        phase.scatter_(1, col, ph)
+        utility.scatter_(1, col, value)
+        count.add_(act)
+        remaining.sub_(torch.where(act, tok.gather(1, pos).squeeze(1), 0))
 
-    def cover(kpick: torch.Tensor, act: torch.Tensor) -> None:
-        """Cluster and document coverage of the picks ``kpick [B]`` (indices into K)."""
-        act_col = act.unsqueeze(1)
-        taken_k[rows[act], kpick[act]] = True
-        cluster_seen.logical_or_(act_col & (clusters_k == clusters_k.gather(1, kpick.unsqueeze(1))))
-        doc_seen.logical_or_(act_col & (docs_k == docs_k.gather(1, kpick.unsqueeze(1))))
+    def cover(kp: torch.Tensor, act_col: torch.Tensor | None) -> None:
+        """Coverage of the picks ``kp [B, 1]`` (into K), for the rows in ``act_col`` (all: None)."""
+        same_c = clusters_k == clusters_k.gather(1, kp)
+        same_d = docs_k == docs_k.gather(1, kp)
+        c_term.masked_fill_(same_c if act_col is None else same_c & act_col, 0.0)
+        d_term.masked_fill_(same_d if act_col is None else same_d & act_col, 0.0)
 
     def k_rows(group: torch.Tensor, width: int) -> torch.Tensor:  # (g, width, d)
         pos = k_pos[group, :width]
@@ -405,41 +405,47 @@ def budget_select(
 
     gram = _k_gram(k_rows, k_real, k_count) if cfg.lam != 0.0 else None  # (B, kw, kw)
 
-    def update_red(kpicks: torch.Tensor, act: torch.Tensor) -> None:
-        """``red = max(red, cos(K, picks))`` for the picks ``[B, m]`` (into K) flagged in ``act``."""
-        if gram is None:  # Red only enters as lam * Red
-            return
-        cos = gram[rows.unsqueeze(1), kpicks]  # (B, m, kw)
-        cos = torch.where(act.unsqueeze(2), cos, 0.0).amax(1).to(work)  # red >= 0: non-picks leave it unchanged
-        torch.maximum(red, cos, out=red)
-
     # (1) protected core: top core_size by s, each taken only if it fits
     if n_core:
         core_real = valid.gather(1, core)
+        core_k = to_k.gather(1, core).clamp(min=0)  # the core is in K
         took = torch.zeros((B, n_core), dtype=torch.bool, device=device)
+        ph_core = torch.full((B, 1), PHASE_CORE, dtype=torch.int8, device=device)
         for j in range(n_core):
-            pick = core[:, j]
-            act = core_real[:, j] & (tok.gather(1, pick.unsqueeze(1)).squeeze(1) <= remaining)
+            pos = core[:, j : j + 1]
+            act = core_real[:, j] & (tok.gather(1, pos).squeeze(1) <= remaining)
             took[:, j] = act
-            record(pick, act, PHASE_CORE, s.gather(1, pick.unsqueeze(1)).squeeze(1))
-            cover(to_k.gather(1, pick.unsqueeze(1)).squeeze(1).clamp(min=0), act)
-        # core picks do not look at Red, so its update for all of them is one product
-        update_red(to_k.gather(1, core).clamp(min=0), took)
+            record(pos, act, ph_core, s.gather(1, pos))
+            cover(core_k[:, j : j + 1], act.unsqueeze(1))
+        taken = torch.zeros((B, kw), dtype=torch.int64, device=device).scatter_add_(1, core_k, took.to(torch.int64))
+        open_k &= taken == 0  # (scatter_add: core_k repeats where a query has fewer real chunks than the core)
+        if gram is not None:  # core picks do not look at Red: one update for all of them
+            cos = torch.where(took.unsqueeze(2), gram[rows.unsqueeze(1), core_k], 0.0)  # (B, n_core, kw)
+            torch.maximum(red, cos.amax(1).to(work), out=red)
 
-    # (2) tail greedy over K with the precision floor, one pick per query per step
+    # (2) tail greedy over K with the precision floor, one pick per query per step. A query
+    # whose open set is empty never picks again (the set only shrinks), so the updates below may
+    # touch its state freely.
     n_tail = torch.zeros(B, dtype=torch.int64, device=device)
+    ph_tail = torch.full((B, 1), PHASE_TAIL, dtype=torch.int8, device=device)
     while True:
-        tail_ok = floor_k & ~taken_k & (tok_k <= remaining.unsqueeze(1))  # (B, kw)
-        act = tail_ok.any(1)  # once False for a query it stays False (the feasible set only shrinks)
+        open_k &= tok_k <= remaining.unsqueeze(1)  # (B, kw)
+        act = open_k.any(1)
         if not bool(act.any()):
             break
-        gain = base + cfg.c * (~cluster_seen).to(work) + cfg.d * (~doc_seen).to(work) - cfg.lam * red
-        key = gain / length_norm  # (B, kw)
-        kpick = torch.where(tail_ok, key, neg_inf).argmax(1)  # first max: smaller position
-        record(k_pos.gather(1, kpick.unsqueeze(1)).squeeze(1), act, PHASE_TAIL, key.gather(1, kpick.unsqueeze(1)).squeeze(1))
-        cover(kpick, act)
-        update_red(kpick.unsqueeze(1), act.unsqueeze(1))
-        n_tail.add_(act.to(torch.int64))
+        key = (base + c_term + d_term - cfg.lam * red) / length_norm  # the reference's order of operations
+        kp = torch.where(open_k, key, neg_inf).argmax(1, keepdim=True)  # first max: smaller position
+        record(k_pos.gather(1, kp), act, ph_tail, key.gather(1, kp))
+        open_k.scatter_(1, kp, False)
+        cover(kp, None)
+        if gram is not None:
+            torch.maximum(red, gram[rows, kp.squeeze(1)].to(work), out=red)
+        n_tail.add_(act)
+
+    picked = order[:, :P]  # (column P is the sink)
+    hits = torch.zeros((B, P + 1), dtype=torch.int64, device=device)
+    hits.scatter_add_(1, torch.where(picked >= 0, picked, P), torch.ones_like(picked))
+    selected = hits[:, :P] > 0  # core and tail picks
 
     # (3) backfill by descending s, what fits in score order. A chunk that does not fit now
     # never will (the budget only shrinks), and among those that do, the picks are the longest
@@ -463,7 +469,7 @@ def budget_select(
             open_ &= ~take
             remaining.sub_(torch.where(take, cand_tok, 0).sum(1))
         n_back = took.sum(1)
-        slot = torch.where(took, count.unsqueeze(1) + torch.cumsum(took.to(torch.int64), 1) - 1, P)  # sink: P
+        slot = torch.where(took, count.unsqueeze(1) + torch.cumsum(took, 1) - 1, P)  # sink: P
         order.scatter_(1, slot, cand)
         phase.scatter_(1, slot, torch.full_like(slot, PHASE_BACKFILL, dtype=torch.int8))
         utility.scatter_(1, slot, s.gather(1, cand))

@@ -23,10 +23,11 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from spectrag.kernels.csr import TorchCSR, csr_entries
+from spectrag.kernels.csr import TorchCSR, csr_entries, torch_csr
 from spectrag.kernels.topk import topk_by_row, topk_sparse_rows
 
 SEED_BONUS = 2.0
+DENSE_MAX = 1 << 24  # B * n up to which the walk mass is a dense block (128 MB of float64)
 
 
 def seed_matrix(seed_ids: torch.Tensor, seed_weights: torch.Tensor, n: int) -> sp.csr_matrix:
@@ -61,6 +62,8 @@ def expand(
         -> candidate ids ``[B, P']`` (int64, -1 padded, ``P' = min(P, n)``) and priorities ``[B, P']``.
     """
     n = weights.shape[0]
+    if seed_ids.shape[0] * n <= DENSE_MAX:
+        return _expand_dense(seed_ids, seed_weights, weights, max_candidates=max_candidates, hops=hops)
     seeds = seed_matrix(seed_ids, seed_weights, n)
     reach = sp.csr_matrix(seeds.shape, dtype=np.float32)
     frontier = seeds
@@ -79,6 +82,38 @@ def expand(
     priority.eliminate_zeros()
     ids, vals = _top_per_row(priority, min(max_candidates, n))
     return torch.from_numpy(ids).to(seed_ids.device), torch.from_numpy(vals).to(seed_ids.device)
+
+
+def _expand_dense(seed_ids: torch.Tensor, seed_weights: torch.Tensor, weights: sp.csr_matrix, *,
+                  max_candidates: int, hops: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`expand` with the walk mass as a dense ``[n, B]`` block, for corpora where ``B n`` is
+    small: two SpMMs with ``W`` (symmetric, so ``F W = (W F^T)^T``) summed in float64, and one
+    sort per row; no sparse-matrix algebra, whose canonical-format sorts cost more than the
+    products there."""
+    n, batch = weights.shape[0], seed_ids.shape[0]
+    w = torch_csr(weights.indptr, weights.indices, weights.data, weights.shape, dtype=torch.float64)
+    ok = seed_ids >= 0
+    cols = torch.arange(batch).unsqueeze(1).expand_as(seed_ids)
+    front = torch.zeros(n, batch, dtype=torch.float64)
+    front.index_put_((seed_ids[ok].cpu(), cols[ok]), seed_weights.cpu()[ok].to(torch.float64), accumulate=True)
+    is_seed = torch.zeros(n, batch, dtype=torch.bool)
+    is_seed[seed_ids[ok].cpu(), cols[ok]] = True
+    seeds = front.clone()
+    reach = torch.zeros(n, batch, dtype=torch.float64)
+    for hop in range(hops):
+        front = torch.sparse.mm(w, front)
+        reach += (0.5**hop) * front
+    # float32 priorities as the sparse path makes them (reach rounded to float32, times the
+    # float32 reciprocal of the row peak), so both paths cut at the same chunks
+    reach = reach.to(torch.float32)
+    peak = reach.amax(dim=0, keepdim=True).to(torch.float64)
+    inv = (1.0 / torch.where(peak > 0, peak, torch.ones_like(peak))).to(torch.float32)
+    priority = torch.where(is_seed, (seeds.to(torch.float32) + SEED_BONUS), reach * inv).T  # (B, n)
+    p = min(max_candidates, n)
+    vals, ids = torch.sort(priority, dim=1, descending=True, stable=True)  # ties: the smaller id
+    vals, ids = vals[:, :p], ids[:, :p]
+    ids = ids.masked_fill(vals <= 0, -1)  # unreached chunks are not candidates
+    return ids.to(seed_ids.device), vals.masked_fill(vals <= 0, 0.0).to(seed_ids.device)
 
 
 def _sum_by_key(keys: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

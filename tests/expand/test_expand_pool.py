@@ -99,3 +99,24 @@ def test_rows_without_seeds_are_empty(device):
     got_ids, got_pri = expand_torch(ids, torch.ones(2, 2, device=device), TorchCSR.from_scipy(graph, device), max_candidates=10)
     assert (got_ids[0] == -1).all() and (got_pri[0] == 0).all()
     assert got_ids[1, 0] == 4 and got_pri[1, 0] == 3.0  # the seed first: 2 + weight
+
+
+# --- the dense and the sparse CPU paths ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_dense_and_sparse_cpu_paths_agree(trial, monkeypatch):
+    """Small batches take the dense walk-mass path, large ones scipy's sparse products: exactly
+    the same pools and priorities where every sum is exact (dyadic weights)."""
+    import spectrag.expand.pool as pool
+
+    rng = np.random.default_rng(300 + trial)
+    n = int(rng.integers(5, 300))
+    graph = _graph(rng, n, float(rng.choice([0.005, 0.02, 0.1])), dyadic=True)
+    ids, w = _seeds(rng, int(rng.integers(1, 7)), n, int(rng.integers(1, 6)), dyadic=True)
+    p, hops = int(rng.integers(1, 60)), int(rng.integers(0, 4))
+    dense_ids, dense_pri = expand(ids, w, graph, max_candidates=p, hops=hops)
+    monkeypatch.setattr(pool, "DENSE_MAX", 0)
+    sparse_ids, sparse_pri = expand(ids, w, graph, max_candidates=p, hops=hops)
+    assert torch.equal(dense_ids, sparse_ids)
+    assert torch.equal(dense_pri, sparse_pri.to(torch.float32))
