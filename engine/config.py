@@ -424,6 +424,9 @@ class PropagateConfig(_Checked):
     blocks: how the induced subgraphs are applied: ``sparse`` (one block-diagonal CSR: the
         edges only), ``dense`` (``[B, P, P]`` blocks and ``bmm``) or ``auto``: sparse on the
         CPU, dense on a GPU (default: auto).
+    scope: where PPR walks: ``pool`` (each query's induced candidate subgraph, SpectRAG's
+        Algorithm 1) or ``graph`` (the whole chunk graph, B columns at once, as HippoRAG runs
+        PPR over its whole graph), gathered at the candidates (default: pool).
     """
 
     SECTION = "propagate"
@@ -432,6 +435,7 @@ class PropagateConfig(_Checked):
     damping: float = opt(0.85, lo=0, hi=1, lo_open=True, hi_open=True)
     tol: float = opt(1e-8, lo=0, lo_open=True)
     blocks: str = opt("auto", choices=("auto", "sparse", "dense"))
+    scope: str = opt("pool", choices=("pool", "graph"))
 
 
 @dataclass(frozen=True)
@@ -544,6 +548,10 @@ class RetrieverConfig(_Checked):
     graph_backend: where expansion and the induced blocks run: ``scipy`` (CPU sparse products),
         ``torch`` (tensors on the device) or ``auto``: torch when the device is not the CPU, so
         a GPU batch never leaves the GPU (default: auto).
+    threads: CPU threads for a batch; 0 chooses between torch's thread count and half of it
+        from measured batch times, re-checked as the load changes (on a machine other
+        processes share, one thread can be several times faster than two: see
+        bench/results/peers_cpu.md) (default: 0).
     seed, expand, propagate, bridge, select, baseline_select, activation: the stage settings.
     """
 
@@ -552,6 +560,7 @@ class RetrieverConfig(_Checked):
     budget: int = opt(12_000, lo=1)
     device: str = "auto"
     graph_backend: str = opt("auto", choices=("auto", "scipy", "torch"))
+    threads: int = opt(0, lo=0)
     seed: SeedConfig = field(default_factory=SeedConfig)
     expand: ExpandConfig = field(default_factory=ExpandConfig)
     propagate: PropagateConfig = field(default_factory=PropagateConfig)

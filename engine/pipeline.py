@@ -155,8 +155,9 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         blocks, *relation_blocks = candidate_blocks(candidates, graphs)
         stage("blocks")
         dense = pc.blocks == "dense" or (pc.blocks == "auto" and state.device.type != "cpu")
+        walk = state.ppr_solver(pc.damping) if pc.scope == "graph" and mode != "heat" else None
         proximity = pool_proximity(mode, blocks, candidates, top, weight, relevance, mask, state.coords,
-                                   t=pc.t, damping=pc.damping, tol=pc.tol, dense=dense)
+                                   t=pc.t, damping=pc.damping, tol=pc.tol, dense=dense, walk=walk)
         if sa is not None:  # combined: (ppr + spectral + activation) / 3
             proximity = (2 * proximity + sa.proximity(candidates)) / 3
         stage("propagate")

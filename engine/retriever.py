@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from spectrag.config import RetrieverConfig
@@ -10,6 +12,7 @@ from spectrag.contexts import Context, build_contexts
 from spectrag.errors import SpectragError
 from spectrag.pipeline import BatchResult, QueryBatch, run
 from spectrag.state import QueryState
+from spectrag.util.threads import ThreadChooser, intra_op_threads
 
 
 def resolve_device(device: str) -> torch.device:
@@ -37,6 +40,8 @@ class Retriever:
         self.index = index
         self.config = config or RetrieverConfig()
         self.state = QueryState.from_index(index, resolve_device(self.config.device))
+        # batches of fewer queries are too short to time reliably
+        self.threads = ThreadChooser.default(self.config.threads, min_units=32)
 
     def retrieve(self, queries: list[str], budget: int | None = None, mode: str | None = None) -> list[Context]:
         """One context per query, in query order."""
@@ -65,4 +70,12 @@ class Retriever:
                     qvecs: torch.Tensor | None = None) -> BatchResult:
         """:func:`spectrag.pipeline.run` on one batch; ``qvecs [B, d]`` skips embedding."""
         config = self.config if mode is None else self.config.replace(mode=mode)
-        return run(self.state, self.encode(queries, qvecs), config, budget=budget)
+        threads = self.threads.pick(len(queries)) if self.state.device.type == "cpu" else torch.get_num_threads()
+        start = time.perf_counter()
+        with intra_op_threads(threads):
+            batch = self.encode(queries, qvecs)
+            encoded = time.perf_counter()
+            result = run(self.state, batch, config, budget=budget)
+        self.threads.record(threads, len(queries), time.perf_counter() - start)
+        result.seconds["embed"] = result.seconds.get("embed", 0.0) + encoded - start
+        return result

@@ -17,7 +17,12 @@ import torch
 from spectrag.errors import SpectragError
 from spectrag.index.dense import DenseIndex
 from spectrag.index.lexical import BM25Index
-from spectrag.kernels.csr import TorchCSR
+from spectrag.kernels.csr import TorchCSR, torch_csr
+from spectrag.kernels.pagerank import PageRankMatrix, RandomWalkOperator, random_walk_operator
+
+# whole-graph PPR is solved exactly once up to this many chunks (a dense n x n float64 matrix:
+# 128 MiB at 4096), by power iteration beyond
+PPR_MATRIX_MAX_N = 4096
 from spectrag.propagate.activation import KGState
 
 
@@ -138,6 +143,25 @@ class QueryState:
         if name not in self._torch_graphs:
             self._torch_graphs[name] = TorchCSR.from_scipy(getattr(self, name), self.device)
         return self._torch_graphs[name]
+
+    def walk_operator(self) -> RandomWalkOperator:
+        """The fused graph's transposed random-walk matrix for whole-graph PPR, built once."""
+        if "walk" not in self._torch_graphs:
+            w = self.weights
+            A = torch_csr(w.indptr, w.indices, w.data, w.shape, dtype=torch.float64, device=self.device)
+            self._torch_graphs["walk"] = random_walk_operator(A)
+        return self._torch_graphs["walk"]
+
+    def ppr_solver(self, damping: float) -> RandomWalkOperator | PageRankMatrix:
+        """What whole-graph PPR runs on: the exact :class:`PageRankMatrix` of a graph of at most
+        :data:`PPR_MATRIX_MAX_N` chunks (built once per damping, O(n^3)), else the walk
+        operator for power iteration."""
+        if self.n > PPR_MATRIX_MAX_N:
+            return self.walk_operator()
+        key = f"ppr-matrix-{damping!r}"
+        if key not in self._torch_graphs:
+            self._torch_graphs[key] = PageRankMatrix.build(self.walk_operator(), damping)
+        return self._torch_graphs[key]
 
     def require_graph(self, mode: str) -> None:
         if self.weights is None:

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from spectrag.config import DEFAULT_MODEL, EmbedConfig
 from spectrag.errors import ConfigError
+from spectrag.util.threads import ThreadChooser
 
 
 def resolve_model_path(model: str) -> Path:
@@ -172,20 +173,8 @@ class Embedder:
 
         self._cpu = not self.device.startswith("cuda")
         self._fast = self._cpu and self._has_token_features()
-        threads = torch.get_num_threads()
-        if self.config.num_threads:
-            self._thread_choices = [self.config.num_threads]
-        elif threads > 1:
-            self._thread_choices = [threads, max(1, threads // 2)]
-        else:
-            self._thread_choices = [threads]
-        self._thread_cost: dict[int, float] = {}  # moving average of seconds per padded token
-        self._thread_samples: dict[int, int] = {}
-        self._steps = 0  # timed batches so far
-        self._best: int | None = None
-        self._probe_gap = self._PROBE_EVERY
-        self._next_probe = 0
-        self._probing = False
+        self._threads = ThreadChooser.default(self.config.num_threads, probe_every=self._PROBE_EVERY,
+                                              min_units=self._MIN_TIMED_TOKENS)
         self._warm = False
         self._ort = None
         self._ort_inputs: list[str] = []
@@ -295,8 +284,8 @@ class Embedder:
         """One batch -> normalized float32 vectors, timing it to choose the thread count."""
 
 
-        threads = self._pick_threads(tokens)
-        if threads and self._ort is None:
+        threads = None if self._ort is not None else self._threads.pick(tokens)  # ONNX Runtime has its own
+        if threads:
             torch.set_num_threads(threads)
         start = time.perf_counter()
         if self._ort is not None:
@@ -308,50 +297,10 @@ class Embedder:
         else:
             vectors = self.model(batch)["sentence_embedding"]
         vectors = torch.nn.functional.normalize(vectors.float(), p=2, dim=1).numpy()
-        if self._warm:
-            self._record(threads, tokens, time.perf_counter() - start)
+        if self._warm and threads:
+            self._threads.record(threads, tokens, time.perf_counter() - start)
         self._warm = True  # the first forward pass of a model includes one-off set-up: not timed
         return vectors
-
-    # ------------------------------------------------------------------------ thread choice
-    def _pick_threads(self, tokens: int) -> int | None:
-        """Thread count for the next batch. Each choice is timed on two batches, then the faster
-        one is used and the other re-timed after ``_PROBE_EVERY`` batches, then after twice as
-        many each time it loses again (up to 8x), and soon again when the faster one changes:
-        the machine's load may change during a long build."""
-        choices = self._thread_choices
-        if self._ort is not None:
-            return None
-        if len(choices) == 1:
-            return choices[0]
-        if tokens < self._MIN_TIMED_TOKENS:
-            return min(choices, key=lambda c: self._thread_cost.get(c, 0.0))
-        self._steps += 1
-        fewest = min(choices, key=lambda c: self._thread_samples.get(c, 0))
-        if self._thread_samples.get(fewest, 0) < 2:
-            return fewest
-        best = min(choices, key=self._thread_cost.__getitem__)
-        if best != self._best:
-            self._best, self._probe_gap = best, self._PROBE_EVERY
-            self._next_probe = self._steps + self._probe_gap
-        if self._steps >= self._next_probe:
-            self._probe_gap = min(2 * self._probe_gap, 8 * self._PROBE_EVERY)
-            self._next_probe = self._steps + self._probe_gap
-            self._probing = True
-            return next(c for c in choices if c != best)
-        return best
-
-    def _record(self, threads: int | None, tokens: int, seconds: float) -> None:
-        """Fold one batch's seconds per padded token into that thread count's figure."""
-        if threads is None or len(self._thread_choices) == 1 or tokens < self._MIN_TIMED_TOKENS:
-            return
-        cost = seconds / tokens
-        old = self._thread_cost.get(threads)
-        if old is not None and not self._probing:  # a re-timing replaces a stale figure
-            cost = 0.5 * old + 0.5 * cost
-        self._probing = False
-        self._thread_cost[threads] = cost
-        self._thread_samples[threads] = self._thread_samples.get(threads, 0) + 1
 
     # ---------------------------------------------------------------------- ONNX Runtime
     def _onnx_session(self):

@@ -18,7 +18,13 @@ import torch
 from spectrag.kernels.blocks import BlockGraph
 from spectrag.kernels.heat import chebyshev_heat_blocks, chebyshev_heat_dense_batched
 from spectrag.kernels.laplacian import block_laplacian
-from spectrag.kernels.pagerank import personalized_pagerank_blocks, personalized_pagerank_dense_batched
+from spectrag.kernels.pagerank import (
+    PageRankMatrix,
+    RandomWalkOperator,
+    personalized_pagerank,
+    personalized_pagerank_blocks,
+    personalized_pagerank_dense_batched,
+)
 
 
 def _scale(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -55,6 +61,30 @@ def ppr_proximity(blocks: BlockGraph, restart: torch.Tensor, mask: torch.Tensor,
     return _scale(scores.to(torch.float32), mask)
 
 
+def graph_ppr_proximity(walk: RandomWalkOperator | PageRankMatrix, candidates: torch.Tensor, seeds: torch.Tensor,
+                        seed_weights: torch.Tensor, mask: torch.Tensor, *, damping: float = 0.85,
+                        tol: float = 1e-8) -> torch.Tensor:
+    """PPR over the whole chunk graph for all queries at once, restarting at each query's
+    seeds, read at its candidates: by power iteration with B columns on ``walk`` (the transposed
+    random-walk matrix, built once per state), or, for a small graph, exactly from its
+    :class:`~spectrag.kernels.pagerank.PageRankMatrix` (a gather per query).
+    Shapes: ``candidates [B, P]``, ``seeds / seed_weights [B, S]`` -> ``[B, P]``."""
+    if isinstance(walk, PageRankMatrix):
+        w = seed_weights.clamp(min=0)
+        w = torch.where((w.sum(dim=1, keepdim=True) > 0) | (seeds < 0), w, torch.ones_like(w))  # no seed weight: uniform
+        return _scale(walk.scores(seeds, w, at=candidates).to(torch.float32), mask)
+    batch, n = candidates.shape[0], walk.n
+    restart = torch.zeros(n, batch, dtype=torch.float64, device=candidates.device)
+    ok = seeds >= 0
+    cols = torch.arange(batch, device=seeds.device).unsqueeze(1).expand_as(seeds)
+    restart.index_put_((seeds[ok], cols[ok]), seed_weights[ok].clamp(min=0).to(torch.float64), accumulate=True)
+    empty = restart.sum(dim=0) <= 0
+    restart[:, empty] = 1.0  # no seed: uniform
+    scores = personalized_pagerank(walk, restart, damping=damping, tol=tol, max_iter=200).scores  # (n, B)
+    at = scores.T.gather(1, candidates.clamp(min=0))
+    return _scale(at.to(torch.float32), mask)
+
+
 def spectral_proximity(coords: torch.Tensor, candidates: torch.Tensor, seeds: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Max cosine of each candidate's coordinates to any seed's. Coordinates are row-normalized.
 
@@ -89,14 +119,19 @@ def pool_proximity(
     damping: float = 0.85,
     tol: float = 1e-8,
     dense: bool = False,
+    walk: RandomWalkOperator | PageRankMatrix | None = None,
 ) -> torch.Tensor:
     """The proximity of a graph mode: ``heat``, ``ppr``, or ``spectral`` / ``combined`` (the
     mean of PPR and spectral proximity). Shapes: ``[B, P, P]`` blocks, ``[B, P]`` pools,
-    ``[B, S]`` seeds -> ``[B, P]`` in [0, 1]."""
+    ``[B, S]`` seeds -> ``[B, P]`` in [0, 1]. With ``walk`` (the whole graph's walk operator),
+    PPR runs over the whole graph (:func:`graph_ppr_proximity`) instead of the blocks."""
     if mode == "heat":
         return heat_proximity(blocks, relevance, mask, t, dense=dense)
-    ppr = ppr_proximity(blocks, seed_restart(candidates, seeds, seed_weights), mask, damping=damping, tol=tol,
-                        dense=dense)
+    if walk is not None:
+        ppr = graph_ppr_proximity(walk, candidates, seeds, seed_weights, mask, damping=damping, tol=tol)
+    else:
+        ppr = ppr_proximity(blocks, seed_restart(candidates, seeds, seed_weights), mask, damping=damping, tol=tol,
+                            dense=dense)
     if mode == "ppr":
         return ppr
     spec = spectral_proximity(coords, candidates, seeds, mask)

@@ -54,3 +54,24 @@ def test_heat_proximity_matches_expm_per_block(device, dense):
     want = want / want.amax(dim=1, keepdim=True)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     assert np.isfinite(got.numpy()).all()
+
+
+def test_graph_scope_ppr_exact_matrix_agrees_with_power_iteration(device):
+    """Whole-graph PPR read at the candidates: the exact PageRankMatrix and batched power
+    iteration (which stops within n * tol, L1, of the fixed point) agree to that tolerance."""
+    from spectrag.kernels.pagerank import PageRankMatrix, random_walk_operator
+
+    g = torch.Generator().manual_seed(3)
+    n = 120
+    A = torch.rand(n, n, generator=g, dtype=torch.float64) * (torch.rand(n, n, generator=g) < 0.05)
+    A = torch.maximum(A, A.T)
+    A.fill_diagonal_(0)
+    walk = random_walk_operator(A.to_sparse_csr().to(device))
+    candidates = torch.stack([torch.randperm(n, generator=g)[:30] for _ in range(5)]).to(device)
+    candidates[2, -4:] = -1
+    seeds = candidates[:, :4]
+    w = torch.rand(5, 4, generator=g).to(device)
+    mask = candidates >= 0
+    exact = propagate.graph_ppr_proximity(PageRankMatrix.build(walk, 0.85), candidates, seeds, w, mask).cpu()
+    iterated = propagate.graph_ppr_proximity(walk, candidates, seeds, w, mask, tol=1e-10).cpu()
+    torch.testing.assert_close(exact, iterated, rtol=0, atol=1e-6)
