@@ -388,12 +388,15 @@ class SeedConfig(_Checked):
 
     k_dense, k_bm25: depth of the dense and the BM25 list, K (default: 50, 50).
     rrf_k: reciprocal-rank-fusion offset (default: 60).
+    k_named: depth of the third list, the chunks of the documents whose title the question
+        names, by relevance (:mod:`spectrag.seed.titles`); 0 leaves it out (default: 10).
     """
 
     SECTION = "seed"
     k_dense: int = opt(50, lo=1)
     k_bm25: int = opt(50, lo=1)
     rrf_k: int = opt(60, lo=0)
+    k_named: int = opt(10, lo=0)
 
 
 @dataclass(frozen=True)
@@ -446,6 +449,12 @@ class BridgeConfig(_Checked):
     sources: ``m``, best-scored candidates that pass score on per round (default: 5).
     lam: ``lambda``, the target's share of a bridged score (default: 0.3).
     gamma: penalty per unit of missing link weight (default: 0.05).
+    protect_named: chunks of the documents the question names rank above every other candidate
+        (bridged or not), in their own order, when their relevance is at least ``named_floor``
+        times the query's best (:func:`spectrag.rescore.bridge.protect_named`) (default: True).
+    named_floor: see ``protect_named`` (default: 0.5).
+    named_sources: bridging starts from the scores with the named chunks on top, so they are
+        its first sources and their relational neighbours the second hop (default: True).
     """
 
     SECTION = "bridge"
@@ -453,6 +462,9 @@ class BridgeConfig(_Checked):
     sources: int = opt(5, lo=1)
     lam: float = opt(0.3, lo=0, hi=1)
     gamma: float = opt(0.05, lo=0)
+    protect_named: bool = True
+    named_floor: float = opt(0.5, lo=-1, hi=1)
+    named_sources: bool = True
 
 
 @dataclass(frozen=True)
@@ -513,7 +525,14 @@ class ActivationConfig(_Checked):
     tau_a: activation at or above which an entity is active (default: 0.5).
     tau_d: smallest cosine(query, chunk) of a retrieved chunk (default: 0.45).
     tau_r: smallest cosine(query, relation) of a relation given as context (default: 0.5).
-    alpha: chunks of mode activation rank by ``(1 - alpha) r + alpha a`` (default: 0.01).
+    alpha: chunks of mode activation rank by ``(1 - alpha) r + alpha a``; chosen on MuSiQue,
+        bench/results/quality.md (default: 0.1).
+    link_names: also seed the entities whose name the question contains (the paper's top-k by
+        cosine misses names: a name embeds far from a question about it) (default: True).
+    k_named: at most this many name-linked seeds per query (default: 5).
+    k_dense: the query's top dense chunks join the activation-mode pool, so a query whose
+        activation reaches few chunks above ``tau_d`` still gets a context; 0 keeps the paper's
+        activated-only pool (default: 20).
     max_relations: relations kept per query, best first (default: 20).
     layout: ``auto`` | ``ragged`` | ``dense``, see :mod:`spectrag.kernels.activation` (default: auto).
     """
@@ -525,7 +544,10 @@ class ActivationConfig(_Checked):
     tau_a: float = opt(0.5, lo=-1, hi=1)
     tau_d: float = opt(0.45, lo=-1, hi=1)
     tau_r: float = opt(0.5, lo=-1, hi=1)
-    alpha: float = opt(0.01, lo=0, hi=1)
+    alpha: float = opt(0.1, lo=0, hi=1)
+    link_names: bool = True
+    k_named: int = opt(5, lo=0)
+    k_dense: int = opt(20, lo=0)
     max_relations: int = opt(20, lo=0)
     layout: str = opt("auto", choices=("auto", "ragged", "dense"))
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import scipy.sparse as sp
 import torch
 
@@ -33,7 +34,7 @@ from spectrag.expand.blocks import candidate_blocks
 from spectrag.expand.pool import expand, expand_torch
 from spectrag.propagate.activation import ActivationBatch, activate
 from spectrag.propagate.proximity import pool_proximity
-from spectrag.rescore.bridge import bridge_relevance
+from spectrag.rescore.bridge import bridge_relevance, protect_named
 from spectrag.seed.seed import seed
 from spectrag.select.select import select_context
 from spectrag.state import QueryState
@@ -43,12 +44,15 @@ PROPAGATION_MODES = GRAPH_MODES + ("combined",)  # expand over W and re-score wi
 
 @dataclass
 class QueryBatch:
-    """What the pipeline knows of B queries: their embeddings and, for BM25 seeding, their term
-    counts over the index vocabulary (None: dense seeds only). Shapes: ``vectors [B, d]``,
-    ``terms`` scipy CSR ``[B, vocab]``."""
+    """What the pipeline knows of B queries: their embeddings; for BM25 seeding, their term
+    counts over the index vocabulary (None: dense seeds only); the chunks of the documents each
+    names (:mod:`spectrag.seed.titles`; None: none). Shapes: ``vectors [B, d]``, ``terms``
+    scipy CSR ``[B, vocab]``, ``named`` scipy CSR ``[B, n]``."""
 
     vectors: torch.Tensor
     terms: sp.csr_matrix | None = None
+    named: sp.csr_matrix | None = None
+    texts: list[str] | None = None  # the query texts, for the knowledge graph's name linking
 
     def __len__(self) -> int:
         return self.vectors.shape[0]
@@ -81,6 +85,17 @@ class BatchResult:
         """Chunk ids of the selection, in selection order, -1 padded. ``[B, K]``."""
         pos = self.selected
         return torch.where(pos >= 0, self.candidates.gather(1, pos.clamp(min=0)), torch.full_like(pos, -1))
+
+
+def named_in(named: sp.csr_matrix, candidates: torch.Tensor) -> torch.Tensor:
+    """Which candidates are chunks of a document their query names. ``[B, n]``, ``[B, P]`` -> bool ``[B, P]``."""
+    n = named.shape[1]
+    rows = np.repeat(np.arange(named.shape[0], dtype=np.int64), np.diff(named.indptr))
+    keys = torch.from_numpy(np.sort(rows * n + named.indices)).to(candidates.device)
+    query = torch.arange(candidates.shape[0], device=candidates.device).unsqueeze(1)
+    want = query * n + candidates.clamp(min=0)
+    at = torch.searchsorted(keys, want).clamp(max=max(keys.numel() - 1, 0))
+    return (keys[at] == want) & (candidates >= 0) if keys.numel() else torch.zeros_like(candidates, dtype=torch.bool)
 
 
 class _Timer:
@@ -118,13 +133,20 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     q = batch.vectors.to(state.device, torch.float32)
     stage("embed")
     sc = config.seed
-    if mode != "activation":  # activation draws its pool from the knowledge graph alone
-        seeds, seed_scores = seed(mode, q, batch.terms, state.dense, state.bm25,
-                                  k_dense=sc.k_dense, k_bm25=sc.k_bm25, rrf_k=sc.rrf_k)
+    dense_ids = None
+    if mode == "activation":  # the pool comes from the knowledge graph, and the dense top
+        if config.activation.k_dense > 0:
+            _, dense_ids = state.dense.search_tensors(q, config.activation.k_dense)
+    else:
+        named = batch.named if mode in PROPAGATION_MODES else None  # baselines stay baselines
+        seeds, seed_scores = seed(mode, q, batch.terms, state.dense, state.bm25, named=named,
+                                  embeddings=state.embeddings, k_dense=sc.k_dense, k_bm25=sc.k_bm25,
+                                  rrf_k=sc.rrf_k, k_named=sc.k_named)
         stage("seed")
     sa = None
     if kg is not None:
-        sa = activate(kg, q, state.embeddings, config.activation, max_candidates=config.expand.max_candidates)
+        sa = activate(kg, q, state.embeddings, config.activation, max_candidates=config.expand.max_candidates,
+                      texts=batch.texts, dense_ids=dense_ids)
         stage("activate")
     ec = config.expand
     on_device = config.graph_backend == "torch" or (config.graph_backend == "auto" and state.device.type != "cpu")
@@ -161,12 +183,19 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         if sa is not None:  # combined: (ppr + spectral + activation) / 3
             proximity = (2 * proximity + sa.proximity(candidates)) / 3
         stage("propagate")
+        protect = bc.protect_named and batch.named is not None and batch.named.nnz > 0
+        named_mask = named_in(batch.named, candidates) if protect else None
         bridged = relevance
         if bridging:
+            # the named chunks are bridging's first sources: their neighbours are the second hop
+            start = protect_named(relevance, relevance, named_mask, candidates, floor=bc.named_floor) \
+                if protect and bc.named_sources else None
             bridged = bridge_relevance(relation_blocks[0], relevance, candidates, sources=bc.sources, lam=bc.lam,
-                                       gamma=bc.gamma, rounds=bc.rounds)
+                                       gamma=bc.gamma, rounds=bc.rounds, start=start)
             stage("bridge")
         scores = (1 - pc.alpha) * bridged + pc.alpha * proximity
+        if protect:
+            scores = protect_named(scores, relevance, named_mask, candidates, floor=bc.named_floor)
     elif mode == "activation":
         proximity = sa.proximity(candidates)
         alpha = config.activation.alpha

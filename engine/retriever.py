@@ -64,7 +64,9 @@ class Retriever:
         vectors = self.embed(queries) if qvecs is None else qvecs
         if vectors.shape[0] != len(queries):
             raise SpectragError(f"{len(queries)} queries but {vectors.shape[0]} query vectors")
-        return QueryBatch(vectors, self.index.bm25.query_matrix(queries))
+        titles = self.state.titles
+        return QueryBatch(vectors, self.index.bm25.query_matrix(queries), titles.named(queries) if titles else None,
+                          queries)
 
     def score_batch(self, queries: list[str], *, budget: int | None = None, mode: str | None = None,
                     qvecs: torch.Tensor | None = None) -> BatchResult:

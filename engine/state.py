@@ -24,6 +24,7 @@ from spectrag.kernels.pagerank import PageRankMatrix, RandomWalkOperator, random
 # 128 MiB at 4096), by power iteration beyond
 PPR_MATRIX_MAX_N = 4096
 from spectrag.propagate.activation import KGState
+from spectrag.seed.titles import TitleIndex
 
 
 @dataclass
@@ -47,6 +48,7 @@ class QueryState:
     relations: sp.csr_matrix | None = None
     bm25: BM25Index | None = None
     kg: KGState | None = None
+    titles: TitleIndex | None = None
     _torch_graphs: dict = field(default_factory=dict, repr=False, compare=False)  # name -> TorchCSR
     _kg_index: object = field(default=None, repr=False, compare=False)  # an index whose KG loads on first use
 
@@ -136,6 +138,7 @@ class QueryState:
             **arrays,
         )
         state._kg_index = index  # the KG's tensors are copied on the first activation batch
+        state.titles = TitleIndex([c.title for c in index.chunks])
         return state
 
     def torch_graph(self, name: str) -> TorchCSR:

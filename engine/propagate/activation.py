@@ -28,7 +28,8 @@ from spectrag.config import KG_MODES, ActivationConfig
 from spectrag.errors import SpectragError
 from spectrag.kernels.activation import ActivationResult, spreading_activation
 from spectrag.kernels.csr import csr_entries
-from spectrag.kernels.topk import topk_by_row
+from spectrag.extract.titles import TitleMatcher
+from spectrag.kernels.topk import tiled_topk_ip, topk_by_row
 
 
 @dataclass
@@ -48,6 +49,7 @@ class KGState:
     adj_relation: torch.Tensor
     chunk_indptr: torch.Tensor
     chunk_ids: torch.Tensor
+    names: TitleMatcher | None = None  # entity names, to link the entities a question names
 
     @classmethod
     def from_index(cls, index, device: torch.device) -> "KGState":
@@ -76,7 +78,17 @@ class KGState:
             adj_relation=t(kg.adj_relation),
             chunk_indptr=t(to_chunks.indptr),
             chunk_ids=t(to_chunks.indices),
+            names=TitleMatcher(kg.names),
         )
+
+    def named_entities(self, texts: list[str], k: int) -> torch.Tensor:
+        """The first ``k`` entities (in name order of the matches) each text names, -1 padded.
+        Shapes: ``B`` texts -> ``[B, k]`` int64 on the KG's device."""
+        hits = self.names.find(texts) if self.names is not None else [[] for _ in texts]
+        out = torch.full((len(texts), k), -1, dtype=torch.int64)
+        for b, h in enumerate(hits):  # formatting a ragged list into a tensor: text-side, not a hot loop
+            out[b, : min(k, len(h))] = torch.tensor(h[:k], dtype=torch.int64)
+        return out.to(self.entity_emb.device)
 
 
 @dataclass
@@ -95,15 +107,20 @@ class ActivationBatch:
     rel_id: torch.Tensor
     rel_cos: torch.Tensor
 
+    @staticmethod
+    def lookup(chunk_key: torch.Tensor, chunk_act: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """Activation of the (query, chunk) ``keys`` (``b * n_chunks + chunk``; 0 when absent)."""
+        if chunk_key.numel() == 0:
+            return torch.zeros(keys.shape, dtype=chunk_act.dtype, device=keys.device)
+        at = torch.searchsorted(chunk_key, keys).clamp(max=chunk_key.numel() - 1)
+        return torch.where(chunk_key[at] == keys, chunk_act[at], torch.zeros_like(chunk_act[at]))
+
     def proximity(self, candidates: torch.Tensor) -> torch.Tensor:
         """Chunk activation of each candidate (0 when it describes no active entity). ``[B, P]``."""
         b = torch.arange(candidates.shape[0], device=candidates.device)[:, None]
         keys = (b * self.n_chunks + candidates.clamp(min=0)).reshape(-1)
-        if self.chunk_key.numel() == 0:
-            return torch.zeros(candidates.shape, dtype=self.chunk_act.dtype, device=candidates.device)
-        at = torch.searchsorted(self.chunk_key, keys).clamp(max=self.chunk_key.numel() - 1)
-        hit = (self.chunk_key[at] == keys) & (candidates.reshape(-1) >= 0)
-        return torch.where(hit, self.chunk_act[at], torch.zeros_like(self.chunk_act[at])).reshape(candidates.shape)
+        act = self.lookup(self.chunk_key, self.chunk_act, keys)
+        return act.masked_fill(candidates.reshape(-1) < 0, 0.0).reshape(candidates.shape)
 
     def merge(self, candidates: torch.Tensor) -> torch.Tensor:
         """``candidates [B, P]`` followed by this batch's pool members not already in them (in
@@ -143,17 +160,28 @@ def activate(
     config: ActivationConfig,
     *,
     max_candidates: int,
+    texts: list[str] | None = None,
+    dense_ids: torch.Tensor | None = None,
 ) -> ActivationBatch:
     """Spreading activation and its chunks and relations for ``q [B, d]`` (see the module
-    docstring). ``chunk_emb [n_chunks, d]`` are the index's chunk embeddings on the KG's device."""
+    docstring). ``chunk_emb [n_chunks, d]`` are the index's chunk embeddings on the KG's device;
+    ``texts`` (the queries) give the name-linked seeds, ``dense_ids [B, K]`` the dense list whose
+    top ``config.k_dense`` join the pool."""
     batch, n_chunks, alpha = q.shape[0], kg.n_chunks, config.alpha
+    seeds = None
+    if config.link_names and texts is not None and config.k_named > 0:
+        _, by_cosine = tiled_topk_ip(q, kg.entity_emb, min(config.k, kg.entity_emb.shape[0]))
+        named = kg.named_entities(texts, config.k_named)
+        both = torch.cat([by_cosine, named], dim=1)
+        dup = (both[:, :, None] == both[:, None, :]).triu(1).any(dim=1) | (both < 0)  # later copies
+        seeds = both.masked_fill(dup, -1)
     # the reached subgraph reports every relation a query can use (both ends active, cosine >=
     # tau_r > c; report_min: no edges of inactive last-round nodes); with tau_r <= c a relation
     # of weight 0 may qualify, so the full one is needed
     subgraph = "reached" if config.tau_r > config.c else "full"
     res = spreading_activation(q, kg.entity_emb, kg.text_emb, kg.adj_indptr, kg.adj_indices, kg.adj_text,
                                k=config.k, hops=config.hops, c=config.c, layout=config.layout, subgraph=subgraph,
-                               report_min=config.tau_a)
+                               report_min=config.tau_a, seeds=seeds)
     active = res.value >= config.tau_a
     a_query, a_node, a_val = res.query[active], res.node[active], res.value[active]
 
@@ -169,6 +197,17 @@ def activate(
     rel = (q[c_query] * chunk_emb[c_id]).sum(1)
     keep = rel >= config.tau_d
     c_query, c_id, score = c_query[keep], c_id[keep], ((1 - alpha) * rel + alpha * chunk_act)[keep]
+    if dense_ids is not None and config.k_dense > 0:  # the dense top joins the pool (activation 0 unless active)
+        top = dense_ids[:, : config.k_dense]
+        ok = top >= 0
+        d_query = torch.arange(batch, device=q.device)[:, None].expand_as(top)[ok]
+        d_id = top[ok]
+        d_act = ActivationBatch.lookup(chunk_key, chunk_act, d_query * n_chunks + d_id)
+        d_rel = (q[d_query] * chunk_emb[d_id]).sum(1)
+        keys_all = torch.cat([c_query * n_chunks + c_id, d_query * n_chunks + d_id])
+        score_all = torch.cat([score, (1 - alpha) * d_rel + alpha * d_act])
+        keys_all, first = _unique_first(keys_all)
+        c_query, c_id, score = keys_all // n_chunks, keys_all % n_chunks, score_all[first]
     _, candidates = topk_by_row(c_query, c_id, score, batch, max(1, max_candidates))
     width = max(1, int((candidates >= 0).sum(dim=1).max()))
     candidates = candidates[:, :width]

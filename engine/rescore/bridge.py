@@ -37,6 +37,7 @@ def bridge_relevance(
     lam: float = 0.3,
     gamma: float = 0.05,
     rounds: int = 1,
+    start: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Bridged relevance ``x [B, P]`` (see the module docstring).
 
@@ -50,13 +51,15 @@ def bridge_relevance(
         lam: ``lambda``, the target's share of a bridged score (default: 0.3).
         gamma: penalty per unit of missing link weight (default: 0.05).
         rounds: hops of bridging (default: 1).
+        start: the scores ``x_0`` bridging starts from (default: ``relevance``), e.g. with the
+            chunks the question names lifted to the top so that they are the sources.
 
     Per round only the edges leaving the ``m`` source rows are read (a CSR slice) and each
     target keeps its best bridged score (``scatter_reduce`` amax): no ``[B, P, P]`` work.
     Shapes: -> ``[B, P]`` in relevance's dtype; padding keeps its input value.
     """
     mask = candidates >= 0
-    x = relevance
+    x = relevance if start is None else start
     batch, p = relevance.shape
     if rounds < 1 or sources < 1 or p == 0:
         return x
@@ -76,3 +79,23 @@ def bridge_relevance(
         best = best.scatter_reduce(0, relations.col[pos], via, reduce="amax", include_self=True).reshape(batch, p)
         x = torch.where(mask, torch.maximum(x, best), x)
     return x
+
+
+def protect_named(scores: torch.Tensor, relevance: torch.Tensor, named: torch.Tensor, candidates: torch.Tensor, *,
+                  floor: float = 0.5, eps: float = 1e-3) -> torch.Tensor:
+    """Chunks of documents the question names stay on top: a named candidate whose relevance is
+    at least ``floor`` times its query's best gets ``max(s, o) + eps (1 + s)``, ``o`` the best
+    score of the other candidates, so it ranks above every one of them and the named chunks keep
+    their own order (the map is increasing in ``s``). Bridging can then add second-hop chunks
+    but cannot push down the passages the question asks about by name.
+
+    Shapes: ``scores/relevance/candidates [B, P]`` (-inf / -1 on padding), ``named [B, P]`` bool.
+    """
+    mask = candidates >= 0
+    r_top = relevance.masked_fill(~mask, float("-inf")).amax(dim=1, keepdim=True)
+    keep = named & mask & (relevance >= floor * r_top)
+    if not bool(keep.any()):
+        return scores
+    others = scores.masked_fill(~mask | keep, float("-inf")).amax(dim=1, keepdim=True)
+    lifted = torch.maximum(scores, others) + eps * (1.0 + scores)
+    return torch.where(keep, lifted, scores)

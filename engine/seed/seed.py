@@ -10,12 +10,14 @@ fused list; a batch without term counts (query vectors only) seeds with the dens
 
 from __future__ import annotations
 
+import numpy as np
 import scipy.sparse as sp
 import torch
 
 from spectrag.errors import SpectragError
 from spectrag.index.dense import DenseIndex
 from spectrag.index.lexical import BM25Index
+from spectrag.kernels.topk import topk_by_row
 from spectrag.seed.rrf import reciprocal_rank_fusion
 
 
@@ -26,11 +28,16 @@ def seed(
     dense: DenseIndex,
     bm25: BM25Index | None,
     *,
+    named: sp.csr_matrix | None = None,
+    embeddings: torch.Tensor | None = None,
     k_dense: int = 50,
     k_bm25: int = 50,
     rrf_k: int = 60,
+    k_named: int = 10,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seed chunk ids and scores per query, best first, -1 padded.
+    """Seed chunk ids and scores per query, best first, -1 padded. Fused lists of graph modes
+    also take ``named`` (the chunks of the documents each query names, ``[B, n]``), ranked by
+    relevance (``embeddings [n, d]``), as a third list (``k_named`` deep).
 
     Shapes: ``vectors [B, d]``, ``terms`` sparse ``[B, vocab]`` -> ids (int64), scores
     (float32) ``[B, K]`` on the vectors' device.
@@ -45,5 +52,21 @@ def seed(
     bm_s, bm_i = torch.from_numpy(bm_s).to(device), torch.from_numpy(bm_i).to(device)
     if mode == "bm25":
         return bm_i, bm_s
-    fused_s, fused_i = reciprocal_rank_fusion([dense_i, bm_i], k=rrf_k, top=max(k_dense, k_bm25))
+    lists = [dense_i, bm_i]
+    if named is not None and embeddings is not None and k_named > 0 and named.nnz:
+        lists.append(named_list(named, embeddings, vectors, k_named))
+    fused_s, fused_i = reciprocal_rank_fusion(lists, k=rrf_k, top=max(k_dense, k_bm25))
     return fused_i, fused_s
+
+
+def named_list(named: sp.csr_matrix, embeddings: torch.Tensor, vectors: torch.Tensor, k: int) -> torch.Tensor:
+    """The named chunks of each query by relevance, best first (ties: smaller id), -1 padded.
+    Shapes: ``named [B, n]``, ``embeddings [n, d]``, ``vectors [B, d]`` -> ``[B, k]``."""
+    dev = vectors.device
+    rows = torch.from_numpy(np.repeat(np.arange(named.shape[0]), np.diff(named.indptr))).to(dev)
+    ids = torch.from_numpy(named.indices.astype(np.int64)).to(dev)
+    rel = (vectors[rows] * embeddings[ids]).sum(dim=1)
+    order = np.lexsort((named.indices, np.repeat(np.arange(named.shape[0]), np.diff(named.indptr))))
+    order = torch.from_numpy(order).to(dev)  # (row, id) order, as topk_by_row wants
+    _, top = topk_by_row(rows[order], ids[order], rel[order], named.shape[0], k)
+    return top
