@@ -7,8 +7,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import ahocorasick
-
 # Common English words: a title that is one of these alone (``Time``, ``Water``, ``Evening``)
 # would match nearly every text, so TitleMatcher ignores it. Also used by the entity extractor
 # to reject capitalized common words. Lower case; compared after casefolding.
@@ -93,6 +91,8 @@ class TitleMatcher:
                 continue
             groups.setdefault(key, []).append(i)
         self.n_patterns = len(groups)
+        import ahocorasick  # on use: a GPU machine scoring queries may not have pyahocorasick
+
         self._automaton = ahocorasick.Automaton()
         for key, ids in groups.items():
             self._automaton.add_word(key, (len(key), _is_word(key[0]), _is_word(key[-1]), tuple(ids)))
