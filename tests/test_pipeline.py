@@ -160,6 +160,18 @@ def test_sample_index_bridging_changes_scores_and_matches_reference(sample_retri
     check_batch(off, QUESTIONS[:4], sample_qvecs[:4], "spectral", budget=1500)
 
 
+def test_sample_index_named_documents_are_exercised(sample_retriever, sample_qvecs):
+    """Some sample questions name corpus titles, so the named seed list and the protection are
+    part of the comparisons with the reference above; switched off, it still matches."""
+    assert sample_retriever.encode(QUESTIONS, sample_qvecs).named.nnz > 0
+    off = Retriever(sample_retriever.index, sample_retriever.config.replace(bridge__protect_named=False,
+                                                                              seed__k_named=0))
+    a = sample_retriever.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
+    b = off.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
+    assert not torch.equal(a.scores, b.scores)
+    check_batch(off, QUESTIONS[:4], sample_qvecs[:4], "spectral", budget=1500)
+
+
 def test_sample_index_default_budget(sample_retriever, sample_qvecs):
     check_batch(sample_retriever, QUESTIONS[:4], sample_qvecs[:4], "spectral", budget=12_000)
 

@@ -238,9 +238,53 @@ def spectral(ref: ReferenceIndex, pool: list[int], seeds: list[int]) -> dict[int
     return out
 
 
-def bridge(ref: ReferenceIndex, pool: list[int], relevance: dict[int, float], cfg) -> dict[int, float]:
-    """Max-plus bridging over relational edges inside the pool (spectrag.rescore.bridge)."""
-    x = dict(relevance)
+def named_chunks(index, text: str) -> set[int]:
+    """The chunks of the documents ``text`` names: each title (and its base name without a
+    trailing ``(qualifier)``), casefolded with whitespace collapsed, found as whole words by a
+    regex; titles under 4 characters, one common word or without a letter or digit are skipped;
+    a match inside a longer match is dropped (spectrag.seed.titles, written out)."""
+    import re
+
+    from spectrag.extract.titles import COMMON_WORDS
+
+    t = " ".join(text.casefold().split())
+    forms: dict[str, set[str]] = {}
+    for c in index.chunks:
+        if c.title:
+            for form in {c.title, re.sub(r"\s*\([^()]*\)\s*$", "", c.title)}:
+                if form:
+                    forms.setdefault(" ".join(form.casefold().split()), set()).add(c.title)
+    spans = []
+    for key, titles in forms.items():
+        if len(key) < 4 or key in COMMON_WORDS or not re.search(r"\w", key):
+            continue
+        left = r"(?<!\w)" if re.match(r"\w", key[0]) else ""
+        right = r"(?!\w)" if re.match(r"\w", key[-1]) else ""
+        for m in re.finditer(left + re.escape(key) + right, t):
+            spans.append((m.start(), m.end(), titles))
+    kept = set()
+    for s0, e0, titles in spans:
+        if not any(s1 <= s0 and e0 <= e1 and (s1, e1) != (s0, e0) for s1, e1, _ in spans):
+            kept |= titles
+    return {i for i, c in enumerate(index.chunks) if c.title in kept}
+
+
+def protect(scores: dict[int, float], relevance: dict[int, float], named: set[int], floor: float,
+            eps: float = 1e-3) -> dict[int, float]:
+    """Named chunks with relevance >= floor * the best above every other (spectrag.rescore.bridge.protect_named)."""
+    top = max(relevance.values(), default=0.0)
+    keep = {c for c in scores if c in named and relevance[c] >= floor * top}
+    if not keep:
+        return dict(scores)
+    others = max((v for c, v in scores.items() if c not in keep), default=float("-inf"))
+    return {c: (max(v, others) + eps * (1 + v) if c in keep else v) for c, v in scores.items()}
+
+
+def bridge(ref: ReferenceIndex, pool: list[int], relevance: dict[int, float], cfg,
+           start: dict[int, float] | None = None) -> dict[int, float]:
+    """Max-plus bridging over relational edges inside the pool (spectrag.rescore.bridge), from
+    ``start`` (default: the relevance)."""
+    x = dict(relevance if start is None else start)
     members = set(pool)
     lam, gamma = cfg.bridge.lam, cfg.bridge.gamma
     for _ in range(cfg.bridge.rounds):
@@ -296,7 +340,12 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
         if mode == "bm25":
             seeds, seed_scores = bm_ids, bm_scores
         else:
-            seeds, fused = rrf([dense_ids, bm_ids], cfg.seed.rrf_k, max(cfg.seed.k_dense, cfg.seed.k_bm25))
+            lists = [dense_ids, bm_ids]
+            named = named_chunks(index, query_text) if mode in GRAPH_MODES else set()
+            if named and cfg.seed.k_named > 0:  # the third list: named chunks by relevance
+                rel = {c: float(np.dot(ref.embeddings[c].astype(np.float64), q.astype(np.float64))) for c in named}
+                lists.append(sorted(named, key=lambda c: (-np.float32(rel[c]), c))[: cfg.seed.k_named])
+            seeds, fused = rrf(lists, cfg.seed.rrf_k, max(cfg.seed.k_dense, cfg.seed.k_bm25))
             seed_scores = [float(np.float32(s)) for s in fused]  # the pipeline keeps them in float32
 
     out = {"mode": mode}
@@ -330,8 +379,13 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             else:
                 spec = spectral(ref, pool, top)
                 proximity = {c: min(max(0.5 * pr[c] + 0.5 * spec[c], 0.0), 1.0) for c in pool}
-        bridged = bridge(ref, pool, relevance, cfg)
+        named_pool = named & set(pool) if cfg.bridge.protect_named else set()
+        start = protect(relevance, relevance, named_pool, cfg.bridge.named_floor) \
+            if named_pool and cfg.bridge.named_sources and cfg.bridge.rounds > 0 else None
+        bridged = bridge(ref, pool, relevance, cfg, start)
         scores = {c: (1 - cfg.propagate.alpha) * bridged[c] + cfg.propagate.alpha * proximity[c] for c in pool}
+        if named_pool:
+            scores = protect(scores, relevance, named_pool, cfg.bridge.named_floor)
     elif mode == "dense":
         scores = dict(relevance)
     else:  # bm25 / hybrid: the list's own scores
