@@ -32,11 +32,13 @@ from spectrag.config import (
     GraphConfig,
     IndexConfig,
     KGConfig,
+    LLMConfig,
     PropagateConfig,
     RetrieverConfig,
     SeedConfig,
     SelectConfig,
     load_config,
+    load_llm_config,
     load_retriever_config,
 )
 from spectrag.errors import ConfigError, CorpusError, IndexFormatError, SpectragError
@@ -52,6 +54,8 @@ _LAZY = {
     "QueryState": "spectrag.state",
     "run": "spectrag.pipeline",
     "evaluate": "spectrag.eval.runner",
+    "answer": "spectrag.generate",
+    "LLMClient": "spectrag.llm",
 }
 
 
@@ -65,6 +69,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActivationConfig",
+    "LLMConfig",
+    "LLMClient",
+    "answer",
     "BM25Config",
     "BaselineSelectConfig",
     "BridgeConfig",
@@ -90,6 +97,7 @@ __all__ = [
     "evaluate",
     "load_config",
     "load_index",
+    "load_llm_config",
     "load_retriever_config",
     "run",
 ]

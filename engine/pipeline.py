@@ -120,7 +120,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     sc = config.seed
     if mode != "activation":  # activation draws its pool from the knowledge graph alone
         seeds, seed_scores = seed(mode, q, batch.terms, state.dense, state.bm25,
-                                  k_dense=sc.k_dense, k_bm25=sc.k_bm25, rrf_k=sc.rrf_k)
+                                  k_dense=sc.k_dense, k_bm25=sc.k_bm25, rrf_k=sc.rrf_k,
+                                  questions=state.questions, k_utility=sc.k_utility)
         stage("seed")
     sa = None
     if kg is not None:
@@ -170,7 +171,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         proximity = sa.proximity(candidates)
         alpha = config.activation.alpha
         scores = (1 - alpha) * relevance + alpha * proximity
-    elif mode == "dense":
+    elif mode in ("dense", "hyde"):
         scores = relevance
     else:  # bm25 / hybrid rank by their own list order: a decreasing score over positions
         scores = torch.where(mask, seed_scores[:, : candidates.shape[1]], torch.zeros_like(relevance))

@@ -135,3 +135,31 @@ def _single_thread_kernels(request):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def _fake_llm_server():
+    from fake_llm import FakeLLM
+
+    server = FakeLLM()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def llm_server(_fake_llm_server):
+    """The deterministic OpenAI-compatible test server (tests/fake_llm.py) on 127.0.0.1, its
+    recorded requests and pending faults cleared for each test."""
+    _fake_llm_server.reset()
+    yield _fake_llm_server
+    _fake_llm_server.reset()
+
+
+@pytest.fixture
+def llm_config(llm_server, tmp_path):
+    """An :class:`~spectrag.config.LLMConfig` for the test server: a response cache in the test's
+    temp folder, fast retries, a short timeout."""
+    from spectrag.config import LLMConfig
+
+    return LLMConfig(base_url=llm_server.url, cache_dir=str(tmp_path / "llm-cache"), timeout=0.5, backoff=0.01,
+                     max_backoff=0.05, max_retries=3, concurrency=4)
