@@ -11,7 +11,7 @@ an iterative step asks one follow-up first and answers once it has notes; the fi
 the title of the first passage shown, citing its id. So a deterministic fake, not a model.
 
 Faults, consumed by the next requests (``server.fail("429", times=2)``) or by the requests whose
-prompt contains a text (``server.fail("bad_json", when="Veltra")``): ``timeout`` (answer after
+prompt contains a text, or all of several (``server.fail("bad_json", when=("Veltra", "questions"))``): ``timeout`` (answer after
 ``server.delay`` seconds), ``429`` (with Retry-After: 0), ``500``, ``truncated`` (the HTTP body
 cut short), ``bad_json`` (the model's JSON cut short), ``bad_triples`` (triples that are not
 three strings beside one good one), ``empty`` (no content).
@@ -72,7 +72,7 @@ class FakeLLM:
         self.lock = threading.Lock()
         self.requests: list[dict] = []
         self.queue: list[str] = []
-        self.rules: list[list] = []  # [text, fault, remaining]
+        self.rules: list[list] = []  # [texts, fault, remaining]
         self.delay = 2.0
         handler = type("Handler", (_Handler,), {"fake": self})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -81,12 +81,12 @@ class FakeLLM:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
-    def fail(self, fault: str, *, times: int = 1, when: str | None = None) -> None:
+    def fail(self, fault: str, *, times: int = 1, when: str | tuple[str, ...] | None = None) -> None:
         with self.lock:
             if when is None:
                 self.queue += [fault] * times
             else:
-                self.rules.append([when, fault, times])
+                self.rules.append([(when,) if isinstance(when, str) else tuple(when), fault, times])
 
     def reset(self) -> None:
         with self.lock:
@@ -98,7 +98,7 @@ class FakeLLM:
     def _fault(self, text: str) -> str | None:
         with self.lock:
             for rule in self.rules:
-                if rule[0] in text and rule[2] > 0:
+                if all(part in text for part in rule[0]) and rule[2] > 0:
                     rule[2] -= 1
                     return rule[1]
             return self.queue.pop(0) if self.queue else None
