@@ -69,9 +69,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActivationConfig",
-    "LLMConfig",
-    "LLMClient",
-    "answer",
     "BM25Config",
     "BaselineSelectConfig",
     "BridgeConfig",
@@ -85,6 +82,8 @@ __all__ = [
     "IndexConfig",
     "IndexFormatError",
     "KGConfig",
+    "LLMClient",
+    "LLMConfig",
     "PropagateConfig",
     "QueryState",
     "Retriever",
@@ -93,6 +92,7 @@ __all__ = [
     "SelectConfig",
     "SpectragError",
     "add_documents",
+    "answer",
     "build_index",
     "evaluate",
     "load_config",
