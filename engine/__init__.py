@@ -32,11 +32,13 @@ from spectrag.config import (
     GraphConfig,
     IndexConfig,
     KGConfig,
+    LLMConfig,
     PropagateConfig,
     RetrieverConfig,
     SeedConfig,
     SelectConfig,
     load_config,
+    load_llm_config,
     load_retriever_config,
 )
 from spectrag.errors import ConfigError, CorpusError, IndexFormatError, SpectragError
@@ -52,6 +54,8 @@ _LAZY = {
     "QueryState": "spectrag.state",
     "run": "spectrag.pipeline",
     "evaluate": "spectrag.eval.runner",
+    "answer": "spectrag.generate",
+    "LLMClient": "spectrag.llm",
 }
 
 
@@ -78,6 +82,8 @@ __all__ = [
     "IndexConfig",
     "IndexFormatError",
     "KGConfig",
+    "LLMClient",
+    "LLMConfig",
     "PropagateConfig",
     "QueryState",
     "Retriever",
@@ -86,10 +92,12 @@ __all__ = [
     "SelectConfig",
     "SpectragError",
     "add_documents",
+    "answer",
     "build_index",
     "evaluate",
     "load_config",
     "load_index",
+    "load_llm_config",
     "load_retriever_config",
     "run",
 ]

@@ -1,7 +1,15 @@
-"""The offline build, stage by stage: load -> chunk -> embed -> dense + BM25 -> persist."""
+"""The offline build, stage by stage: load -> chunk -> [llm] -> embed -> graph -> [kg] -> dense + BM25
+-> persist. The LLM stage (utility questions, OpenIE; :mod:`spectrag.llm.tasks`) runs only when the
+config asks for it (``graph.utility_questions``, ``kg.source = llm``); its outputs are kept in the
+index as reusable files::
+
+    llm/questions.json   {"<chunk id>": [questions]}     the graph.questions_file format
+    llm/openie.json      {"docs": [HippoRAG records]}     the --openie / kg.openie_file format
+"""
 
 from __future__ import annotations
 
+import json
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from spectrag.config import IndexConfig
+from spectrag.config import IndexConfig, LLMConfig
 from spectrag.errors import ConfigError, CorpusError
-from spectrag.graph.build import build_graph, save_graph
+from spectrag.graph.build import build_graph, file_questions, save_graph
+from spectrag.graph.questions import embed_questions
 from spectrag.index.chunk import chunk_corpus
 from spectrag.index.dense import DenseIndex
 from spectrag.index.embed import Embedder
@@ -21,6 +30,8 @@ from spectrag.index.lexical import BM25Index
 from spectrag.index.load import detect_format, iter_documents
 from spectrag.kg.build import build_kg, check_kg_inputs
 from spectrag.kg.store import save_kg
+from spectrag.llm import LLMClient, make_client
+from spectrag.llm.tasks import openie_records, utility_questions
 from spectrag.store import (
     CHUNKS,
     EMBEDDINGS,
@@ -50,6 +61,7 @@ class BuildReport:
     seconds: dict[str, float] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # this process + finished children
     peak_rss_mib: dict[str, float] = field(default_factory=dict)  # per stage (engine/util/usage.py)
+    llm: dict | None = None  # the LLM stage's facts and usage per stage (tokens, cost), when it ran
 
 
 def stage_recorder(report: BuildReport, on_stage: Callable[[str], None] | None = None) -> Callable[[str], None]:
@@ -97,13 +109,49 @@ def _check_documents(docs: list[Document], source: Path, skip_empty: bool) -> tu
     return kept, len(empty)
 
 
-def _check_inputs(config: IndexConfig, *, embeddings_supplied: bool) -> None:
+def _check_inputs(config: IndexConfig, *, embeddings_supplied: bool, has_llm: bool = False) -> None:
     """The config's input files and sources, checked before any work (a missing file found at
     step 7 would have cost the whole build)."""
 
     if config.graph.enabled and config.graph.entities_file and not Path(config.graph.entities_file).is_file():
         raise ConfigError(f"graph.entities_file {config.graph.entities_file} does not exist")
-    check_kg_inputs(config.kg, embeddings_supplied=embeddings_supplied)
+    if config.graph.enabled and config.graph.utility_questions:
+        if not has_llm:
+            raise ConfigError("graph.utility_questions needs an LLM endpoint: pass --llm-base-url URL (and "
+                              "--llm-model NAME), or set base_url in the [llm] table")
+        if embeddings_supplied:
+            raise ConfigError("graph.utility_questions needs the embedding model to embed the questions, but this "
+                              "build was given precomputed embeddings")
+    check_kg_inputs(config.kg, embeddings_supplied=embeddings_supplied, has_llm=has_llm)
+
+
+def uses_llm(config: IndexConfig) -> bool:
+    """Whether a build of ``config`` runs the LLM stage."""
+    return (config.graph.enabled and config.graph.utility_questions) or (config.kg.enabled and config.kg.source == "llm")
+
+
+def _llm_stage(chunks: list[Chunk], config: IndexConfig, client: LLMClient, progress: bool):
+    """Utility questions and OpenIE records, as the config asks (None for the other)."""
+    questions = docs = None
+    facts: dict = {"model": client.model, "base_url": client.config.base_url}
+    if config.graph.enabled and config.graph.utility_questions:
+        questions, facts["utility_questions"] = utility_questions(chunks, client, per_chunk=config.graph.questions_per_chunk,
+                                                                  progress=progress)
+    if config.kg.enabled and config.kg.source == "llm":
+        docs, facts["openie"] = openie_records(chunks, client, progress=progress)
+    return questions, docs, facts
+
+
+def save_llm_outputs(folder: Path, questions: dict | None, docs: list[dict] | None, facts: dict) -> None:
+    """``llm/questions.json`` and ``llm/openie.json`` under ``folder``, in the formats the build
+    reads back (``graph.questions_file``, ``--openie``)."""
+    out = folder / "llm"
+    out.mkdir()
+    if questions is not None:
+        (out / "questions.json").write_text(json.dumps(questions, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if docs is not None:
+        record = {"docs": docs, "model": facts.get("model"), "source": "spectrag LLM OpenIE"}
+        (out / "openie.json").write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def build_index(
@@ -117,6 +165,7 @@ def build_index(
     progress: bool = False,
     on_stage: Callable[[str], None] | None = None,
     embeddings: np.ndarray | None = None,
+    llm: LLMConfig | LLMClient | None = None,
 ) -> Index:
     """Build an index of the corpus at ``source`` into ``out_dir`` and return it loaded.
 
@@ -124,12 +173,15 @@ def build_index(
     when the build has finished (atomic rename); an existing one is replaced only with
     ``overwrite=True``. ``embeddings`` (float32 ``[n_chunks, d]``, L2-normalized) supplies
     precomputed chunk vectors instead of running the model (synthetic benchmarks, external
-    embedders); queries must then be given as vectors too.
+    embedders); queries must then be given as vectors too. ``llm``: the endpoint of the LLM
+    stage (``graph.utility_questions``, ``kg.source = llm``); its usage and cost per stage go
+    into the manifest's ``llm`` entry and ``index.report.llm``.
     """
     config = config or IndexConfig()
     source, out_dir = Path(source), Path(out_dir)
     refuse_existing(out_dir, overwrite=overwrite)  # before any work, not only at the end
-    _check_inputs(config, embeddings_supplied=embeddings is not None)
+    client = make_client(llm) if uses_llm(config) else None
+    _check_inputs(config, embeddings_supplied=embeddings is not None, has_llm=client is not None)
     report = BuildReport()
     stage = stage_recorder(report, on_stage)
 
@@ -143,6 +195,15 @@ def build_index(
     report.chunks = len(chunks)
     report.tokens = sum(c.n_tokens for c in chunks)
     stage("chunk")
+
+    llm_questions = openie_docs = llm_facts = None
+    if client is not None:
+        llm_questions, openie_docs, llm_facts = _llm_stage(chunks, config, client, progress)
+        llm_facts["usage"] = client.report()
+        report.llm = llm_facts
+        if not isinstance(llm, LLMClient):  # made here from a config: closed here
+            client.close()
+        stage("llm")
 
     texts = [embedding_text(c, config.embed.include_title) for c in chunks]
     embedder = None
@@ -158,15 +219,21 @@ def build_index(
         fingerprint, dim = "supplied", int(vectors.shape[1])
     stage("embed")
 
-    graph = None
+    graph = questions = None
     if config.graph.enabled:
-
-        graph = build_graph(chunks, vectors, config.graph, encode=embedder.encode if embedder else None)
+        encode = embedder.encode if embedder else None
+        if llm_questions is not None:
+            questions = embed_questions(llm_questions, len(chunks), encode)
+        else:
+            questions = file_questions(chunks, config.graph, encode)
+        graph = build_graph(chunks, vectors, config.graph, encode=encode, questions=questions,
+                            openie_docs=openie_docs if config.kg.source == "llm" else None)
         stage("graph")
     kg = None
     if config.kg.enabled:  # offline step 7, before the embedder closes: it embeds names and relations
 
-        kg = build_kg(chunks, config.kg, encode=embedder.encode if embedder else None, progress=progress)
+        kg = build_kg(chunks, config.kg, encode=embedder.encode if embedder else None, progress=progress,
+                      openie_docs=openie_docs)
         stage("kg")
     if embedder is not None:
         embedder.close()
@@ -182,10 +249,12 @@ def build_index(
         if graph is not None:
 
             fused, spectrum, graph_facts = graph
-            graph_facts = {**graph_facts, "order": save_graph(tmp, fused, spectrum, config.graph)}
+            graph_facts = {**graph_facts, "order": save_graph(tmp, fused, spectrum, config.graph, questions)}
         if kg is not None:
 
             save_kg(tmp, kg[0])
+        if llm_facts is not None:
+            save_llm_outputs(tmp, llm_questions, openie_docs, llm_facts)
         write_manifest(
             tmp,
             {
@@ -214,6 +283,7 @@ def build_index(
                            "largest_worker_mib": usage.children_peak_mib()},
                 "graph": graph_facts,
                 "kg": kg[1] if kg is not None else None,
+                "llm": llm_facts,
                 "versions": _versions(),
             },
         )

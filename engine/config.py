@@ -264,7 +264,13 @@ class GraphConfig(_Checked):
     entity_top_k: strongest entity edges kept per chunk (default: 10).
     citation_max_targets: chunks of a cited document that a citation links to (default: 4).
     title_mentions: link a chunk to the documents whose title it mentions (default: True).
-    questions_file: JSON ``chunk id -> [questions]`` enabling the utility signal (default: none).
+    questions_file: JSON ``chunk id -> [questions]`` enabling the utility signal and utility-question
+        seeding (default: none).
+    utility_questions: generate those questions with the LLM at index time (SpectRAG 3.2.1: the
+        questions each chunk answers; ``spectrag index --utility-questions``); needs an ``[llm]``
+        endpoint; the index keeps them in ``llm/questions.json``, a reusable questions file
+        (default: False).
+    questions_per_chunk: utility questions asked of the LLM per chunk (default: 3).
     weights: fusion weight per signal, eq. 10 (default: the paper's configuration 1).
     tau: fused weights below this are dropped (default: 0.05).
     max_degree: strongest fused edges kept per chunk before re-symmetrizing (default: 40).
@@ -294,6 +300,8 @@ class GraphConfig(_Checked):
     citation_max_targets: int = opt(4, lo=1)
     title_mentions: bool = True
     questions_file: str = ""
+    utility_questions: bool = False
+    questions_per_chunk: int = opt(3, lo=1, hi=20)
     weights: dict[str, float] = opt(default_factory=lambda: dict(DEFAULT_SIGNAL_WEIGHTS))
     tau: float = opt(0.05, lo=0, hi=1, hi_open=True)
     max_degree: int = opt(40, lo=1)
@@ -305,6 +313,9 @@ class GraphConfig(_Checked):
     seed: int = opt(0, lo=0)
 
     def check(self) -> None:
+        if self.utility_questions and self.questions_file:
+            raise ConfigError("graph.utility_questions and graph.questions_file are both set; the questions come "
+                              "either from the LLM or from the file: unset one")
         if not isinstance(self.weights, dict):
             raise ConfigError(f"graph.weights must be a table signal -> weight, got {self.weights!r}")
         bad = set(self.weights) - set(DEFAULT_SIGNAL_WEIGHTS)
@@ -333,7 +344,9 @@ class KGConfig(_Checked):
         sample corpus).
     source: ``auto`` (the OpenIE file when one is given, else the extractor), ``openie``,
         ``extractor`` (the entity signal's LLM-free extractor with co-occurrence relations) or
-        ``llm`` (not available yet) (default: auto).
+        ``llm`` (named entities and triples per chunk from the ``[llm]`` endpoint, kept in the index
+        as ``llm/openie.json``, a reusable OpenIE file; they also feed the entity edge signal unless
+        ``graph.entities_file`` is set) (default: auto).
     openie_file: HippoRAG OpenIE JSON with ``extracted_entities`` and ``extracted_triples`` per
         passage (default: none).
     window: the extractor links each entity of a sentence to the next this-many (default: 3).
@@ -390,6 +403,9 @@ class SeedConfig(_Checked):
     rrf_k: reciprocal-rank-fusion offset (default: 60).
     k_named: depth of the third list, the chunks of the documents whose title the question
         names, by relevance (:mod:`spectrag.seed.titles`); 0 leaves it out (default: 10).
+    k_utility: depth of the utility-question list (SpectRAG Algorithm 1, line 2: the chunks whose
+        questions best match the query), a third RRF list in every mode that fuses lists except
+        ``hybrid``, when the index has utility questions; 0 leaves it out (default: 50).
     """
 
     SECTION = "seed"
@@ -397,6 +413,7 @@ class SeedConfig(_Checked):
     k_bm25: int = opt(50, lo=1)
     rrf_k: int = opt(60, lo=0)
     k_named: int = opt(10, lo=0)
+    k_utility: int = opt(50, lo=0)
 
 
 @dataclass(frozen=True)
@@ -552,7 +569,7 @@ class ActivationConfig(_Checked):
     layout: str = opt("auto", choices=("auto", "ragged", "dense"))
 
 
-BASELINE_MODES = ("dense", "bm25", "hybrid")
+BASELINE_MODES = ("dense", "bm25", "hybrid", "hyde")  # hyde: dense search with an LLM-written passage
 GRAPH_MODES = ("heat", "ppr", "spectral")
 KG_MODES = ("activation", "combined")
 MODES = BASELINE_MODES + GRAPH_MODES + KG_MODES
@@ -562,8 +579,9 @@ MODES = BASELINE_MODES + GRAPH_MODES + KG_MODES
 class RetrieverConfig(_Checked):
     """Online settings: the mode, the budget, the device and one table per stage.
 
-    mode: ``dense``, ``bm25``, ``hybrid`` (baselines: their own ranking, selected with
-        ``baseline_select``), ``heat``, ``ppr``, ``spectral`` (the full pipeline),
+    mode: ``dense``, ``bm25``, ``hybrid``, ``hyde`` (baselines: their own ranking, selected with
+        ``baseline_select``; ``hyde`` searches with the embedding of a passage an LLM wrote for the
+        query, :mod:`spectrag.llm`), ``heat``, ``ppr``, ``spectral`` (the full pipeline),
         ``activation``, ``combined`` (with a knowledge graph) (default: spectral).
     budget: context tokens per query (default: 12000).
     device: ``auto`` (CUDA when present) or a torch device string (default: auto).
@@ -644,11 +662,85 @@ def retriever_config_from_dict(data: dict[str, Any], *, source: str = "config") 
     return RetrieverConfig.from_table(top, source=source)
 
 
+# --- the LLM endpoint (index-time questions and OpenIE, HyDE, answers) ---------------------------
+
+
+@dataclass(frozen=True)
+class LLMConfig(_Checked):
+    """An OpenAI-compatible chat-completions endpoint (:class:`spectrag.llm.LLMClient`): vLLM,
+    Ollama, llama.cpp's server or a hosted API. Not part of the index configuration: the index
+    records which model wrote its questions and triples in the manifest's ``llm`` entry.
+
+    base_url: the API root, e.g. ``http://localhost:8000/v1`` (vLLM), ``http://localhost:11434/v1``
+        (Ollama), ``http://localhost:8080/v1`` (llama.cpp); empty: no LLM (default: empty).
+    model: model name as the server knows it; empty: the server's only model, from
+        ``GET /models`` (default: empty).
+    api_key_env: environment variable holding the API key; a local server needs none (default:
+        OPENAI_API_KEY).
+    temperature: sampling temperature (default: 0.0: the papers' setting, and what makes the
+        response cache exact).
+    max_tokens: completion tokens per request (default: 512).
+    timeout: seconds per request before it is retried (default: 120.0).
+    max_retries: retries of a request that timed out, lost its connection or got 429 / 5xx
+        (default: 5).
+    backoff: seconds before the first retry, doubled at each further one, at most
+        ``max_backoff``; a ``Retry-After`` header is honoured up to ``max_backoff``
+        (default: 1.0, 30.0).
+    concurrency: requests in flight at once (default: 8).
+    json_mode: send ``response_format = {"type": "json_object"}`` with the prompts that ask for
+        JSON (vLLM, llama.cpp and Ollama support it) (default: False).
+    cache_dir: folder of the response cache (SQLite, keyed by model, messages and parameters);
+        empty string disables it (default: ``$SPECTRAG_CACHE_DIR/llm`` or ``~/.cache/spectrag/llm``).
+    price_prompt, price_completion: cost per 1,000 prompt / completion tokens, for the cost
+        report (default: 0.0, 0.0).
+    """
+
+    SECTION = "llm"
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = opt(0.0, lo=0, hi=2)
+    max_tokens: int = opt(512, lo=1)
+    timeout: float = opt(120.0, lo=0, lo_open=True)
+    max_retries: int = opt(5, lo=0)
+    backoff: float = opt(1.0, lo=0)
+    max_backoff: float = opt(30.0, lo=0)
+    concurrency: int = opt(8, lo=1, hi=1024)
+    json_mode: bool = False
+    cache_dir: str | None = None
+    price_prompt: float = opt(0.0, lo=0)
+    price_completion: float = opt(0.0, lo=0)
+
+    def check(self) -> None:
+        if self.base_url and not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"llm.base_url must start with http:// or https://, got {self.base_url!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.base_url)
+
+
+def load_llm_config(path: str | Path | None = None, **overrides: Any) -> LLMConfig:
+    """The ``[llm]`` table of a TOML file (defaults where absent), with ``overrides`` (field
+    names; None values are ignored, so CLI flags that were not given leave the file's values)."""
+    config = LLMConfig()
+    if path is not None:
+        config = LLMConfig.from_table(read_toml(path).get(LLM_TABLE, {}), source=str(path))
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    if changes:
+        bad = sorted(set(changes) - {f.name for f in dataclasses.fields(LLMConfig)})
+        if bad:
+            raise ConfigError(f"unknown [llm] setting(s) {bad}")
+        config = dataclasses.replace(config, **changes)
+    return config
+
+
 PRESETS: dict[str, ChunkConfig] = {
     "default": ChunkConfig(chunk_size=1200, overlap=100),
     "fine": ChunkConfig(chunk_size=256, overlap=64),
 }
 ONLINE_TABLES = ("retriever",) + RETRIEVER_TABLES
+LLM_TABLE = "llm"
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -662,10 +754,11 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is a folder") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    unknown = set(data) - set(INDEX_TABLES) - set(ONLINE_TABLES)
+    unknown = set(data) - set(INDEX_TABLES) - set(ONLINE_TABLES) - {LLM_TABLE}
     if unknown:
         raise ConfigError(
-            f"{path}: unknown section(s) {sorted(unknown)}; allowed: {sorted(INDEX_TABLES) + list(ONLINE_TABLES)}"
+            f"{path}: unknown section(s) {sorted(unknown)}; allowed: "
+            f"{sorted(INDEX_TABLES) + list(ONLINE_TABLES) + [LLM_TABLE]}"
         )
     return data
 
@@ -684,8 +777,10 @@ def load_config(path: str | Path | None = None, *, preset: str | None = None) ->
         return IndexConfig.from_dict(base)
     data = read_toml(path)
     retriever_config_from_dict(data, source=str(path))  # a bad online table is reported here too
+    if LLM_TABLE in data:
+        LLMConfig.from_table(data[LLM_TABLE], source=str(path))  # checked here too (load_llm_config reads it)
     for section, values in data.items():
-        if section in ONLINE_TABLES:
+        if section in ONLINE_TABLES or section == LLM_TABLE:
             continue
         if isinstance(values, dict) and isinstance(base.get(section), dict):
             base[section] = {**base[section], **values}
@@ -710,3 +805,16 @@ def with_openie(config: IndexConfig, path: Path) -> IndexConfig:
     graph = config.graph if config.graph.entities_file else dataclasses.replace(config.graph, entities_file=str(path))
     kg = dataclasses.replace(config.kg, enabled=True, source="openie", openie_file=str(path))
     return dataclasses.replace(config, graph=graph, kg=kg)
+
+
+def with_llm_stages(config: IndexConfig, *, utility_questions: bool = False, kg_source: str | None = None) -> IndexConfig:
+    """What ``spectrag index --utility-questions --kg SOURCE`` does: LLM utility questions
+    (``graph.utility_questions``) and a knowledge graph from ``SOURCE`` (``llm``: the LLM's
+    named entities and triples)."""
+    if utility_questions:
+        config = dataclasses.replace(config, graph=dataclasses.replace(config.graph, utility_questions=True))
+    if kg_source is not None:
+        if kg_source not in KG_SOURCES:
+            raise ConfigError(f"--kg must be one of {', '.join(KG_SOURCES)}, got {kg_source!r}")
+        config = dataclasses.replace(config, kg=dataclasses.replace(config.kg, enabled=True, source=kg_source))
+    return config

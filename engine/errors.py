@@ -22,3 +22,8 @@ class ConfigError(SpectragError, ValueError):
 
 class IndexFormatError(SpectragError):
     """An index directory is missing, incomplete, corrupt or of another format version."""
+
+
+class LLMError(SpectragError):
+    """An LLM endpoint could not be used: unreachable, refusing the key or the model, or requests
+    that failed after every retry (those that succeeded are cached: a re-run resumes)."""

@@ -30,7 +30,8 @@ section                                     document)
 entity      --                              all: IDF weights and the df cap depend on n
 citation    --                              all: old chunks may mention a new title, and a new
                                             longer title hides a shorter one inside it
-utility     --                              all (only with ``graph.questions_file``)
+utility     --                              all (only with ``graph.questions_file``; an index whose
+                                            questions or KG came from the LLM is refused)
 fuse        --                              all: threshold, degree cap, symmetrization, O(nnz)
 spectrum    the old eigenvectors            Lanczos started from them; k-means; RCM order
 kg          --                              all, when the index has one (entity merging is
@@ -66,11 +67,12 @@ from spectrag.build import (
     _versions,
     embedding_text,
     stage_recorder,
+    uses_llm,
 )
 from spectrag.config import GraphConfig
 from spectrag.errors import CorpusError, SpectragError
 from spectrag.graph import signals as sig
-from spectrag.graph.build import _doc_codes, build_graph, save_graph, spectrum_of
+from spectrag.graph.build import _doc_codes, build_graph, file_questions, save_graph, spectrum_of
 from spectrag.graph.fuse import signal_matrix
 from spectrag.graph.signals import coo, knn_index, knn_rows, top_k_per_row
 from spectrag.index.chunk import chunk_corpus
@@ -128,6 +130,9 @@ def add_documents(
     old = load_index(index_dir)  # format version and every checksum: a corrupt index is refused
     manifest_bytes = (index_dir / MANIFEST).read_bytes()
     config, n_old = old.config, len(old)
+    if uses_llm(config):
+        raise SpectragError(f"{index_dir} was built with the LLM stage (utility questions or kg.source = 'llm'); "
+                            "`spectrag add` does not run it yet: rebuild the index with the new documents")
     stage("verify")
 
     fmt = detect_format(source) if fmt == "auto" else fmt
@@ -157,9 +162,11 @@ def add_documents(
             bm25 = BM25Index.build([embedding_text(c, config.embed.include_title) for c in chunks], config.bm25)
         stage("bm25")
 
-        graph = None
+        graph = questions = None
         if old.manifest.get("graph"):
-            graph = update_graph(old.graph, chunks, vectors, n_old, config.graph, dense, encode=encode)
+            questions = file_questions(chunks, config.graph, encode)  # stored again for utility seeding
+            graph = update_graph(old.graph, chunks, vectors, n_old, config.graph, dense, encode=encode,
+                                 questions=questions)
             report.lanczos = {k: graph[2]["spectrum"].get(k) for k in ("method", "n_iter", "n_matvec", "converged")}
             stage("graph")
         kg = None
@@ -193,7 +200,7 @@ def add_documents(
         if graph is not None:
 
             fused, spectrum, facts = graph
-            manifest["graph"] = {**facts, "order": save_graph(tmp, fused, spectrum, config.graph)}
+            manifest["graph"] = {**facts, "order": save_graph(tmp, fused, spectrum, config.graph, questions)}
         if kg is not None:
 
             save_kg(tmp, kg[0])
@@ -267,10 +274,12 @@ def update_graph(
     dense,
     *,
     encode: Callable[[list[str]], np.ndarray] | None = None,
+    questions=None,
 ):
     """The chunk graph of ``chunks`` whose first ``n_old`` have the graph ``old_graph``
     (:func:`spectrag.graph.build.load_graph`), as :func:`spectrag.graph.build.build_graph` returns
-    it. ``dense`` is the FAISS index of all ``vectors [n, d]``."""
+    it. ``dense`` is the FAISS index of all ``vectors [n, d]``; ``questions`` the embedded
+    utility questions of all chunks, if any."""
 
     new = chunks[n_old:]
     old = lambda name, size: stored_signal(old_graph, name, n_old, size)  # noqa: E731
@@ -287,7 +296,7 @@ def update_graph(
     }
     previous = np.asarray(old_graph["coordinates"])
     fused, spectrum, facts = build_graph(chunks, vectors, config, encode=encode, makers=makers,
-                                         spectrum_fn=lambda w: warm_spectrum(w, previous, config))
+                                         spectrum_fn=lambda w: warm_spectrum(w, previous, config), questions=questions)
     facts["knn"] = {"method": "exact", "incremental": True, "a rebuild would use": facts["knn"]["method"]}
     return fused, spectrum, facts
 

@@ -28,10 +28,10 @@ import scipy.sparse as sp
 import torch
 
 from spectrag.config import BASELINE_MODES, GRAPH_MODES, KG_MODES, RetrieverConfig
-from spectrag.kernels.gather import gathered_dot
 from spectrag.errors import SpectragError
 from spectrag.expand.blocks import candidate_blocks
 from spectrag.expand.pool import expand, expand_torch
+from spectrag.kernels.gather import gathered_dot
 from spectrag.propagate.activation import ActivationBatch, activate
 from spectrag.propagate.proximity import pool_proximity
 from spectrag.rescore.bridge import bridge_relevance, protect_named
@@ -141,7 +141,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         named = batch.named if mode in PROPAGATION_MODES else None  # baselines stay baselines
         seeds, seed_scores = seed(mode, q, batch.terms, state.dense, state.bm25, named=named,
                                   embeddings=state.embeddings, k_dense=sc.k_dense, k_bm25=sc.k_bm25,
-                                  rrf_k=sc.rrf_k, k_named=sc.k_named)
+                                  rrf_k=sc.rrf_k, k_named=sc.k_named, questions=state.questions,
+                                  k_utility=sc.k_utility)
         stage("seed")
     sa = None
     if kg is not None:
@@ -200,7 +201,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         proximity = sa.proximity(candidates)
         alpha = config.activation.alpha
         scores = (1 - alpha) * relevance + alpha * proximity
-    elif mode == "dense":
+    elif mode in ("dense", "hyde"):
         scores = relevance
     else:  # bm25 / hybrid rank by their own list order: a decreasing score over positions
         scores = torch.where(mask, seed_scores[:, : candidates.shape[1]], torch.zeros_like(relevance))

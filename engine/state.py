@@ -25,6 +25,7 @@ from spectrag.kernels.pagerank import PageRankMatrix, RandomWalkOperator, random
 PPR_MATRIX_MAX_N = 4096
 from spectrag.propagate.activation import KGState
 from spectrag.seed.titles import TitleIndex
+from spectrag.seed.utility import QuestionIndex
 
 
 @dataclass
@@ -34,7 +35,8 @@ class QueryState:
     ``relations`` (the relational graph, :mod:`spectrag.graph.relational`) as scipy CSR
     ``[n, n]`` for the CPU expansion, copied to the device as :class:`TorchCSR` on first use;
     ``dense`` the exact inner-product search over the embeddings; ``bm25`` the BM25 score
-    matrix (None: dense seeds only); ``kg`` the knowledge graph as tensors (None: no KG modes)."""
+    matrix (None: dense seeds only); ``kg`` the knowledge graph as tensors (None: no KG modes);
+    ``questions`` the utility questions' search (None: the index has none)."""
 
     n: int
     device: torch.device
@@ -49,6 +51,7 @@ class QueryState:
     bm25: BM25Index | None = None
     kg: KGState | None = None
     titles: TitleIndex | None = None
+    questions: QuestionIndex | None = None
     _torch_graphs: dict = field(default_factory=dict, repr=False, compare=False)  # name -> TorchCSR
     _kg_index: object = field(default=None, repr=False, compare=False)  # an index whose KG loads on first use
 
@@ -66,6 +69,7 @@ class QueryState:
         bm25: BM25Index | None = None,
         kg: KGState | None = None,
         dense: DenseIndex | None = None,
+        questions: QuestionIndex | None = None,
         device: str | torch.device = "cpu",
     ) -> "QueryState":
         """A state from arrays in memory. Shapes: ``embeddings [n, d]`` (L2-normalized);
@@ -106,6 +110,7 @@ class QueryState:
             relations=relations,
             bm25=bm25,
             kg=kg,
+            questions=questions,
         )
 
     @classmethod
@@ -128,12 +133,14 @@ class QueryState:
                 weights=sp.csr_matrix((np.array(w.data), np.array(w.indices), np.array(w.indptr)), shape=w.shape),
                 relations=sp.csr_matrix((np.array(r.data), np.array(r.indices), np.array(r.indptr)), shape=r.shape),
             )
+        qs = graph.get("questions") if graph is not None else None
         state = cls.from_arrays(
             np.array(index.embeddings, dtype=np.float32),
             tokens=[c.n_tokens for c in index.chunks],
             doc_codes=doc_codes,
             bm25=index.bm25,
             dense=index.dense,
+            questions=QuestionIndex(qs.vectors, qs.owners, device=device) if qs is not None else None,
             device=device,
             **arrays,
         )

@@ -135,3 +135,58 @@ def _single_thread_kernels(request):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def _fake_llm_server():
+    from fake_llm import FakeLLM
+
+    server = FakeLLM()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def llm_server(_fake_llm_server):
+    """The deterministic OpenAI-compatible test server (tests/fake_llm.py) on 127.0.0.1, its
+    recorded requests and pending faults cleared for each test."""
+    _fake_llm_server.reset()
+    yield _fake_llm_server
+    _fake_llm_server.reset()
+
+
+@pytest.fixture
+def llm_config(llm_server, tmp_path):
+    """An :class:`~spectrag.config.LLMConfig` for the test server: a response cache in the test's
+    temp folder, fast retries, a short timeout."""
+    from spectrag.config import LLMConfig
+
+    return LLMConfig(base_url=llm_server.url, cache_dir=str(tmp_path / "llm-cache"), timeout=0.5, backoff=0.01,
+                     max_backoff=0.05, max_retries=3, concurrency=4)
+
+
+@pytest.fixture(scope="session")
+def llm_index(tmp_path_factory, _fake_llm_server, embed_cache):
+    """The sample corpus indexed by ``spectrag index --llm-base-url URL --llm-model fake-model
+    --utility-questions --kg llm`` against the test server, with one utility-question answer cut
+    short and one OpenIE answer with malformed triples: ``(CliRunner result, Index)``."""
+    from click.testing import CliRunner
+
+    from spectrag.cli.demo import sample_corpus
+    from spectrag.cli.main import main
+    from spectrag.store import load_index
+
+    root = tmp_path_factory.mktemp("llm-index")
+    config = root / "embed.toml"
+    config.write_text(f'[embed]\ncache_dir = "{embed_cache}"\n')
+    server = _fake_llm_server
+    server.reset()
+    server.fail("bad_json", when=("Write 3 questions", "Veltra Bridge"))
+    server.fail("bad_triples", when=("named entities", "Morwen Star"))
+    out = root / "sample-llm"
+    result = CliRunner().invoke(main, ["index", str(sample_corpus()), "-o", str(out), "--config", str(config),
+                                       "--llm-base-url", server.url, "--llm-model", "fake-model", "--utility-questions",
+                                       "--kg", "llm", "--llm-cache-dir", str(root / "llm-cache"), "--json"])
+    server.reset()
+    assert result.exit_code == 0, result.output
+    return result, load_index(out)

@@ -93,3 +93,52 @@ def test_build_rejects_bad_input(tmp_path, index_config):
         build_index(tmp_path / "corpus", tmp_path / "out3", bad_model, skip_empty=True)
 
 
+
+
+# --- the LLM stage (tests/fake_llm.py) ---------------------------------------------------------
+
+
+def test_llm_outputs_are_files_the_build_reads_back(llm_index):
+    """llm/questions.json is a graph.questions_file and llm/openie.json an --openie file: read by
+    the existing import paths, they give the stored question vectors and the knowledge graph's
+    triples."""
+    from spectrag.extract.openie import load_openie
+    from spectrag.graph.questions import embed_questions, read_questions_file
+
+    _, index = llm_index
+    n = len(index.chunks)
+    questions = read_questions_file(index.path / "llm" / "questions.json", n)
+    assert len(questions) == n - 1 and all(len(q) >= 1 for q in questions.values())  # one answer was malformed
+    again = embed_questions(questions, n, index.embedder.encode)
+    stored = index.graph["questions"]
+    assert np.array_equal(again.owners, stored.owners)
+    np.testing.assert_allclose(again.vectors, stored.vectors, atol=1e-6)
+    ext = load_openie(index.path / "llm" / "openie.json", [c.text for c in index.chunks], [c.title for c in index.chunks])
+    kg = index.manifest["kg"]
+    assert ext.facts["unmatched_records"] == 0 and ext.facts["malformed_triples"] == 0
+    assert (ext.facts["records"], ext.facts["triples"]) == (kg["records"], kg["triples"]) and kg["source"] == "llm"
+
+
+def test_an_interrupted_llm_stage_resumes_from_the_cache(tmp_path, embed_cache, llm_config, llm_server):
+    """A chunk whose requests keep failing stops the build (no index is left) after the others
+    are cached; the next build asks only for that chunk."""
+    from dataclasses import replace
+
+    from spectrag.cli.demo import sample_corpus
+    from spectrag.config import GraphConfig, KGConfig
+    from spectrag.errors import LLMError
+
+    config = IndexConfig(embed=EmbedConfig(cache_dir=embed_cache), graph=GraphConfig(enabled=False),
+                         kg=KGConfig(enabled=True, source="llm"))
+    llm_server.fail("500", times=1000, when="Morwen Star was")
+    with pytest.raises(LLMError, match="openie requests .* failed after 3 retries .* run again to resume"):
+        build_index(sample_corpus(), tmp_path / "idx", config, llm=llm_config)
+    assert not (tmp_path / "idx").exists()
+    asked = {r["messages"][1]["content"] for r in llm_server.requests if r["fault"] is None}
+    failing = {r["messages"][1]["content"] for r in llm_server.requests if r["fault"] == "500"}
+    llm_server.reset()
+    index = build_index(sample_corpus(), tmp_path / "idx", config, llm=replace(llm_config, max_retries=0))
+    again = {r["messages"][1]["content"] for r in llm_server.requests}
+    assert again == failing and not again & asked
+    assert index.manifest["llm"]["usage"]["stages"]["openie"]["cached"] == len(asked)
+    assert index.manifest["kg"]["source"] == "llm"

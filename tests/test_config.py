@@ -107,3 +107,35 @@ def test_baselines_select_with_their_own_explicit_table():
     base = RetrieverConfig().baseline_select
     assert (base.core_size, base.b, base.c, base.d, base.lam, base.precision_floor) == (0, 0.0, 0.0, 0.0, 0.0, 0.0)
     assert RetrieverConfig().select.core_size == 3
+
+
+def test_llm_table(tmp_path):
+    from spectrag.config import LLMConfig, load_config, load_llm_config
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[llm]\nbase_url = "http://localhost:8000/v1"\nmodel = "m"\nconcurrency = 4\n[chunk]\nchunk_size = 300\n')
+    assert load_llm_config(cfg) == LLMConfig(base_url="http://localhost:8000/v1", model="m", concurrency=4)
+    assert load_llm_config(cfg, model="other", max_tokens=None).model == "other"  # None: a flag not given
+    assert load_config(cfg).chunk.chunk_size == 300  # the [llm] table is not an index table
+    cfg.write_text('[llm]\nconcurrency = 0\n')
+    with pytest.raises(ConfigError, match=r"llm.concurrency must be an integer >= 1 and <= 1024, got 0"):
+        load_llm_config(cfg)
+    with pytest.raises(ConfigError, match=r"llm.concurrency"):
+        load_config(cfg)  # checked by the index loader too
+    cfg.write_text('[llm]\ntemprature = 0\n')
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['temprature'\] in \[llm\]"):
+        load_llm_config(cfg)
+    with pytest.raises(ConfigError, match="llm.base_url must start with http"):
+        LLMConfig(base_url="localhost:8000")
+
+
+def test_utility_questions_settings():
+    from spectrag.config import GraphConfig, IndexConfig, with_llm_stages
+
+    with pytest.raises(ConfigError, match="graph.utility_questions and graph.questions_file are both set"):
+        GraphConfig(utility_questions=True, questions_file="q.json")
+    with pytest.raises(ConfigError, match="graph.questions_per_chunk"):
+        GraphConfig(questions_per_chunk=0)
+    config = with_llm_stages(IndexConfig(), utility_questions=True, kg_source="llm")
+    assert config.graph.utility_questions and config.kg.enabled and config.kg.source == "llm"
+    assert "hyde" in __import__("spectrag.config", fromlist=["MODES"]).MODES

@@ -392,3 +392,15 @@ def test_knowledge_graph_is_rebuilt_in_full(tmp_path, embed_cache):
     assert kg_files and kg_files == sorted(f for f in inc.manifest["files"] if f.startswith("kg/"))
     for f in kg_files:  # same cache, so the same vectors: the files are byte-identical
         assert inc.manifest["files"][f]["sha256"] == full.manifest["files"][f]["sha256"], f
+
+
+def test_an_index_built_with_the_llm_stage_is_refused(llm_index, tmp_path):
+    """`spectrag add` does not run the LLM stage: refused before anything is written."""
+    from conftest import FIXTURES
+
+    target = tmp_path / "llm-copy"
+    shutil.copytree(llm_index[1].path, target)
+    before = (target / "manifest.json").read_bytes()
+    with pytest.raises(SpectragError, match="built with the LLM stage .* rebuild the index"):
+        add_documents(target, FIXTURES / "formats" / "folder")
+    assert (target / "manifest.json").read_bytes() == before

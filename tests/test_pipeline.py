@@ -269,3 +269,25 @@ def test_synthetic_small_pools_cut_and_isolated_nodes(synthetic, device):
     assert isolated > 0, "no isolated candidate: the dangling-node path is not exercised"
     for mode in GRAPH_MODES:
         check_batch(retriever, texts, qv, mode, budget=2000)
+
+
+# ---------------------------------------------------------------------------------------------
+# an index with utility questions (LLM-built, tests/fake_llm.py): the third RRF list
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "hyde", "ppr", "spectral"])
+def test_utility_question_seeding_equals_reference(llm_index, device, mode):
+    retriever = Retriever(llm_index[1], RetrieverConfig(device=str(device)))
+    assert retriever.state.questions is not None
+    qvecs = retriever.embed(QUESTIONS)  # hyde's vectors are whatever the pipeline is given
+    check_batch(retriever, QUESTIONS, qvecs, mode, budget=1500)
+
+
+def test_utility_question_seeding_changes_the_seeds(llm_index):
+    on = Retriever(llm_index[1])
+    off = Retriever(llm_index[1], RetrieverConfig().replace(seed__k_utility=0))
+    qvecs = on.embed(QUESTIONS)
+    a = on.score_batch(QUESTIONS, mode="spectral", qvecs=qvecs)
+    b = off.score_batch(QUESTIONS, mode="spectral", qvecs=qvecs)
+    assert not torch.equal(a.candidates, b.candidates), "the utility list changed no pool: the test would be vacuous"

@@ -1,4 +1,4 @@
-"""The ``spectrag`` command line: ``index``, ``add``, ``info``, ``retrieve``, ``demo``.
+"""The ``spectrag`` command line: ``index``, ``add``, ``info``, ``retrieve``, ``answer``, ``demo``, ``eval``.
 
 User errors (:class:`spectrag.errors.SpectragError`) print one ``error:`` line and exit with
 status 2; ``--debug`` shows the traceback instead.
@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 import click
 
-from spectrag.config import MODES, with_openie
+from spectrag.cli.llm_options import llm_config, llm_options
+from spectrag.config import KG_SOURCES, MODES, with_llm_stages, with_openie
 from spectrag.errors import SpectragError
 from spectrag.index.load import FORMATS
 
@@ -57,6 +58,7 @@ def _summary(manifest: dict[str, Any], path: Path) -> dict[str, Any]:
         "bytes": sum(f["bytes"] for f in manifest["files"].values()),
         "graph": _graph_summary(manifest.get("graph")),
         "kg": manifest.get("kg"),
+        "llm": manifest.get("llm"),
     }
 
 
@@ -95,6 +97,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if kg:
         rows.append(("knowledge graph", f"{kg['entities']:,} entities, {kg['relations']:,} relations, "
                                         f"{kg['describes_links']:,} chunk links ({kg['source']})"))
+    llm = summary.get("llm")
+    if llm:
+        for name, u in llm["usage"]["stages"].items():
+            facts = llm.get(name, {})
+            rows.append((f"llm {name}", f"{u['requests']:,} requests ({u['cached']:,} cached), {u['prompt_tokens']:,} + "
+                                        f"{u['completion_tokens']:,} tokens, cost {u['cost']:.4f}, "
+                                        f"{facts.get('malformed', u['malformed']):,} malformed ({llm['model']})"))
     rows += [(f"{stage} s", f"{secs:.2f}") for stage, secs in summary["seconds"].items()]
     click.echo(_table(rows))
 
@@ -114,12 +123,20 @@ def main() -> None:
 @click.option("--openie", "openie_file", type=click.Path(path_type=Path),
               help="HippoRAG OpenIE JSON: builds the knowledge graph (modes activation, combined) from it and "
                    "feeds the entity edge signal unless graph.entities_file is set.")
+@click.option("--utility-questions", is_flag=True,
+              help="Generate utility questions per chunk with the LLM (the utility edge signal and utility-question "
+                   "seeding; kept as llm/questions.json).")
+@click.option("--kg", "kg_source", type=click.Choice(list(KG_SOURCES)),
+              help="Build the knowledge graph from this source; llm: named entities and triples per chunk from the "
+                   "LLM (kept as llm/openie.json, a reusable --openie file).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index folder.")
 @click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@llm_options
 @_friendly
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
-              openie_file: Path | None, overwrite: bool, skip_empty: bool, as_json: bool) -> None:
+              openie_file: Path | None, utility_questions: bool, kg_source: str | None, overwrite: bool,
+              skip_empty: bool, as_json: bool, llm_flags: dict) -> None:
     """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
     from spectrag.build import build_index
     from spectrag.config import load_config
@@ -127,8 +144,9 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
     config = load_config(config_file, preset=preset)
     if openie_file is not None:
         config = with_openie(config, openie_file)
+    config = with_llm_stages(config, utility_questions=utility_questions, kg_source=kg_source)
     index = build_index(corpus, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
-                        progress=not as_json and sys.stderr.isatty())
+                        progress=not as_json and sys.stderr.isatty(), llm=llm_config(config_file, llm_flags))
     summary = _summary(index.manifest, out_dir)
     summary["seconds"] = index.report.seconds
     if as_json:
@@ -191,10 +209,11 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 @click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="JSONL results (default: stdout).")
 @click.option("--trec", "trec_file", type=click.Path(path_type=Path), help="Also write the ranking as a TREC run file.")
 @click.option("--no-text", is_flag=True, help="Leave chunk texts out of the JSONL.")
+@llm_options
 @_friendly
 def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None,
                  config_file: Path | None, budget: int | None, batch_size: int, out_file: Path | None,
-                 trec_file: Path | None, no_text: bool) -> None:
+                 trec_file: Path | None, no_text: bool, llm_flags: dict) -> None:
     """Retrieve a token-budgeted context for every query, in batches."""
     from spectrag.cli.retrieve import (
         run_queries,  # imported on use: `spectrag --help` stays fast
@@ -203,7 +222,32 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 
     config = load_retriever_config(config_file, **({"mode": mode} if mode else {}))
     run_queries(index_dir, query_file, list(texts), config=config, budget=budget, batch_size=batch_size,
-                out_file=out_file, trec_file=trec_file, with_text=not no_text)
+                out_file=out_file, trec_file=trec_file, with_text=not no_text, llm=llm_config(config_file, llm_flags))
+
+
+@main.command("answer")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--queries", "query_file", type=click.Path(path_type=Path), help="Question file: .jsonl, .json list or .txt lines.")
+@click.option("-q", "--query", "texts", multiple=True, help="A question (repeatable).")
+@click.option("--mode", type=click.Choice(list(MODES)), help="Retrieval mode (default: the config's, spectral).")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever], stage tables and [llm].")
+@click.option("--budget", type=int, help="Context tokens per question and retrieval round (default: the config's, 12,000).")
+@click.option("--rounds", default=1, show_default=True,
+              help="Retrieval rounds: above 1 the model may ask a follow-up question after each (iterative CoT retrieval).")
+@click.option("--batch-size", default=256, show_default=True, help="Questions answered together.")
+@click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="JSONL answers (default: a readable summary on stdout).")
+@click.option("--json", "as_json", is_flag=True, help="Print the answers as JSON lines.")
+@llm_options
+@_friendly
+def answer_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None, config_file: Path | None,
+               budget: int | None, rounds: int, batch_size: int, out_file: Path | None, as_json: bool, llm_flags: dict) -> None:
+    """Answer questions from the retrieved context with the LLM, citing chunk ids."""
+    from spectrag.cli.answer import run_answers
+    from spectrag.config import load_retriever_config
+
+    config = load_retriever_config(config_file, **({"mode": mode} if mode else {}))
+    run_answers(index_dir, query_file, list(texts), config=config, llm=llm_config(config_file, llm_flags), budget=budget,
+                rounds=rounds, batch_size=batch_size, out_file=out_file, as_json=as_json)
 
 
 @main.command("demo")
@@ -238,10 +282,15 @@ def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Write eval_<dataset>.md/.json, TREC runs and plots here.")
 @click.option("--no-plots", is_flag=True, help="With --out, skip the PNG plots (no matplotlib needed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of the Markdown report.")
+@click.option("--generate", is_flag=True, help="Also answer every question from each method's context with the LLM and "
+              "report EM, token F1 and answer containment.")
+@click.option("--rounds", default=1, show_default=True, help="With --generate: retrieval rounds per question "
+              "(above 1: iterative CoT retrieval).")
+@llm_options
 @_friendly
 def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: str, ablations: bool, sweep: bool,
              budget: int | None, budgets: str, batch_size: int, config_file: Path | None, openie_file: Path | None, no_openie: bool,
-             out_dir: Path | None, no_plots: bool, as_json: bool) -> None:
+             out_dir: Path | None, no_plots: bool, as_json: bool, generate: bool, rounds: int, llm_flags: dict) -> None:
     """Evaluate retrieval methods on DATASET: Recall@k, MRR, nDCG@10 and context P/R/F1."""
     import shlex
 
@@ -258,7 +307,8 @@ def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: s
                       retriever_config=load_retriever_config(config_file) if config_file else None,
                       openie=None if no_openie else openie_file or "auto", out=out_dir,
                       plots=not no_plots, command=shlex.join(["spectrag", *sys.argv[1:]]),
-                      log=lambda m: click.echo(m, err=True))
+                      log=lambda m: click.echo(m, err=True), llm=llm_config(config_file, llm_flags), generate=generate,
+                      rounds=rounds)
     click.echo(json.dumps(result, indent=2, ensure_ascii=False) if as_json else markdown(result))
 
 

@@ -18,7 +18,7 @@ from spectrag.store import load_index
 
 def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, config: RetrieverConfig,
                 budget: int | None, batch_size: int, out_file: Path | None, trec_file: Path | None,
-                with_text: bool) -> int:
+                with_text: bool, llm=None) -> int:
     """Write one JSON line per query (and optionally a TREC run); returns the number of queries."""
     mode = config.mode
 
@@ -27,7 +27,7 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     if batch_size < 1:
         raise SpectragError(f"--batch-size must be >= 1, got {batch_size}")
     queries = itertools.chain(((str(i), t) for i, t in enumerate(texts)), iter_queries(query_file) if query_file else ())
-    retriever = Retriever(load_index(index_dir), config)
+    retriever = Retriever(load_index(index_dir), config, llm=llm if mode == "hyde" else None)
     out = out_file.open("w", encoding="utf-8") if out_file else sys.stdout
     trec = trec_file.open("w", encoding="utf-8") if trec_file else None
     progress = out_file is not None and sys.stderr.isatty()

@@ -64,6 +64,7 @@ class Question:
     text: str
     gold: tuple[GoldItem, ...]
     groups: dict[str, str] = field(default_factory=dict)  # grouping name -> value, e.g. hops -> 2hop
+    answers: tuple[str, ...] = ()  # gold short answers (MuSiQue: answer + answer_aliases), for --generate
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,12 @@ def _supporting_facts(path: Path, i: int, record: dict[str, Any]) -> tuple[GoldI
     return tuple(items)
 
 
+def _answers(record: dict[str, Any]) -> tuple[str, ...]:
+    """The gold answer and its aliases (``answer``, ``answer_aliases``), strings only."""
+    found = [record.get("answer")] + list(record.get("answer_aliases") or [])
+    return tuple(dict.fromkeys(str(a).strip() for a in found if isinstance(a, (str, int, float)) and str(a).strip()))
+
+
 def _hops(qid: str) -> str:
     """MuSiQue hop count from the id prefix: ``3hop1__...`` -> ``3hop``."""
     m = re.match(r"(\d+hop)", qid)
@@ -191,7 +198,7 @@ def _load_hipporag(name: str, data: Path) -> Dataset:
             groups = {k: str(r[k]) for k in ("type", "level") if k in r}
         else:
             groups = {"type": str(r["type"])} if "type" in r else {}
-        questions.append(Question(qid, text, gold, groups))
+        questions.append(Question(qid, text, gold, groups, _answers(r)))
     return Dataset(name, corpus, name, qfile, questions)
 
 
@@ -211,7 +218,7 @@ def _load_multihop_rag(data: Path) -> Dataset:
             title, url = ev["title"].strip(), str(ev.get("url") or "").strip()
             gold.append(GoldItem((("title_url", title, url), ("title", title)), title))
         kind = str(r.get("question_type", "unknown")).removesuffix("_query")
-        questions.append(Question(str(r.get("id", i)), text, tuple(gold), {"type": kind}))
+        questions.append(Question(str(r.get("id", i)), text, tuple(gold), {"type": kind}, _answers(r)))
     return Dataset("multihop-rag", corpus, "multihop-rag", qfile, questions)
 
 
@@ -259,7 +266,7 @@ def _load_sample(data: Path) -> Dataset:
         docs = _field(qfile, i, r, "gold_docs", list)
         gold = tuple(GoldItem((("doc", str(d)),), str(d)) for d in docs)
         groups = {"type": str(r["type"])} if "type" in r else {}
-        questions.append(Question(str(r.get("id", i)), _field(qfile, i, r, "question", str), gold, groups))
+        questions.append(Question(str(r.get("id", i)), _field(qfile, i, r, "question", str), gold, groups, _answers(r)))
     return Dataset("sample", corpus, "folder", qfile, questions)
 
 

@@ -106,6 +106,27 @@ def sweep_tables(sweep: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def generation_table(result: dict[str, Any]) -> str:
+    """EM / F1 / containment per method, and the LLM's usage."""
+    lines = ["| method | EM | F1 | contains | answered | citations / answer | malformed | rounds | questions |",
+             "|---|" + "---:|" * 8]
+    for name, g in result["generation"].items():
+        lines.append(f"| {name} | {_pct(g['EM'])} | {_pct(g['F1'])} | {_pct(g['contains'])} | {_pct(g['answered'])} | "
+                     f"{g['citations_per_answer']:.2f} | {g['malformed']} | {g['rounds']:.2f} | {g['questions']} |")
+    return "\n".join(lines)
+
+
+def llm_table(llm: dict[str, Any]) -> str:
+    lines = [f"LLM {llm['model']} at {llm['base_url']} (cost at {llm['price_per_1k']['prompt']:g} / "
+             f"{llm['price_per_1k']['completion']:g} per 1k prompt / completion tokens):", "",
+             "| stage | requests | cached | calls | retries | failed | malformed | prompt tokens | completion tokens | cost |",
+             "|---|" + "---:|" * 9]
+    for name, u in llm["stages"].items():
+        lines.append(f"| {name} | {u['requests']:,} | {u['cached']:,} | {u['calls']:,} | {u['retries']:,} | {u['failed']:,} | "
+                     f"{u['malformed']:,} | {u['prompt_tokens']:,} | {u['completion_tokens']:,} | {u['cost']:.4f} |")
+    return "\n".join(lines)
+
+
 def markdown(result: dict[str, Any]) -> str:
     ds, gold, st = result["dataset"], result["gold"], result["settings"]
     out = [f"# Retrieval evaluation: {ds['name']}", ""]
@@ -134,6 +155,12 @@ def markdown(result: dict[str, Any]) -> str:
         methods_table(result),
         "",
     ]
+    if result.get("generation"):
+        rounds = result["settings"].get("generation", {}).get("rounds", 1)
+        out += [f"## Generated answers (%, {'single-shot' if rounds == 1 else f'up to {rounds} retrieval rounds'})", "",
+                generation_table(result), ""]
+    if result.get("llm"):
+        out += [llm_table(result["llm"]), ""]
     if result.get("skipped"):
         out += ["Skipped (this index cannot run them): "
                 + "; ".join(f"`{k}`: {v}" for k, v in result["skipped"].items()), ""]
@@ -159,6 +186,9 @@ def markdown(result: dict[str, Any]) -> str:
         "1 / rank of the first gold passage (0 if none in the pool); nDCG@10 with linear gains.",
         "- P / R / F1 (SpectRAG eq. 23-24): the budgeted context set (the selected chunks, as distinct passages) "
         "against the gold passages; F1 = 0 when P + R = 0.",
+        "- Generated answers (with --generate): EM, token F1 and containment of the short answer (its `Answer:` line) "
+        "against the gold answer and aliases after SQuAD normalization (lower case, no punctuation or articles), the "
+        "maximum over the gold answers; answered = not `unanswerable`.",
         "- Chunk level: the raw chunk ranking and selection against every chunk of a gold passage (identical when "
         "every passage is one chunk).",
         "- Unmapped gold items stay in every denominator (a miss); TREC runs and qrels in the `_trec` folder "

@@ -18,15 +18,17 @@ from typing import Any
 
 import torch
 
-from spectrag.build import build_index
+from spectrag.build import build_index, uses_llm
 from spectrag.config import MODES, IndexConfig, with_openie
-from spectrag.errors import SpectragError
+from spectrag.errors import ConfigError, SpectragError
+from spectrag.eval.answers import generate_answers
 from spectrag.eval.datasets import Dataset, load_dataset
 from spectrag.eval.report import write_outputs
 from spectrag.eval.run import Run, run_method
 from spectrag.eval.score import make_scorer
 from spectrag.eval.variants import run_ablations, run_sweep
 from spectrag.index.embed import default_cache_dir
+from spectrag.llm import make_client
 from spectrag.retriever import Retriever
 from spectrag.store import Index, load_index
 
@@ -39,11 +41,15 @@ def _fingerprint(path: Path) -> list[Any]:
     return [[p.relative_to(path).as_posix() if p != path else p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
 
 
-def cache_folder(ds: Dataset, config: IndexConfig, cache_dir: str | Path | None = None) -> Path:
-    """``<cache>/eval/<dataset>-<hash of corpus path, corpus files, format and config>``."""
+def cache_folder(ds: Dataset, config: IndexConfig, cache_dir: str | Path | None = None, llm_model: str = "") -> Path:
+    """``<cache>/eval/<dataset>-<hash of corpus path, corpus files, format, config and, for a
+    build with the LLM stage, the model>``."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "eval"
-    key = json.dumps({"corpus": str(ds.corpus.resolve()), "files": _fingerprint(ds.corpus), "format": ds.fmt,
-                      "config": config.to_dict()}, sort_keys=True)
+    parts = {"corpus": str(ds.corpus.resolve()), "files": _fingerprint(ds.corpus), "format": ds.fmt,
+             "config": config.to_dict()}
+    if llm_model:
+        parts["llm_model"] = llm_model
+    key = json.dumps(parts, sort_keys=True)
     return root / f"{ds.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
@@ -57,9 +63,10 @@ def find_openie(ds: Dataset) -> Path | None:
 
 
 def resolve_index(ds: Dataset, index=None, config: IndexConfig | None = None, cache_dir: str | Path | None = None,
-                  log: Callable[[str], None] = lambda _: None):
+                  log: Callable[[str], None] = lambda _: None, llm=None):
     """The index to evaluate: ``index`` (an :class:`Index` or a folder) when given, else the cache
-    folder's, built there first when absent (atomically, by :func:`build_index`)."""
+    folder's, built there first when absent (atomically, by :func:`build_index`; ``llm``: the
+    client of a build with the LLM stage)."""
     if isinstance(index, Index):
         return index, {"path": str(index.path), "built": False}
     if index is not None:
@@ -67,14 +74,18 @@ def resolve_index(ds: Dataset, index=None, config: IndexConfig | None = None, ca
         if not path.exists():
             raise SpectragError(f"--index {path}: no such index folder")
         return load_index(path), {"path": str(path), "built": False}
-    folder = cache_folder(ds, config or IndexConfig(), cache_dir)
+    config = config or IndexConfig()
+    if uses_llm(config) and llm is None:
+        raise ConfigError("this index configuration runs the LLM stage (utility questions or kg.source = 'llm'): "
+                          "pass --llm-base-url URL")
+    folder = cache_folder(ds, config, cache_dir, llm.model if uses_llm(config) else "")
     if (folder / "manifest.json").is_file():
         log(f"reusing index {folder}")
         return load_index(folder), {"path": str(folder), "built": False}
     log(f"building index of {ds.corpus} into {folder}")
     folder.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    built = build_index(ds.corpus, folder, config or IndexConfig(), fmt=ds.fmt)
+    built = build_index(ds.corpus, folder, config, fmt=ds.fmt, llm=llm if uses_llm(config) else None)
     return built, {"path": str(folder), "built": True, "seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -131,6 +142,9 @@ def evaluate(
     plots: bool = True,
     command: str | None = None,
     log: Callable[[str], None] = lambda _: None,
+    llm=None,
+    generate: bool = False,
+    rounds: int = 1,
 ) -> dict[str, Any]:
     """Evaluate retrieval methods on ``dataset`` (see :mod:`spectrag.eval.datasets`) and return
     the results as a JSON-ready dict; with ``out``, also write ``eval_<dataset>.json`` / ``.md``,
@@ -146,6 +160,13 @@ def evaluate(
     parameter at a time around the defaults (:data:`SWEEP`). ``budget``: context tokens per
     question (default: the retriever's). ``budgets``: more budgets at which every method's context
     P / R / F1 is also reported (ranking metrics do not depend on the budget).
+
+    ``llm`` (an :class:`~spectrag.config.LLMConfig` or :class:`~spectrag.llm.LLMClient`): the
+    endpoint of method ``hyde`` (skipped under ``all`` without one), of an index build with the
+    LLM stage, and of ``generate``: every method's contexts answered (``rounds`` > 1: iterative
+    retrieval, :mod:`spectrag.generate`) and scored with EM, token F1 and answer containment
+    against the gold answers (``result["generation"]``; the LLM's usage and cost per stage in
+    ``result["llm"]``; per-question answers in ``out/eval_<dataset>_answers.jsonl``).
     """
     if batch_size < 1:
         raise SpectragError(f"--batch-size must be >= 1, got {batch_size}")
@@ -153,13 +174,18 @@ def evaluate(
         if b < 1:
             raise SpectragError(f"--budget and --budgets must be >= 1 token, got {b}")
     ds = load_dataset(dataset, data)
+    client = make_client(llm)
+    if generate and client is None:
+        raise ConfigError("--generate needs an LLM endpoint: pass --llm-base-url URL")
+    if rounds < 1:
+        raise SpectragError(f"--rounds must be >= 1, got {rounds}")
     names, lenient = resolve_methods(methods, available_modes())
     config = config or IndexConfig()
     openie_file = None if index is not None else find_openie(ds) if openie == "auto" else openie
     if openie_file is not None:
         log(f"knowledge graph and entity signal from {openie_file}")
         config = with_openie(config, Path(openie_file))
-    idx, index_info = resolve_index(ds, index, config, cache_dir, log)
+    idx, index_info = resolve_index(ds, index, config, cache_dir, log, llm=client)
     if openie_file is not None:
         index_info["openie"] = str(openie_file)
     scorer = make_scorer(ds, idx)
@@ -167,7 +193,7 @@ def evaluate(
     if gold_gap := scorer.gold.report["unmapped"]:
         log(f"warning: {gold_gap} of {scorer.gold.report['gold_items']} gold items could not be mapped to the corpus")
 
-    retriever = Retriever(idx, retriever_config)
+    retriever = Retriever(idx, retriever_config, llm=client)
     texts = [q.text for q in ds.questions]
     start = time.perf_counter()
     qvecs = torch.cat([retriever.embed(texts[lo : lo + batch_size]) for lo in range(0, len(texts), batch_size)])
@@ -187,9 +213,20 @@ def evaluate(
         "skipped": {},
     }
     runs: dict[str, Run] = {}
+    vectors: dict[str, torch.Tensor] = {}  # hyde: the vectors of its passages, written once
+
+    def method_vectors(name: str) -> torch.Tensor:
+        if name != "hyde":
+            return qvecs
+        if "hyde" not in vectors:
+            log("hyde passages")
+            vectors["hyde"] = retriever.hyde_vectors(texts)
+        return vectors["hyde"]
+
     for name in names:
         log(f"method {name}")
-        run = _try(lambda: run_method(retriever, texts, qvecs, name, budget, batch_size), name, lenient, result["skipped"])
+        run = _try(lambda: run_method(retriever, texts, method_vectors(name), name, budget, batch_size), name, lenient,
+                   result["skipped"])
         if run is not None:
             runs[name] = run
             result["methods"][name] = scorer.summary(run)
@@ -199,7 +236,8 @@ def evaluate(
             log(f"budget {b}")
             result["budgets"][str(b)] = {
                 name: {k: v for k, v in scorer.summary(run if b == eff_budget else  # the methods' own budget: their run
-                                                       run_method(retriever, texts, qvecs, name, b, batch_size),
+                                                       run_method(retriever, texts, method_vectors(name), name, b,
+                                                                  batch_size),
                                                        detail=False).items() if k in ("overall", "context")}
                 for name, run in runs.items()}
             for row in result["budgets"][str(b)].values():
@@ -208,10 +246,30 @@ def evaluate(
         result["ablations"] = run_ablations(retriever, texts, qvecs, budget, batch_size, scorer, runs, log)
     if sweep:
         result["sweep"] = run_sweep(retriever, texts, qvecs, budget, batch_size, scorer, log, runs)
+    answers = None
+    if generate:
+        result["generation"], answers = generate_answers(retriever, ds, runs, vectors, rounds=rounds, budget=budget, log=log)
+        result["settings"]["generation"] = {"rounds": rounds, "model": client.model, "base_url": client.config.base_url,
+                                            "temperature": client.config.temperature}
+    if client is not None:
+        result["llm"] = client.report()
     if out is not None:
+        if answers is not None:
+            write_answers(Path(out), ds.name, answers)
         result["outputs"] = write_outputs(Path(out), result, runs, scorer, ds, plots=plots, log=log,
                                           trec_dir=Path(trec_dir) if trec_dir is not None else None)
     return result
+
+
+def write_answers(out: Path, name: str, answers: dict[str, list[dict[str, Any]]]) -> Path:
+    """``out/eval_<dataset>_answers.jsonl``: one line per (method, question)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"eval_{name}_answers.jsonl"
+    with path.open("w", encoding="utf-8") as fh:
+        for method, rows in answers.items():
+            for row in rows:
+                fh.write(json.dumps({"method": method, **row}, ensure_ascii=False) + "\n")
+    return path
 
 
 __all__ = ["available_modes", "cache_folder", "evaluate", "resolve_index"]

@@ -74,15 +74,20 @@ def match_chunks(docs: list[dict], chunk_texts: Sequence[str], chunk_titles: Seq
 
 
 def load_openie(path: str | Path, chunk_texts: Sequence[str], chunk_titles: Sequence[str]) -> Extraction:
-    """Entity mentions and triples of the file, on the chunks. Facts: ``records``,
-    ``unmatched_records``, ``entity_mentions`` and ``triples`` (as listed in the file, matched
-    records only), ``malformed_triples`` (not three strings)."""
+    """Entity mentions and triples of the file, on the chunks (:func:`openie_extraction`)."""
+    return openie_extraction(read_openie(path), chunk_texts, chunk_titles, source=str(path))
+
+
+def openie_extraction(docs: list[dict], chunk_texts: Sequence[str], chunk_titles: Sequence[str], *,
+                      source: str) -> Extraction:
+    """Entity mentions and triples of OpenIE records (a file's ``docs``, or the LLM's), on the
+    chunks. Facts: ``file`` (``source``), ``records``, ``unmatched_records``, ``entity_mentions``
+    and ``triples`` (as listed, matched records only), ``malformed_triples`` (not three strings)."""
     if len(chunk_texts) != len(chunk_titles):
         raise ValueError(f"{len(chunk_texts)} chunk texts but {len(chunk_titles)} chunk titles")
-    docs = read_openie(path)
     mentions: list[list[str]] = [[] for _ in chunk_texts]
     triples: list[Triple] = []
-    facts = {"file": str(path), "records": len(docs), "unmatched_records": 0, "entity_mentions": 0,
+    facts = {"file": source, "records": len(docs), "unmatched_records": 0, "entity_mentions": 0,
              "triples": 0, "malformed_triples": 0}
     for doc, chunks in zip(docs, match_chunks(docs, chunk_texts, chunk_titles)):
         if not chunks:
@@ -103,6 +108,12 @@ def load_openie(path: str | Path, chunk_texts: Sequence[str], chunk_titles: Sequ
     return Extraction(mentions, triples, facts)
 
 
+def openie_entity_keys(extraction: Extraction) -> list[list[str]]:
+    """The entity edge signal's view of an extraction: the sorted unique normalized entity keys
+    of each chunk."""
+    return [sorted({k for e in mentions if (k := normalize_entity(e))}) for mentions in extraction.mentions]
+
+
 def load_openie_entities(
     path: str | Path, chunk_texts: Sequence[str], chunk_titles: Sequence[str]
 ) -> tuple[list[list[str]], int]:
@@ -110,5 +121,4 @@ def load_openie_entities(
     each chunk (from :func:`load_openie`'s mentions) and the number of records that matched no
     chunk."""
     extraction = load_openie(path, chunk_texts, chunk_titles)
-    keys = [sorted({k for e in mentions if (k := normalize_entity(e))}) for mentions in extraction.mentions]
-    return keys, extraction.facts["unmatched_records"]
+    return openie_entity_keys(extraction), extraction.facts["unmatched_records"]

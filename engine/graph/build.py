@@ -8,6 +8,8 @@
     graph/eigenvalues.npy  float64 [m]
     graph/clusters.npy     int32 [n]              k-means labels of the row-normalized coordinates
     graph/rcm_order.npy    int64 [n]              reverse Cuthill-McKee order of W (for SpMM locality)
+    graph/questions.*.npy                         utility-question vectors and owners, when the index
+                                                  has questions (graph/questions.py)
 
 Chunk ids already follow document reading order, which keeps adjacency, section and most
 entity edges near the diagonal; the RCM order is stored beside it so kernels can relabel the
@@ -16,7 +18,6 @@ graph where it pays (its effect on SpMM is measured in ``bench/``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,13 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from spectrag.config import GraphConfig
-from spectrag.errors import ConfigError, CorpusError
+from spectrag.errors import ConfigError
 from spectrag.extract.entities import entity_incidence, extract_entities
-from spectrag.extract.openie import load_openie_entities
+from spectrag.extract.openie import load_openie_entities, openie_entity_keys, openie_extraction
 from spectrag.graph import signals as sig
 from spectrag.graph.citations import citation_edges
 from spectrag.graph.fuse import FusedGraph, fuse_signals
+from spectrag.graph.questions import QuestionSet, embed_questions, load_questions, read_questions_file, save_questions
 from spectrag.graph.relational import relational_graph
 from spectrag.graph.spectrum import Spectrum, spectral_coordinates
 from spectrag.types import Chunk
@@ -45,8 +47,10 @@ def _doc_codes(chunks: Sequence[Chunk]) -> np.ndarray:
     return np.fromiter((codes.setdefault(c.doc_id, len(codes)) for c in chunks), dtype=np.int64, count=len(chunks))
 
 
-def _entities(chunks: Sequence[Chunk], config: GraphConfig) -> tuple[list[list[str]], dict[str, Any]]:
-
+def _entities(chunks: Sequence[Chunk], config: GraphConfig,
+              openie_docs: list[dict] | None = None) -> tuple[list[list[str]], dict[str, Any]]:
+    """Entity keys per chunk: ``graph.entities_file``, else the LLM's OpenIE records (when the
+    build made them), else the built-in extractor."""
     texts = [c.text for c in chunks]
     if config.entities_file:
         path = Path(config.entities_file)
@@ -54,36 +58,22 @@ def _entities(chunks: Sequence[Chunk], config: GraphConfig) -> tuple[list[list[s
             raise ConfigError(f"graph.entities_file {path} does not exist")
         lists, unmatched = load_openie_entities(path, texts, [c.title for c in chunks])
         return lists, {"source": str(path), "unmatched_records": unmatched}
+    if openie_docs is not None:
+        ext = openie_extraction(openie_docs, texts, [c.title for c in chunks], source="llm")
+        return openie_entity_keys(ext), {"source": "llm OpenIE", "unmatched_records": ext.facts["unmatched_records"]}
     titles = sorted({c.title for c in chunks if c.title})
     return extract_entities(texts, titles), {"source": "built-in extractor"}
 
 
-def _questions(chunks: Sequence[Chunk], config: GraphConfig, encode: Callable[[list[str]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Mean embedding of each chunk's supplied questions. Shapes: -> ``[n, d]``, ``[n]`` bool."""
-    path = Path(config.questions_file)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"graph.questions_file {path} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise CorpusError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict):
-        raise CorpusError(f"{path}: expected an object chunk id -> [questions]")
-    owners, texts = [], []
-    for key, questions in data.items():
-        if not (str(key).isdigit() and int(key) < len(chunks)):
-            raise CorpusError(f"{path}: key {key!r} is not a chunk id in [0, {len(chunks)})")
-        if not isinstance(questions, list) or not all(isinstance(q, str) for q in questions):
-            raise CorpusError(f"{path}: value of {key!r} is not a list of question strings")
-        owners += [int(key)] * len(questions)
-        texts += questions
-    vectors = encode(texts) if texts else np.zeros((0, 1), np.float32)
-    dim = vectors.shape[1]
-    sums = np.zeros((len(chunks), dim), np.float32)
-    np.add.at(sums, np.asarray(owners, dtype=np.int64), vectors)
-    has = np.zeros(len(chunks), bool)
-    has[owners] = True
-    return sums, has
+def file_questions(chunks: Sequence[Chunk], config: GraphConfig,
+                   encode: Callable[[list[str]], np.ndarray] | None) -> QuestionSet | None:
+    """The questions of ``graph.questions_file``, embedded (None without a file or without a
+    utility weight)."""
+    if not config.questions_file or config.signal_weights().get("utility", 0) <= 0:
+        return None
+    if encode is None:
+        raise ConfigError("graph.questions_file needs the embedding model to embed the questions")
+    return embed_questions(read_questions_file(config.questions_file, len(chunks)), len(chunks), encode)
 
 
 def build_signals(
@@ -93,10 +83,14 @@ def build_signals(
     *,
     encode: Callable[[list[str]], np.ndarray] | None = None,
     makers: Mapping[str, Callable[[], sp.csr_matrix]] | None = None,
+    questions: QuestionSet | None = None,
+    openie_docs: list[dict] | None = None,
 ) -> tuple[dict[str, sp.csr_matrix], dict[str, Any]]:
     """Every enabled edge signal as a directed sparse ``[n, n]`` matrix, and build facts.
     ``makers``: signals built another way (an incremental add updates the stored ones), timed
-    and ordered like the others."""
+    and ordered like the others. ``questions``: embedded utility questions (default: those of
+    ``graph.questions_file``, if any); ``openie_docs``: the LLM's OpenIE records, for the
+    entity signal when ``graph.entities_file`` is not set."""
 
     n = len(chunks)
     weights = config.signal_weights()
@@ -122,7 +116,7 @@ def build_signals(
     timed("section", lambda: sig.section_edges([c.doc_id for c in chunks], [c.section for c in chunks], band=config.section_band))
 
     def entity() -> sp.csr_matrix:
-        lists, facts = _entities(chunks, config)
+        lists, facts = _entities(chunks, config, openie_docs)
         inc = entity_incidence(lists, max_df=config.entity_max_df, max_count=config.entity_max_count or None)
         info["entities"] = {**facts, "kept": len(inc.vocab), "dropped_frequent": inc.dropped_frequent,
                             "mentions": int(inc.matrix.nnz)}
@@ -137,11 +131,12 @@ def build_signals(
         return sig.coo(edges.rows, edges.cols, edges.weights, n)
 
     timed("citation", citation)
-    if config.questions_file and weights.get("utility", 0) > 0:
-        if encode is None:
-            raise ConfigError("graph.questions_file needs the embedding model to embed the questions")
-        q_vectors, has = _questions(chunks, config, encode)
-        timed("utility", lambda: sig.utility_edges(q_vectors, has, config.k_semantic))
+    if questions is None:
+        questions = file_questions(chunks, config, encode)
+    if questions is not None and weights.get("utility", 0) > 0:
+        q_sums, has = questions.chunk_sums(n)
+        timed("utility", lambda: sig.utility_edges(q_sums, has, config.k_semantic))
+        info["questions"] = {"questions": int(len(questions.owners)), "chunks": int(has.sum())}
     return out, info
 
 
@@ -169,11 +164,15 @@ def build_graph(
     encode: Callable[[list[str]], np.ndarray] | None = None,
     makers: Mapping[str, Callable[[], sp.csr_matrix]] | None = None,
     spectrum_fn: Callable[[sp.csr_matrix], Spectrum] | None = None,
+    questions: QuestionSet | None = None,
+    openie_docs: list[dict] | None = None,
 ) -> tuple[FusedGraph, Spectrum, dict[str, Any]]:
     """Signals, fusion and spectrum for one index; the dict is the manifest's ``graph`` entry.
     ``makers`` (see :func:`build_signals`) and ``spectrum_fn`` (fused weights -> spectrum;
-    default :func:`spectrum_of`) let an incremental add reuse the stored graph."""
-    signals, info = build_signals(chunks, embeddings, config, encode=encode, makers=makers)
+    default :func:`spectrum_of`) let an incremental add reuse the stored graph; ``questions``
+    and ``openie_docs`` as in :func:`build_signals`."""
+    signals, info = build_signals(chunks, embeddings, config, encode=encode, makers=makers, questions=questions,
+                                  openie_docs=openie_docs)
     mark = usage.begin()
     fused = fuse_signals(signals, config.signal_weights(), tau=config.tau, max_degree=config.max_degree)
     del signals  # fused.signals keeps each signal's upper triangle
@@ -215,8 +214,10 @@ def _save_csr(out: Path, name: str, m: sp.csr_matrix) -> None:
     np.save(out / f"{name}.data.npy", m.data.astype(np.float32))
 
 
-def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum, config: GraphConfig) -> dict[str, Any]:
-    """Write ``graph/`` under ``folder``; returns order facts for the manifest."""
+def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum, config: GraphConfig,
+               questions: QuestionSet | None = None) -> dict[str, Any]:
+    """Write ``graph/`` under ``folder`` (with the utility questions' vectors, when given, for
+    utility-question seeding); returns order facts for the manifest."""
     out = folder / FOLDER
     (out / "signals").mkdir(parents=True)
     w = fused.weights
@@ -235,6 +236,8 @@ def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum, config: Grap
     if order is None or len(order) != w.shape[0]:
         order = reverse_cuthill_mckee(w, symmetric_mode=True).astype(np.int64)
     np.save(out / "rcm_order.npy", order)
+    if questions is not None and len(questions.owners):
+        save_questions(out, questions)
     return {"bandwidth": _bandwidth(w), "rcm_bandwidth": _bandwidth(w[order][:, order])}
 
 
@@ -264,4 +267,5 @@ def load_graph(folder: Path) -> dict[str, Any]:
         "eigenvalues": load("eigenvalues.npy"),
         "clusters": load("clusters.npy"),
         "rcm_order": load("rcm_order.npy"),
+        "questions": load_questions(src),
     }

@@ -26,9 +26,9 @@ import torch
 
 from spectrag.config import KG_MODES, ActivationConfig
 from spectrag.errors import SpectragError
+from spectrag.extract.titles import TitleMatcher
 from spectrag.kernels.activation import ActivationResult, spreading_activation
 from spectrag.kernels.csr import csr_entries
-from spectrag.extract.titles import TitleMatcher
 from spectrag.kernels.topk import tiled_topk_ip, topk_by_row
 
 

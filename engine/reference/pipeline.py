@@ -96,6 +96,10 @@ class ReferenceIndex:
             self.relations = relational_dicts(graph.get("signals", {}), index.config.graph.signal_weights())
         else:
             self.clusters = [0] * self.n
+        qs = graph.get("questions") if graph is not None else None
+        self.questions = None  # (question vectors [Q, d], owner chunk per question)
+        if qs is not None:
+            self.questions = (np.asarray(qs.vectors, dtype=np.float32), [int(o) for o in np.asarray(qs.owners)])
 
     def row(self, i: int):
         """Neighbours ``j`` and weights ``W[i, j]`` of chunk ``i``."""
@@ -147,6 +151,16 @@ def bm25_list(index, text: str, k: int) -> tuple[list[int], list[float]]:
     pairs.sort(key=lambda p: (-p[0], p[1]))
     pairs = pairs[: min(k, index.bm25.n)]
     return [i for _, i in pairs], [s for s, _ in pairs]
+
+
+def utility_list(ref: ReferenceIndex, q: np.ndarray, k: int) -> list[int]:
+    """Chunks by their best question's inner product with ``q``, top ``k`` (ties: smaller id)."""
+    vectors, owners = ref.questions
+    scores = vectors.astype(np.float64) @ np.asarray(q, dtype=np.float64)
+    best: dict[int, float] = {}
+    for owner, s in zip(owners, scores):
+        best[owner] = max(best.get(owner, -np.inf), float(s))
+    return [c for c, _ in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
 
 
 def rrf(lists: list[list[int]], k: int, top: int) -> tuple[list[int], list[float]]:
@@ -329,7 +343,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
 
     # seed lists
     dense_ids, dense_scores = dense_list(ref, q, cfg.seed.k_dense)
-    if mode == "dense":
+    if mode in ("dense", "hyde"):
         seeds, seed_scores = dense_ids, [float(np.float32(s)) for s in dense_scores]
     else:
         bm_ids, bm_scores = bm25_list(index, query_text, cfg.seed.k_bm25)
@@ -345,6 +359,8 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             if named and cfg.seed.k_named > 0:  # the third list: named chunks by relevance
                 rel = {c: float(np.dot(ref.embeddings[c].astype(np.float64), q.astype(np.float64))) for c in named}
                 lists.append(sorted(named, key=lambda c: (-np.float32(rel[c]), c))[: cfg.seed.k_named])
+            if ref.questions is not None and cfg.seed.k_utility > 0 and mode != "hybrid":
+                lists.append(utility_list(ref, q, cfg.seed.k_utility))
             seeds, fused = rrf(lists, cfg.seed.rrf_k, max(cfg.seed.k_dense, cfg.seed.k_bm25))
             seed_scores = [float(np.float32(s)) for s in fused]  # the pipeline keeps them in float32
 
@@ -386,7 +402,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
         scores = {c: (1 - cfg.propagate.alpha) * bridged[c] + cfg.propagate.alpha * proximity[c] for c in pool}
         if named_pool:
             scores = protect(scores, relevance, named_pool, cfg.bridge.named_floor)
-    elif mode == "dense":
+    elif mode in ("dense", "hyde"):
         scores = dict(relevance)
     else:  # bm25 / hybrid: the list's own scores
         scores = {c: s for c, s in zip(pool, seed_scores)}

@@ -2,10 +2,14 @@
 
     dense     exact inner-product top-``k_dense`` over the chunk embeddings      [B, K]
     bm25      BM25 top-``k_bm25`` from the query term counts                      [B, K]
-    fused     reciprocal rank fusion of the two (``rrf_k``)                       [B, K]
+    utility   top-``k_utility`` chunks by their best utility question (seed/utility.py) [B, K]
+    fused     reciprocal rank fusion of the lists (``rrf_k``)                     [B, K]
 
-Mode ``dense`` seeds with the dense list, ``bm25`` with the BM25 list, every other mode with the
-fused list; a batch without term counts (query vectors only) seeds with the dense list.
+Modes ``dense`` and ``hyde`` seed with the dense list (``hyde``'s query vectors are the
+embeddings of LLM-written passages), ``bm25`` with the BM25 list, ``hybrid`` with dense + BM25
+fused, every other mode with dense + BM25 + utility fused (SpectRAG Algorithm 1, lines 1-3; the
+utility list only when the index has utility questions). A batch without term counts (query
+vectors only) seeds with the dense list.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from spectrag.index.dense import DenseIndex
 from spectrag.index.lexical import BM25Index
 from spectrag.kernels.topk import topk_by_row
 from spectrag.seed.rrf import reciprocal_rank_fusion
+from spectrag.seed.utility import QuestionIndex
+
+DENSE_MODES = ("dense", "hyde")
 
 
 def seed(
@@ -34,6 +41,8 @@ def seed(
     k_bm25: int = 50,
     rrf_k: int = 60,
     k_named: int = 10,
+    questions: QuestionIndex | None = None,
+    k_utility: int = 50,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Seed chunk ids and scores per query, best first, -1 padded. Fused lists of graph modes
     also take ``named`` (the chunks of the documents each query names, ``[B, n]``), ranked by
@@ -46,7 +55,7 @@ def seed(
     if mode == "bm25" and (terms is None or bm25 is None):
         raise SpectragError("mode 'bm25' needs query texts (term counts) and a BM25 index; got query vectors only")
     dense_s, dense_i = dense.search_tensors(vectors, k_dense)  # a torch-backend search stays on the device
-    if mode == "dense" or terms is None or bm25 is None:
+    if mode in DENSE_MODES or terms is None or bm25 is None:
         return dense_i, dense_s
     bm_s, bm_i = bm25.search_terms(terms, k_bm25, device=device)  # on a GPU: torch sparse products there
     bm_s, bm_i = torch.from_numpy(bm_s).to(device), torch.from_numpy(bm_i).to(device)
@@ -55,6 +64,8 @@ def seed(
     lists = [dense_i, bm_i]
     if named is not None and embeddings is not None and k_named > 0 and named.nnz:
         lists.append(named_list(named, embeddings, vectors, k_named))
+    if questions is not None and k_utility > 0 and mode != "hybrid":  # hybrid: the dense + BM25 baseline
+        lists.append(questions.search(vectors, k_utility)[1])
     fused_s, fused_i = reciprocal_rank_fusion(lists, k=rrf_k, top=max(k_dense, k_bm25))
     return fused_i, fused_s
 

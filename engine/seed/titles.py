@@ -18,7 +18,6 @@ import scipy.sparse as sp
 
 from spectrag.extract.titles import TitleMatcher
 
-
 _QUALIFIER = re.compile(r"\s*\([^()]*\)\s*$")  # "Hello Love (song)", "Beatrice (1987 film)"
 
 

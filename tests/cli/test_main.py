@@ -21,7 +21,7 @@ def run(monkeypatch, embed_cache):
 
 
 def test_help_on_every_command(run):
-    for cmd in ([], ["index"], ["info"], ["demo"]):
+    for cmd in ([], ["index"], ["info"], ["demo"], ["answer"], ["eval"]):
         result = run(*cmd, "--help")
         assert result.exit_code == 0 and "Usage:" in result.output
 
@@ -100,3 +100,110 @@ def test_demo_retrieves_for_every_sample_question(run):
     assert all(len(r["hits"]) == 5 for r in results)
     found = sum(len(r["gold_found"]) for r in results)
     assert found >= 12  # at least one gold document per question on average
+
+
+# --- the LLM stages (against the deterministic test server, tests/fake_llm.py) ----------------
+
+
+def test_index_with_llm_utility_questions_and_kg(llm_index):
+    """`spectrag index CORPUS --llm-base-url URL --llm-model M --utility-questions --kg llm`."""
+    result, index = llm_index
+    summary = json.loads(result.stdout)
+    llm = summary["llm"]
+    n = summary["counts"]["chunks"]
+    assert llm["model"] == "fake-model" and llm["usage"]["stages"]["utility_questions"]["requests"] == n
+    assert llm["utility_questions"]["malformed"] == 1 and llm["utility_questions"]["chunks_with_questions"] == n - 1
+    assert llm["openie"]["malformed_triples"] == 3 and llm["openie"]["malformed"] == 0
+    assert llm["usage"]["stages"]["openie"]["prompt_tokens"] > 0 and llm["usage"]["total"]["cost"] == 0.0
+    assert summary["kg"]["source"] == "llm" and summary["kg"]["entities"] > 0
+    assert summary["graph"]["signal_edges"]["utility"] > 0
+    assert {"llm/questions.json", "llm/openie.json", "graph/questions.vectors.npy"} <= set(index.manifest["files"])
+
+
+def test_llm_flags_without_an_endpoint_are_one_error_line(run, tmp_path):
+    result = run("index", FOLDER, "-o", tmp_path / "x", "--utility-questions")
+    assert result.exit_code == 2 and "graph.utility_questions needs an LLM endpoint" in result.output
+    result = run("index", FOLDER, "-o", tmp_path / "x", "--kg", "llm")
+    assert result.exit_code == 2 and "kg.source = 'llm' needs an LLM endpoint" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_answer_and_hyde_retrieve(run, llm_index, llm_server, tmp_path):
+    _, index = llm_index
+    flags = ["--llm-base-url", llm_server.url, "--llm-cache-dir", tmp_path / "c"]
+    out = tmp_path / "answers.jsonl"
+    result = run("answer", index.path, "-q", "Who designed the Veltra Bridge?", "-q", "Who founded Greywater?",
+                 "--rounds", "2", "--budget", "800", "-o", out, *flags)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["rounds"] for r in rows] == [2, 2] and rows[0]["queries"][1].endswith("(more detail)")
+    for r in rows:  # the test server answers with the first document's title and cites its first passage shown
+        first = index.chunks[r["context"][0]]
+        assert r["answer"] == first.title and len(r["citations"]) == 1
+        assert r["citations"][0] in r["context"] and index.chunks[r["citations"][0]].doc_id == first.doc_id
+    assert "llm step: 2 requests" in result.output and "llm answer: 2 requests" in result.output
+    result = run("retrieve", index.path, "-q", "Who designed the Veltra Bridge?", "--mode", "hyde", "--no-text", *flags)
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    assert row["mode"] == "hyde" and row["chunks"]
+    result = run("retrieve", index.path, "-q", "Who?", "--mode", "hyde")
+    assert result.exit_code == 2 and "mode 'hyde' needs an LLM endpoint" in result.output
+
+
+def _tiny_musique(folder):
+    """Three MuSiQue-format questions over an eight-passage corpus (HippoRAG layout)."""
+    passages = [
+        ("Veltra Bridge", "The Veltra Bridge over the river Drum was designed by the engineer Ilse Marrow."),
+        ("Ilse Marrow", "Ilse Marrow was an engineer born in the town of Cassel Reach."),
+        ("Morwen Star", "The Morwen Star was a steamship built by the Greywater Shipping Company."),
+        ("Greywater Shipping Company", "The Greywater Shipping Company was founded by Halvard Oren."),
+        ("Halvard Oren", "Halvard Oren was a shipbuilder born in 1851."),
+        ("Lake Sorrel", "Lake Sorrel is a lake north of Skarholt."),
+        ("Skarholt", "Skarholt is a port city with a university."),
+        ("Tessel Lighthouse", "The Tessel Lighthouse stands on the Isle of Fenna."),
+    ]
+    questions = [
+        ("2hop__1_2", "In which town was the designer of the Veltra Bridge born?", [0, 1], "Cassel Reach", ["Cassel"]),
+        ("3hop1__3_4_5", "When was the founder of the company that built the Morwen Star born?", [2, 3, 4], "1851", []),
+        ("2hop__6_7", "Which city is Lake Sorrel north of?", [5, 6], "Skarholt", []),
+    ]
+    records = []
+    for qid, text, gold, ans, aliases in questions:
+        paragraphs = [{"idx": i, "title": t, "paragraph_text": p, "is_supporting": i in gold} for i, (t, p) in enumerate(passages)]
+        records.append({"id": qid, "question": text, "paragraphs": paragraphs, "answer": ans, "answer_aliases": aliases,
+                        "answerable": True})
+    folder.mkdir()
+    (folder / "tiny.json").write_text(json.dumps(records))
+    (folder / "tiny_corpus.json").write_text(json.dumps([{"title": t, "text": p} for t, p in passages]))
+
+
+def test_eval_generate_end_to_end(run, llm_server, tmp_path, monkeypatch):
+    """`spectrag eval musique --generate --llm-base-url URL` on a tiny MuSiQue-format dataset."""
+    monkeypatch.setenv("SPECTRAG_CACHE_DIR", str(tmp_path / "cache"))
+    data, out = tmp_path / "tiny", tmp_path / "out"
+    _tiny_musique(data)
+    result = run("eval", "musique", "--data", data, "--generate", "--llm-base-url", llm_server.url, "--methods",
+                 "dense,spectral,hyde", "--rounds", "2", "--budget", "400", "--out", out, "--no-plots", "--json")
+    assert result.exit_code == 0, result.output
+    res = json.loads(result.stdout)
+    gen = res["generation"]
+    assert list(gen) == ["dense", "spectral", "hyde"] and all(g["questions"] == 3 for g in gen.values())
+    rows = [json.loads(line) for line in (out / "eval_musique_answers.jsonl").read_text().splitlines()]
+    assert len(rows) == 9
+    for r in rows:  # the server answers with the first passage's title after one follow-up
+        assert r["rounds"] == 2 and r["queries"][1].endswith("(more detail)")
+        assert r["EM"] == float(r["answer"].lower() in [g.lower() for g in r["gold"]])
+    for method, g in gen.items():
+        mine = [r for r in rows if r["method"] == method]
+        assert g["EM"] == pytest.approx(sum(r["EM"] for r in mine) / 3, abs=1e-4)
+        assert g["F1"] == pytest.approx(sum(r["F1"] for r in mine) / 3, abs=1e-4)
+        assert g["rounds"] == 2.0
+    stages = res["llm"]["stages"]
+    assert stages["hyde"]["requests"] == 3 + 3  # the questions, then the follow-ups of the second round
+    assert stages["step"]["requests"] == 9 and stages["answer"]["requests"] == 9
+    assert "## Generated answers" in (out / "eval_musique.md").read_text()
+    # a second run pays for nothing: every answer comes from the cache
+    before = len(llm_server.requests)
+    result = run("eval", "musique", "--data", data, "--generate", "--llm-base-url", llm_server.url, "--methods",
+                 "dense", "--rounds", "2", "--budget", "400", "--json")
+    assert result.exit_code == 0 and len(llm_server.requests) == before

@@ -76,7 +76,7 @@ def test_kg_config(tmp_path, embed_cache):
     llm = IndexConfig(embed=EmbedConfig(cache_dir=embed_cache), graph=replace(IndexConfig().graph, enabled=False),
                       kg=KGConfig(enabled=True, source="llm"))
     seen = []  # refused before any stage ran: no loading, chunking or embedding first
-    with pytest.raises(ConfigError, match="needs an LLM client"):
+    with pytest.raises(ConfigError, match="needs an LLM endpoint"):
         build_index(sample_corpus(), tmp_path / "llm", llm, on_stage=seen.append)
     assert not (tmp_path / "llm").exists() and seen == []
     missing = replace(llm, kg=KGConfig(enabled=True, openie_file=str(tmp_path / "none.json")))
