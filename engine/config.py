@@ -464,12 +464,13 @@ class BridgeConfig(_Checked):
 
     rounds: bridging rounds, 0 = off (default: 1).
     sources: ``m``, best-scored candidates that pass score on per round (default: 5).
-    lam: ``lambda``, the target's share of a bridged score (default: 0.3).
+    lam: ``lambda``, the target's share of a bridged score; chosen on both dev sets,
+        bench/results/quality.md (default: 0.15).
     gamma: penalty per unit of missing link weight (default: 0.05).
     protect_named: chunks of the documents the question names rank above every other candidate
         (bridged or not), in their own order, when their relevance is at least ``named_floor``
         times the query's best (:func:`spectrag.rescore.bridge.protect_named`) (default: True).
-    named_floor: see ``protect_named`` (default: 0.5).
+    named_floor: see ``protect_named`` (default: 0.3).
     named_sources: bridging starts from the scores with the named chunks on top, so they are
         its first sources and their relational neighbours the second hop (default: True).
     """
@@ -477,10 +478,10 @@ class BridgeConfig(_Checked):
     SECTION = "bridge"
     rounds: int = opt(1, lo=0)
     sources: int = opt(5, lo=1)
-    lam: float = opt(0.3, lo=0, hi=1)
+    lam: float = opt(0.15, lo=0, hi=1)
     gamma: float = opt(0.05, lo=0)
     protect_named: bool = True
-    named_floor: float = opt(0.5, lo=-1, hi=1)
+    named_floor: float = opt(0.3, lo=-1, hi=1)
     named_sources: bool = True
 
 
@@ -488,7 +489,7 @@ class BridgeConfig(_Checked):
 class SelectConfig(_Checked):
     """Token-budgeted selection (SpectRAG eq. 19-22; :func:`spectrag.kernels.select.budget_select`).
 
-    core_size: size of the protected core (default: 3).
+    core_size: size of the protected core (default: 5).
     a, b, c, d: weights of relevance, graph proximity, ClusterGain and DocGain
         (default: 1.0, 0.3, 0.1, 0.1).
     lam: redundancy penalty lambda (default: 0.2).
@@ -496,13 +497,17 @@ class SelectConfig(_Checked):
     precision_floor: tail candidates need ``s >= precision_floor * max s`` (default: 0.5).
     backfill: fill the remaining budget by descending ``s`` once the tail is exhausted
         (default: True).
+    backfill_floor: backfill only chunks with ``s >= backfill_floor * max s`` (default: 0.5).
+
+    ``core_size`` and ``backfill_floor`` raised the context F1 at 500-2,000 tokens on both dev
+    sets (bench/results/quality.md).
 
     ``lam`` and ``rho`` were chosen on MuSiQue (bench/results/eval_musique.md): any ``rho > 0``
     favours short chunks and lowered the context F1.
     """
 
     SECTION = "select"
-    core_size: int = opt(3, lo=0)
+    core_size: int = opt(5, lo=0)
     a: float = opt(1.0, lo=0)
     b: float = opt(0.3, lo=0)
     c: float = opt(0.1, lo=0)
@@ -511,6 +516,7 @@ class SelectConfig(_Checked):
     rho: float = opt(0.0, lo=0, hi=1)
     precision_floor: float = opt(0.5, lo=0, hi=1)
     backfill: bool = True
+    backfill_floor: float = opt(0.5, lo=0, hi=1)
 
 
 @dataclass(frozen=True)
@@ -528,6 +534,7 @@ class BaselineSelectConfig(SelectConfig):
     rho: float = opt(0.0, lo=0, hi=1)
     precision_floor: float = opt(0.0, lo=0, hi=1)
     backfill: bool = True
+    backfill_floor: float = opt(0.0, lo=0, hi=1)
 
 
 @dataclass(frozen=True)
@@ -550,6 +557,8 @@ class ActivationConfig(_Checked):
     k_dense: the query's top dense chunks join the activation-mode pool, so a query whose
         activation reaches few chunks above ``tau_d`` still gets a context; 0 keeps the paper's
         activated-only pool (default: 20).
+    beta: mode combined adds ``beta`` times the chunk activation to the final score (beside its
+        share of the proximity) (default: 0.0).
     max_relations: relations kept per query, best first (default: 20).
     layout: ``auto`` | ``ragged`` | ``dense``, see :mod:`spectrag.kernels.activation` (default: auto).
     """
@@ -565,6 +574,7 @@ class ActivationConfig(_Checked):
     link_names: bool = True
     k_named: int = opt(5, lo=0)
     k_dense: int = opt(20, lo=0)
+    beta: float = opt(0.0, lo=0, hi=1)
     max_relations: int = opt(20, lo=0)
     layout: str = opt("auto", choices=("auto", "ragged", "dense"))
 

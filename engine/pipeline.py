@@ -195,6 +195,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
                                        gamma=bc.gamma, rounds=bc.rounds, start=start)
             stage("bridge")
         scores = (1 - pc.alpha) * bridged + pc.alpha * proximity
+        if sa is not None and config.activation.beta > 0:  # combined: the activation as its own term
+            scores = scores + config.activation.beta * sa.proximity(candidates)
         if protect:
             scores = protect_named(scores, relevance, named_mask, candidates, floor=bc.named_floor)
     elif mode == "activation":

@@ -21,7 +21,8 @@ Per query, with relevance ``s``, proximity ``Prox``, token lengths ``l`` and bud
    precision floor ``s_i >= precision_floor * max_j s_j`` (``j`` over the query's real
    candidates);
 3. **backfill** (``backfill=True``), once no tail candidate is feasible: the remaining candidates
-   that fit, by descending ``s``, until nothing fits.
+   that fit, by descending ``s``, until nothing fits (only those with
+   ``s >= backfill_floor * max_j s_j``).
 
 ``ClusterGain`` (``DocGain``) is 1 when no selected chunk of the query shares the candidate's
 cluster (document) id, else 0; ``Red`` is the largest cosine between the candidate and the
@@ -73,6 +74,7 @@ class SelectParams:
     rho: float = 0.0
     precision_floor: float = 0.0
     backfill: bool = True
+    backfill_floor: float = 0.0
 
     def __post_init__(self) -> None:
         v = self.core_size
@@ -81,7 +83,7 @@ class SelectParams:
         for name, lo, hi in (
             ("a", 0.0, math.inf), ("b", 0.0, math.inf), ("c", 0.0, math.inf),
             ("d", 0.0, math.inf), ("lam", 0.0, math.inf), ("rho", 0.0, 1.0),
-            ("precision_floor", 0.0, 1.0),
+            ("precision_floor", 0.0, 1.0), ("backfill_floor", 0.0, 1.0),
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -272,6 +274,7 @@ def budget_select(
     rho: float = 0.0,
     precision_floor: float = 0.0,
     backfill: bool = True,
+    backfill_floor: float = 0.0,
 ) -> SelectResult:
     r"""Greedy token-budgeted context selection for ``B`` queries at once.
 
@@ -309,6 +312,9 @@ def budget_select(
             in ``[0, 1]`` (default: 0).
         backfill: fill the remaining budget by descending ``s`` once the tail is exhausted
             (default: True).
+        backfill_floor: backfill only candidates with ``s >= backfill_floor * max s``, in
+            ``[0, 1]``: at small budgets an unrelated short chunk does not fill the last tokens
+            (default: 0).
 
     The defaults are neutral (the budget filled in score order); the engine's values are in
     :class:`spectrag.config.SelectConfig`.
@@ -321,7 +327,7 @@ def budget_select(
         budget ``[B]`` -> order, phase, utility ``[B, K]``; selected ``[B, P]``;
         used_tokens ``[B]``.
     """
-    cfg = SelectParams(core_size, a, b, c, d, lam, rho, precision_floor, backfill)
+    cfg = SelectParams(core_size, a, b, c, d, lam, rho, precision_floor, backfill, backfill_floor)
     table = None
     if ids is not None:  # embeddings is the [n, d] table: validate a [B, P, d] stand-in view
         table, embeddings = embeddings, _rows_view(embeddings, ids, scores)
@@ -453,7 +459,7 @@ def budget_select(
     # the same picks as one at a time, in a few rounds of [B, R] operations.
     n_back = torch.zeros(B, dtype=torch.int64, device=device)
     if cfg.backfill:
-        rest = valid & ~selected
+        rest = valid & ~selected & (s >= cfg.backfill_floor * top)
         n_rest = int(rest.sum(1).max())
         cand = torch.sort(torch.where(rest, s, neg_inf), dim=1, descending=True, stable=True)[1][:, :n_rest]
         open_ = rest.gather(1, cand)  # (B, R) undecided

@@ -106,7 +106,7 @@ def test_baselines_select_with_their_own_explicit_table():
 
     base = RetrieverConfig().baseline_select
     assert (base.core_size, base.b, base.c, base.d, base.lam, base.precision_floor) == (0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    assert RetrieverConfig().select.core_size == 3
+    assert RetrieverConfig().select.core_size == 5 and RetrieverConfig().select.backfill_floor == 0.5
 
 
 def test_llm_table(tmp_path):

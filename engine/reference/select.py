@@ -44,6 +44,7 @@ def budget_select_reference(
     rho: float = 0.0,
     precision_floor: float = 0.0,
     backfill: bool = True,
+    backfill_floor: float = 0.0,
 ) -> SelectResult:
     """The same selection as :func:`budget_select`, one query at a time in plain Python.
 
@@ -53,7 +54,7 @@ def budget_select_reference(
     """
     if ids is not None:  # embeddings is the [n, d] table of the candidates' rows
         embeddings = embeddings[ids.clamp(min=0)]
-    cfg = SelectParams(core_size, a, b, c, d, lam, rho, precision_floor, backfill)
+    cfg = SelectParams(core_size, a, b, c, d, lam, rho, precision_floor, backfill, backfill_floor)
     inp = _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget)
     B, P = scores.shape
     device = scores.device
@@ -120,11 +121,12 @@ def budget_select_reference(
             take(best, PHASE_TAIL, best_key)
             n_greedy += 1
 
-        # (3) backfill by descending s
+        # (3) backfill by descending s, above the backfill floor
+        back_floor = cfg.backfill_floor * max(s[i] for i in ids) if ids else 0.0
         while cfg.backfill:
             best = -1
             for i in ids:
-                if not taken[i] and ln[i] <= remaining and (best < 0 or s[i] > s[best]):
+                if not taken[i] and ln[i] <= remaining and s[i] >= back_floor and (best < 0 or s[i] > s[best]):
                     best = i
             if best < 0:
                 break

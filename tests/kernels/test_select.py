@@ -101,6 +101,7 @@ def random_config(rng: np.random.Generator, case: dict) -> tuple[dict, object]:
         rho=float(rng.choice([0.0, 0.3, 0.5, 1.0])),
         precision_floor=float(rng.choice([0.0, 0.3, 0.5, 1.0])),
         backfill=bool(rng.integers(2)),
+        backfill_floor=float(rng.choice([0.0, 0.0, 0.4, 0.8])),
     )
     budget = cfg["budget"]
     if rng.integers(3) == 0:  # per-query budgets
@@ -153,7 +154,9 @@ def check_invariants(case: dict, cfg: dict, res: SelectResult, budget=None) -> N
         unpicked = [i for i in ids if not res.selected[q, i]]
         fitting = [i for i in unpicked if int(tok[q, i]) <= left]
         if cfg["backfill"]:
-            assert not fitting  # backfill fills until nothing fits
+            back = cfg["backfill_floor"] * max(float(s[q, i]) for i in ids) if ids else 0.0
+            assert not [i for i in fitting if float(s[q, i]) >= back]  # backfill fills until nothing fits
+            assert all(float(s[q, i]) >= back for i, p in zip(picks, phases) if p == 2)
         else:
             assert not [i for i in fitting if float(s[q, i]) >= floor]
             assert 2 not in phases
@@ -385,11 +388,11 @@ def test_single_candidate_and_all_masked_and_empty_batch(device):
 
 def test_budget_larger_than_pool_selects_everything(device):
     case = make_case(9, 5, 12)
-    r = run(device, case, **params(budget=10**9, precision_floor=1.0))
+    r = run(device, case, **params(budget=10**9, precision_floor=1.0, backfill_floor=0.0))
     assert torch.equal(r.selected, case["mask"])
     assert r.order.shape[1] == int(case["mask"].sum(1).max())
     assert torch.equal(r.used_tokens, (case["tokens"] * case["mask"]).sum(1))
-    assert_same(r, budget_select_reference(**case, **params(budget=10**9, precision_floor=1.0)))
+    assert_same(r, budget_select_reference(**case, **params(budget=10**9, precision_floor=1.0, backfill_floor=0.0)))
 
 
 def test_thousand_small_pools(device):
