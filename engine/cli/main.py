@@ -180,30 +180,43 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 
 @main.command("retrieve")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--queries", "query_file", type=click.Path(path_type=Path), help="Query file: .jsonl, .json list (MuSiQue/HotpotQA) or .txt lines.")
-@click.option("-q", "--query", "texts", multiple=True, help="A query (repeatable).")
+@click.option("--queries", "query_file", type=click.Path(path_type=Path),
+              help="Query file: .jsonl, .json list (MuSiQue/HotpotQA), or text lines (`qid<TAB>text` or one query a line).")
+@click.option("-q", "--query", "texts", multiple=True, help="A query (repeatable; ids q1, q2, ...).")
 @click.option("--mode", type=click.Choice(list(MODES)), help="Retrieval mode (default: the config's, spectral); "
               "activation and combined need a knowledge graph (index --openie).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path),
               help="TOML file with [retriever] and stage tables ([seed], [expand], [propagate], [bridge], [select], ...).")
+@click.option("--device", help="auto, cpu or cuda[:i] (default: the config's, auto).")
 @click.option("--budget", type=int, help="Token budget per query (default: the config's, 12,000).")
-@click.option("--batch-size", default=256, show_default=True, help="Queries scored together.")
-@click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="JSONL results (default: stdout).")
-@click.option("--trec", "trec_file", type=click.Path(path_type=Path), help="Also write the ranking as a TREC run file.")
+@click.option("-k", "top_k", type=int, help="Top-k chunks (doc id, chunk id, score) per query: `hits` in the JSONL; "
+              "the lines shown by --format text (default there: 5).")
+@click.option("--format", "fmt", default="jsonl", show_default=True, type=click.Choice(["jsonl", "text"]),
+              help="jsonl: one JSON object per query; text: the top hits of each query for reading.")
+@click.option("--batch-size", default=256, show_default=True, help="Queries scored together (memory grows with it).")
+@click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="Write the results here (default: stdout).")
+@click.option("--trec", "trec_file", type=click.Path(path_type=Path),
+              help="Also write the ranking as a TREC run (qid Q0 docno rank score tag) with its final scores.")
+@click.option("--depth", default=1000, show_default=True, help="Ranks per query in the TREC run.")
+@click.option("--level", default="chunk", show_default=True, type=click.Choice(["chunk", "doc"]),
+              help="TREC docno: the chunk id, or the document id at its best chunk's score (max-passage).")
 @click.option("--no-text", is_flag=True, help="Leave chunk texts out of the JSONL.")
 @_friendly
 def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None,
-                 config_file: Path | None, budget: int | None, batch_size: int, out_file: Path | None,
-                 trec_file: Path | None, no_text: bool) -> None:
-    """Retrieve a token-budgeted context for every query, in batches."""
+                 config_file: Path | None, device: str | None, budget: int | None, top_k: int | None, fmt: str,
+                 batch_size: int, out_file: Path | None, trec_file: Path | None, depth: int, level: str,
+                 no_text: bool) -> None:
+    """Retrieve a token-budgeted context (and the top-k) for every query, in batches."""
     from spectrag.cli.retrieve import (
         run_queries,  # imported on use: `spectrag --help` stays fast
     )
     from spectrag.config import load_retriever_config
 
-    config = load_retriever_config(config_file, **({"mode": mode} if mode else {}))
+    overrides = {**({"mode": mode} if mode else {}), **({"device": device} if device else {})}
+    config = load_retriever_config(config_file, **overrides)
     run_queries(index_dir, query_file, list(texts), config=config, budget=budget, batch_size=batch_size,
-                out_file=out_file, trec_file=trec_file, with_text=not no_text)
+                out_file=out_file, trec_file=trec_file, with_text=not no_text, k=top_k, fmt=fmt, depth=depth,
+                level=level)
 
 
 @main.command("demo")
@@ -248,17 +261,19 @@ def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: s
     from spectrag.config import load_config, load_retriever_config
     from spectrag.eval import evaluate
     from spectrag.eval.report import markdown
+    from spectrag.eval.run import progress_bars
 
     try:
         more = [int(b) for b in budgets.split(",") if b.strip()]
     except ValueError:
         raise SpectragError(f"--budgets must be comma-separated token counts, got {budgets!r}") from None
-    result = evaluate(dataset, data, index=index_dir, methods=methods, ablations=ablations, sweep=sweep, budget=budget,
-                      budgets=more, batch_size=batch_size, config=load_config(config_file) if config_file else None,
-                      retriever_config=load_retriever_config(config_file) if config_file else None,
-                      openie=None if no_openie else openie_file or "auto", out=out_dir,
-                      plots=not no_plots, command=shlex.join(["spectrag", *sys.argv[1:]]),
-                      log=lambda m: click.echo(m, err=True))
+    with progress_bars(sys.stderr.isatty()):  # a bar per run, counting questions
+        result = evaluate(dataset, data, index=index_dir, methods=methods, ablations=ablations, sweep=sweep, budget=budget,
+                          budgets=more, batch_size=batch_size, config=load_config(config_file) if config_file else None,
+                          retriever_config=load_retriever_config(config_file) if config_file else None,
+                          openie=None if no_openie else openie_file or "auto", out=out_dir,
+                          plots=not no_plots, command=shlex.join(["spectrag", *sys.argv[1:]]),
+                          log=lambda m: click.echo(m, err=True))
     click.echo(json.dumps(result, indent=2, ensure_ascii=False) if as_json else markdown(result))
 
 
