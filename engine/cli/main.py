@@ -1,4 +1,4 @@
-"""The ``spectrag`` command line: ``index``, ``add``, ``info``, ``retrieve``, ``demo``.
+"""The ``spectrag`` command line: ``index``, ``add``, ``info``, ``retrieve``, ``serve``, ``view``, ``demo``, ``eval``.
 
 User errors (:class:`spectrag.errors.SpectragError`) print one ``error:`` line and exit with
 status 2; ``--debug`` shows the traceback instead.
@@ -217,6 +217,43 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
     run_queries(index_dir, query_file, list(texts), config=config, budget=budget, batch_size=batch_size,
                 out_file=out_file, trec_file=trec_file, with_text=not no_text, k=top_k, fmt=fmt, depth=depth,
                 level=level)
+
+
+@main.command("serve")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, help="Port to listen on.")
+@click.option("--mode", type=click.Choice(list(MODES)), help="Default retrieval mode (a request may set its own).")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever] and stage tables.")
+@click.option("--device", help="auto, cpu or cuda[:i] (default: the config's, auto).")
+@click.option("--max-batch", default=256, show_default=True, help="Queries scored together (and the most in one request).")
+@click.option("--max-wait-ms", default=5.0, show_default=True, help="How long a batch's first request waits for others.")
+@click.option("--no-batching", is_flag=True, help="Score every request alone (for comparison).")
+@click.option("--max-k", default=1000, show_default=True, help="Largest k a request may ask for.")
+@click.option("--max-body-bytes", default=1 << 20, show_default=True, help="Largest request body.")
+@click.option("--graceful-s", default=30.0, show_default=True, help="On SIGTERM / Ctrl-C: seconds to finish open requests.")
+@click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@_friendly
+def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_file: Path | None, device: str | None,
+              max_batch: int, max_wait_ms: float, no_batching: bool, max_k: int, max_body_bytes: int,
+              graceful_s: float, log_level: str) -> None:
+    """Serve retrieval over HTTP (POST /retrieve, GET /healthz, GET /info), batching concurrent requests."""
+    from spectrag.config import load_retriever_config
+    from spectrag.retriever import Retriever
+    from spectrag.serve.app import ServeSettings, serve  # the `serve` extra
+    from spectrag.store import load_index
+
+    for name, value in (("--max-batch", max_batch), ("--max-k", max_k), ("--max-body-bytes", max_body_bytes)):
+        if value < 1:
+            raise SpectragError(f"{name} must be >= 1, got {value}")
+    overrides = {**({"mode": mode} if mode else {}), **({"device": device} if device else {})}
+    retriever = Retriever(load_index(index_dir), load_retriever_config(config_file, **overrides))
+    retriever.retrieve("warm-up")  # load the model and touch the state before the first request
+    settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching, max_k=max_k,
+                             max_body_bytes=max_body_bytes)
+    click.echo(f"serving {index_dir} ({len(retriever.index.chunks):,} chunks, mode {retriever.config.mode}, "
+               f"device {retriever.state.device}) on http://{host}:{port}", err=True)
+    serve(retriever, settings, host=host, port=port, graceful_s=graceful_s, log_level=log_level)
 
 
 @main.command("demo")
