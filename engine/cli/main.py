@@ -256,6 +256,38 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
     serve(retriever, settings, host=host, port=port, graceful_s=graceful_s, log_level=log_level)
 
 
+@main.command("view")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_file", required=True, type=click.Path(path_type=Path), help="The HTML page to write.")
+@click.option("--query", help="Highlight this query's seeds, expanded candidates and selected context.")
+@click.option("--mode", type=click.Choice(list(MODES)), help="Retrieval mode for --query (default: the config's).")
+@click.option("--budget", type=int, help="Token budget for --query's context (default: the config's, 12,000).")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever] and stage tables.")
+@click.option("--max-nodes", default=3000, show_default=True, help="Chunks drawn at most (beyond: a seeded sample).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the sample and the layout.")
+@_friendly
+def view_cmd(index_dir: Path, out_file: Path, query: str | None, mode: str | None, budget: int | None,
+             config_file: Path | None, max_nodes: int, seed: int) -> None:
+    """Write a self-contained HTML page of the chunk graph (no network needed to open it)."""
+    from spectrag.config import load_retriever_config
+    from spectrag.store import load_index
+    from spectrag.view import write_view
+
+    if max_nodes < 1:
+        raise SpectragError(f"--max-nodes must be >= 1, got {max_nodes}")
+    if budget is not None and budget < 1:
+        raise SpectragError(f"--budget must be >= 1, got {budget}")
+    if query is not None and not query.strip():
+        raise SpectragError("--query is empty")
+    index = load_index(index_dir)
+    if index.graph is None:
+        raise SpectragError(f"{index_dir}: the index has no chunk graph to draw (built with graph.enabled = false)")
+    config = load_retriever_config(config_file, **({"mode": mode} if mode else {}))
+    summary = write_view(index, out_file, query=query, config=config, budget=budget, max_nodes=max_nodes, seed=seed)
+    click.echo(f"wrote {summary['path']}: {summary['nodes']:,} of {summary['total_nodes']:,} chunks, "
+               f"{summary['edges']:,} edges ({summary['bytes'] / 1e6:.1f} MB)")
+
+
 @main.command("demo")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Keep the sample index here (default: a temporary folder).")
 @click.option("-k", "top_k", default=5, show_default=True, help="Chunks shown per question.")

@@ -27,6 +27,25 @@ def _signal_on_edges(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, ke
     pos = np.minimum(np.searchsorted(sig, keys), len(sig) - 1)
     return np.where(sig[pos] == keys, val[pos], 0.0).astype(np.float32)
 
+def fused_edges(index) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """The fused graph's directed edges ``src, dst [E]`` (sorted by source, then target), their
+    weights ``[E]`` and each signal's weight on them ``[E, S]``, and the signal names ``[S]``."""
+    graph = index.graph
+    if graph is None:
+        raise SpectragError(f"{index.path}: the index has no chunk graph (built with graph.enabled = false)")
+    w = sp.csr_matrix(graph["weights"])
+    w.sort_indices()
+    n = w.shape[0]
+    coo = w.tocoo()
+    src, dst = coo.row.astype(np.int64), coo.col.astype(np.int64)
+    keys = src * n + dst  # sorted: CSR rows in order, sorted columns
+    names = sorted(graph["signals"])
+    attr = np.zeros((len(keys), len(names)), np.float32)
+    for j, name in enumerate(names):
+        attr[:, j] = _signal_on_edges(*graph["signals"][name], keys, n)
+    return src, dst, coo.data.astype(np.float32), attr, names
+
+
 def to_pyg(index):
     """``index``'s chunk graph as ``torch_geometric.data.Data``.
 
@@ -48,27 +67,16 @@ def to_pyg(index):
         from torch_geometric.data import Data  # the `pyg` extra
     except ImportError as exc:
         raise ImportError("to_pyg needs torch-geometric: pip install torch==2.13.0 'spectrag[pyg]'") from exc
+    src, dst, weight, attr, names = fused_edges(index)
     graph = index.graph
-    if graph is None:
-        raise SpectragError(f"{index.path}: the index has no chunk graph (built with graph.enabled = false)")
-    w = sp.csr_matrix(graph["weights"])  # rows sorted by source; sort targets within each row
-    w.sort_indices()
-    n = w.shape[0]
-    coo = w.tocoo()
-    src, dst = coo.row.astype(np.int64), coo.col.astype(np.int64)
-    keys = src * n + dst  # sorted: CSR rows in order, sorted columns
-    names = sorted(graph["signals"])
-    attr = np.zeros((len(keys), len(names)), np.float32)
-    for j, name in enumerate(names):
-        attr[:, j] = _signal_on_edges(*graph["signals"][name], keys, n)
     doc_ids = list(dict.fromkeys(c.doc_id for c in index.chunks))
     code = {d: i for i, d in enumerate(doc_ids)}
     data = Data(
         x=torch.from_numpy(np.array(index.embeddings, dtype=np.float32)),
         edge_index=torch.from_numpy(np.stack([src, dst])),
-        edge_weight=torch.from_numpy(coo.data.astype(np.float32)),
+        edge_weight=torch.from_numpy(weight),
         edge_attr=torch.from_numpy(attr),
-        num_nodes=n,
+        num_nodes=len(index.chunks),
     )
     data.signal_names = names
     data.spectral = torch.from_numpy(np.array(graph["coordinates"], dtype=np.float32))
