@@ -130,3 +130,12 @@ def test_shutdown_answers_every_accepted_request(retriever):
     assert [r.status_code for r in responses] == [200] * len(bodies)
     assert [r.json()["results"][0]["query"] for r in responses] == QUESTIONS[:10]
     assert app.state.batcher.closed and app.state.batcher.pending == 0 and app.state.batcher.stats.queries == 10
+
+
+def test_serve_command_refuses_bad_settings(sample_index):
+    from click.testing import CliRunner
+
+    from spectrag.cli import main
+
+    done = CliRunner().invoke(main, ["serve", str(sample_index.path), "--max-batch", "0"])
+    assert done.exit_code == 2 and "error: --max-batch must be >= 1" in done.output

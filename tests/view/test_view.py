@@ -91,3 +91,17 @@ def test_page_draws_the_graph_in_headless_chromium(sample_index, tmp_path):
     assert drawn > 0.01, f"only {drawn:.2%} of the canvas is not background"
     red = (np.abs(pixels - np.array([0xD6, 0x27, 0x28])).sum(axis=2) < 60).sum()  # the selected-context rings
     assert red > 20
+
+
+def test_view_command(sample_index, tmp_path):
+    from click.testing import CliRunner
+
+    from spectrag.cli import main
+
+    out = tmp_path / "v.html"
+    done = CliRunner().invoke(main, ["view", str(sample_index.path), "-o", str(out), "--query", QUESTIONS[1],
+                                     "--max-nodes", "50", "--budget", "600"])
+    assert done.exit_code == 0, done.output
+    assert "wrote" in done.output and "50 of 102 chunks" in done.output and out.stat().st_size > 100_000
+    bad = CliRunner().invoke(main, ["view", str(sample_index.path), "-o", str(out), "--max-nodes", "0"])
+    assert bad.exit_code == 2 and "error: --max-nodes must be >= 1" in bad.output
