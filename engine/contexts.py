@@ -76,9 +76,11 @@ def ranked_scores(result, k: int | None = None) -> tuple[torch.Tensor, torch.Ten
     """The first ``k`` (default: all) of :meth:`BatchResult.ranking` and their final scores.
     Shapes: ``[B, k']`` chunk ids (-1 padded) and float32 scores (-inf on padding), ``k' = min(k, P)``."""
     ids = result.ranking()[:, :k]  # (B, k')
-    # each ranked id's position in its row of candidates: (B, k', P) -> (B, k')
-    pos = (ids[:, :, None] == result.candidates[:, None, :]).int().argmax(dim=2)
-    scores = result.scores.gather(1, pos).masked_fill(ids < 0, float("-inf"))
+    cand = result.candidates  # (B, P), each id at most once per row
+    # each ranked id's position in its row of candidates, by binary search in the sorted row
+    sorted_ids, order = torch.where(cand >= 0, cand, torch.iinfo(cand.dtype).max).sort(dim=1)
+    at = torch.searchsorted(sorted_ids, ids.clamp(min=0).contiguous()).clamp(max=cand.shape[1] - 1)  # (B, k')
+    scores = result.scores.gather(1, order.gather(1, at)).masked_fill(ids < 0, float("-inf"))
     return ids, scores
 
 
