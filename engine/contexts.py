@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+import torch
 
 PHASES = {0: "core", 1: "tail", 2: "backfill"}
 
 
-@dataclass(frozen=True)
+class Hit(NamedTuple):
+    """One entry of a query's top-k: unpacks as ``doc_id, chunk_id, score`` (the final score)."""
+
+    doc_id: str
+    chunk_id: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
 class ContextChunk:
     chunk_id: int
     doc_id: str
@@ -21,9 +31,10 @@ class ContextChunk:
     scores: dict[str, float] = field(default_factory=dict)  # relevance, proximity, final
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Context:
-    """Chunks in selection order, the ranking of the whole candidate pool, and the budget used."""
+    """Chunks in selection order, the ranking of the whole candidate pool, the budget used, and
+    (when ``k`` was asked for) the top-k of the ranking with scores."""
 
     query: str
     mode: str
@@ -34,6 +45,7 @@ class Context:
     # knowledge-graph relations used by spreading activation (modes activation, combined), best
     # first: {"subject", "relation", "object", "text", "weight"}
     relations: list[dict[str, Any]] = field(default_factory=list)
+    hits: list[Hit] = field(default_factory=list)  # the top-k by final score (``k`` given), best first
 
     def render(self) -> str:
         """The context grouped by source document (in order of first selection), for a prompt."""
@@ -56,12 +68,25 @@ class Context:
         data = asdict(self)
         for c in data["chunks"]:
             c["section"] = list(c["section"])
+        data["hits"] = [h._asdict() for h in self.hits]
         return data
 
 
-def build_contexts(index, queries: list[str], result) -> list[Context]:
-    """Python objects from a :class:`spectrag.pipeline.BatchResult` (the only per-query loop:
-    it formats output, it does not score)."""
+def ranked_scores(result, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``k`` (default: all) of :meth:`BatchResult.ranking` and their final scores.
+    Shapes: ``[B, k']`` chunk ids (-1 padded) and float32 scores (-inf on padding), ``k' = min(k, P)``."""
+    ids = result.ranking()[:, :k]  # (B, k')
+    cand = result.candidates  # (B, P), each id at most once per row
+    # each ranked id's position in its row of candidates, by binary search in the sorted row
+    sorted_ids, order = torch.where(cand >= 0, cand, torch.iinfo(cand.dtype).max).sort(dim=1)
+    at = torch.searchsorted(sorted_ids, ids.clamp(min=0).contiguous()).clamp(max=cand.shape[1] - 1)  # (B, k')
+    scores = result.scores.gather(1, order.gather(1, at)).masked_fill(ids < 0, float("-inf"))
+    return ids, scores
+
+
+def build_contexts(index, queries: list[str], result, k: int | None = None) -> list[Context]:
+    """Python objects from a :class:`spectrag.pipeline.BatchResult`, with the top ``k`` as
+    :class:`Hit` when ``k`` is given (the only per-query loop: it formats output, it does not score)."""
     cand = result.candidates.cpu().tolist()
     order = result.selected.cpu().tolist()
     phase = result.phase.cpu().tolist()
@@ -70,6 +95,11 @@ def build_contexts(index, queries: list[str], result) -> list[Context]:
     used, budget = result.used_tokens.cpu().tolist(), result.budget.cpu().tolist()
     sa = getattr(result, "activation", None)
     relations = sa.relations(index.kg) if sa is not None else [[] for _ in queries]
+    hits: list[list[Hit]] = [[] for _ in queries]
+    if k is not None:
+        top_ids, top_scores = (t.cpu().tolist() for t in ranked_scores(result, k))
+        hits = [[Hit(index.chunks[c].doc_id, c, s) for c, s in zip(row, srow) if c >= 0]
+                for row, srow in zip(top_ids, top_scores)]
     out = []
     for b, query in enumerate(queries):
         chunks = []
@@ -83,5 +113,5 @@ def build_contexts(index, queries: list[str], result) -> list[Context]:
                 {"relevance": round(rel[b][pos], 6), "proximity": round(prox[b][pos], 6), "final": round(fin[b][pos], 6)},
             ))
         out.append(Context(query, result.mode, int(budget[b]), int(used[b]), chunks, [i for i in ranking[b] if i >= 0],
-                           relations[b]))
+                           relations[b], hits[b]))
     return out

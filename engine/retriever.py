@@ -1,11 +1,26 @@
 """``Retriever(index).retrieve(queries)``: load once, then embed + :func:`spectrag.pipeline.run`
-+ contexts for every batch of queries. Mode ``hyde`` embeds an LLM-written passage per query
-instead of the query (``Retriever(index, config, llm=LLMConfig(...))``); answers with citations
-and iterative retrieval are in :mod:`spectrag.generate`."""
++ contexts for every batch of queries.
+
+Like a FAISS index, the retriever takes any number of queries and splits them into batches of
+``batch_size`` itself, so the memory of one call is that of one batch plus the contexts it
+returns (:meth:`Retriever.batches` streams them instead)::
+
+    retriever = Retriever("my-index")
+    ctx = retriever.retrieve("who designed the bridge?", k=5)     # one Context, ctx.hits: top 5
+    contexts = retriever.retrieve(questions, budget=2000)           # [Context], one per question
+    for doc_id, chunk_id, score in ctx.hits: ...
+
+Mode ``hyde`` embeds an LLM-written passage per query instead of the query
+(``Retriever(index, config, llm=LLMConfig(...))``); answers with citations and iterative
+retrieval are in :mod:`spectrag.generate`.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import overload
 
 import torch
 
@@ -16,6 +31,7 @@ from spectrag.llm import LLMClient, make_client
 from spectrag.llm.tasks import hyde_passages
 from spectrag.pipeline import BatchResult, QueryBatch, run
 from spectrag.state import QueryState
+from spectrag.store import Index, load_index
 from spectrag.util.threads import ThreadChooser, intra_op_threads
 
 
@@ -44,27 +60,65 @@ def check_queries(queries: list[str]) -> list[str]:
     return queries
 
 
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise SpectragError(f"{name} must be an integer >= 1, got {value!r}")
+
+
 class Retriever:
     """Batched retrieval over one index: ``Retriever(index).retrieve(queries) -> [Context]``.
 
+    ``index``: a loaded :class:`~spectrag.store.Index` or an index folder. ``device`` (default:
+    ``config.device``): ``auto``, ``cpu`` or ``cuda[:i]``; CUDA where there is none is an error.
     The query state (embeddings, graphs, coordinates on the device) is laid out once here; each
-    call embeds its queries in one batch and runs :func:`spectrag.pipeline.run` on them.
+    batch is embedded together and goes through :func:`spectrag.pipeline.run` as one tensor batch.
     ``llm`` (an :class:`~spectrag.config.LLMConfig` or :class:`~spectrag.llm.LLMClient`): the
     endpoint of mode ``hyde`` and of :mod:`spectrag.generate`.
     """
 
-    def __init__(self, index, config: RetrieverConfig | None = None, *, llm=None) -> None:
-        self.index = index
+    def __init__(self, index: Index | str | Path, config: RetrieverConfig | None = None, *,
+                 device: str | None = None, llm=None) -> None:
+        self.index = index if isinstance(index, Index) else load_index(index)
         self.config = config or RetrieverConfig()
-        self.state = QueryState.from_index(index, resolve_device(self.config.device))
+        if device is not None:
+            self.config = self.config.replace(device=device)
+        self.state = QueryState.from_index(self.index, resolve_device(self.config.device))
         # batches of fewer queries are too short to time reliably
         self.threads = ThreadChooser.default(self.config.threads, min_units=32)
         self.llm: LLMClient | None = make_client(llm)
 
-    def retrieve(self, queries: list[str], budget: int | None = None, mode: str | None = None) -> list[Context]:
-        """One context per query, in query order."""
-        result = self.score_batch(queries, budget=budget, mode=mode)
-        return build_contexts(self.index, list(queries), result)
+    @overload
+    def retrieve(self, queries: str, *, k: int | None = None, budget: int | None = None, mode: str | None = None,
+                 batch_size: int = 256) -> Context: ...
+
+    @overload
+    def retrieve(self, queries: Sequence[str], *, k: int | None = None, budget: int | None = None,
+                 mode: str | None = None, batch_size: int = 256) -> list[Context]: ...
+
+    def retrieve(self, queries, *, k=None, budget=None, mode=None, batch_size=256):
+        """One :class:`Context` per query, in query order (a single one for a ``str``).
+
+        ``k``: also fill ``Context.hits`` with the top-k ``(doc_id, chunk_id, score)`` of the
+        ranking (at most the candidate pool, ``expand.max_candidates``). ``budget`` (tokens per
+        context) and ``mode`` default to the config's. ``batch_size``: queries scored together;
+        any number of queries is split into such batches (the results equal one big batch's).
+        """
+        single = isinstance(queries, str)
+        texts = [queries] if single else list(queries)
+        out = [ctx for part in self.batches(texts, k=k, budget=budget, mode=mode, batch_size=batch_size) for ctx in part]
+        return out[0] if single else out
+
+    def batches(self, queries: Sequence[str], *, k: int | None = None, budget: int | None = None,
+                mode: str | None = None, batch_size: int = 256) -> Iterator[list[Context]]:
+        """:meth:`retrieve` as a stream: the contexts of each batch of ``batch_size`` queries as
+        soon as it is scored (every query is checked before the first batch runs)."""
+        queries = list(queries)
+        check_queries(queries)
+        _positive("k", k)
+        _positive("batch_size", batch_size)
+        for lo in range(0, len(queries), batch_size):
+            part = queries[lo : lo + batch_size]
+            yield build_contexts(self.index, part, self.score_batch(part, budget=budget, mode=mode), k=k)
 
     def embed(self, queries: list[str]) -> torch.Tensor:
         """Query vectors ``[B, d]`` on the state's device."""

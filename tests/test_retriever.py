@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from spectrag.cli.demo import sample_questions
-from spectrag.errors import SpectragError
 from spectrag.config import BASELINE_MODES, GRAPH_MODES, RetrieverConfig
+from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever
 
 QUESTIONS = [q["question"] for q in sample_questions()]
@@ -98,3 +98,48 @@ def test_bad_queries_and_settings(retriever):
         retriever.retrieve(["x"], budget=0)
     with pytest.raises(SpectragError, match="mode must be one of"):
         RetrieverConfig(mode="magic")
+
+
+def test_split_batches_equal_one_big_batch(retriever):
+    many = QUESTIONS  # 12 queries
+    one = [c.to_json() for c in retriever.retrieve(many, k=7, budget=800, batch_size=len(many))]
+    for batch_size in (1, 5):
+        assert [c.to_json() for c in retriever.retrieve(many, k=7, budget=800, batch_size=batch_size)] == one
+    parts = list(retriever.batches(many, k=7, budget=800, batch_size=5))
+    assert [len(p) for p in parts] == [5, 5, 2] and [c.to_json() for p in parts for c in p] == one
+
+
+@pytest.mark.parametrize("mode", ["dense", "hybrid", "spectral"])
+def test_top_k_hits_are_the_ranking_with_its_scores(retriever, qvecs, mode):
+    """Hits = the first k of BatchResult.ranking(), each with its candidate's final score."""
+    k = 12
+    contexts = retriever.retrieve(QUESTIONS, k=k, mode=mode, budget=1000)
+    res = retriever.score_batch(QUESTIONS, mode=mode, budget=1000, qvecs=qvecs)
+    for b, ctx in enumerate(contexts):
+        cand, score = res.candidates[b].tolist(), res.scores[b].tolist()
+        want = [(retriever.index.chunks[c].doc_id, c, score[cand.index(c)]) for c in ctx.ranking[:k]]
+        assert [tuple(h) for h in ctx.hits] == pytest.approx(want) and len(ctx.hits) == min(k, len(ctx.ranking))
+        assert all(a.score >= b.score for a, b in zip(ctx.hits, ctx.hits[1:]))
+        doc_id, chunk_id, _ = ctx.hits[0]  # unpacks like a tuple
+        assert doc_id == retriever.index.chunks[chunk_id].doc_id
+    assert retriever.retrieve(QUESTIONS[:1])[0].hits == []  # no k: no hits
+    assert json.loads(json.dumps(contexts[0].to_json()))["hits"][0].keys() == {"doc_id", "chunk_id", "score"}
+
+
+def test_a_string_gives_one_context_and_a_path_loads(sample_index, retriever):
+    ctx = retriever.retrieve(QUESTIONS[0], k=3)
+    assert ctx.query == QUESTIONS[0] and len(ctx.hits) == 3
+    again = Retriever(sample_index.path).retrieve([QUESTIONS[0]], k=3)[0]
+    assert again.to_json() == Retriever(sample_index, device="cpu").retrieve([QUESTIONS[0]], k=3)[0].to_json()
+
+
+def test_bad_k_batch_size_and_device(sample_index, retriever, monkeypatch):
+    with pytest.raises(SpectragError, match="k must be an integer >= 1, got 0"):
+        retriever.retrieve(QUESTIONS, k=0)
+    with pytest.raises(SpectragError, match="batch_size must be an integer >= 1, got -1"):
+        retriever.retrieve(QUESTIONS, batch_size=-1)
+    with pytest.raises(SpectragError, match="query 24 is empty"):  # checked before any batch runs
+        retriever.retrieve(QUESTIONS * 2 + [""], batch_size=4)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SpectragError, match="CUDA is not available"):
+        Retriever(sample_index, device="cuda")

@@ -1,4 +1,4 @@
-"""The ``spectrag`` command line: ``index``, ``add``, ``info``, ``retrieve``, ``answer``, ``demo``, ``eval``.
+"""The ``spectrag`` command line: ``index``, ``add``, ``info``, ``retrieve``, ``answer``, ``serve``, ``view``, ``demo``, ``eval``.
 
 User errors (:class:`spectrag.errors.SpectragError`) print one ``error:`` line and exit with
 status 2; ``--debug`` shows the traceback instead.
@@ -198,31 +198,113 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 
 @main.command("retrieve")
 @click.argument("index_dir", type=click.Path(path_type=Path))
-@click.option("--queries", "query_file", type=click.Path(path_type=Path), help="Query file: .jsonl, .json list (MuSiQue/HotpotQA) or .txt lines.")
-@click.option("-q", "--query", "texts", multiple=True, help="A query (repeatable).")
+@click.option("--queries", "query_file", type=click.Path(path_type=Path),
+              help="Query file: .jsonl, .json list (MuSiQue/HotpotQA), or text lines (`qid<TAB>text` or one query a line).")
+@click.option("-q", "--query", "texts", multiple=True, help="A query (repeatable; ids q1, q2, ...).")
 @click.option("--mode", type=click.Choice(list(MODES)), help="Retrieval mode (default: the config's, spectral); "
               "activation and combined need a knowledge graph (index --openie).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path),
               help="TOML file with [retriever] and stage tables ([seed], [expand], [propagate], [bridge], [select], ...).")
+@click.option("--device", help="auto, cpu or cuda[:i] (default: the config's, auto).")
 @click.option("--budget", type=int, help="Token budget per query (default: the config's, 12,000).")
-@click.option("--batch-size", default=256, show_default=True, help="Queries scored together.")
-@click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="JSONL results (default: stdout).")
-@click.option("--trec", "trec_file", type=click.Path(path_type=Path), help="Also write the ranking as a TREC run file.")
+@click.option("-k", "top_k", type=int, help="Top-k chunks (doc id, chunk id, score) per query: `hits` in the JSONL; "
+              "the lines shown by --format text (default there: 5).")
+@click.option("--format", "fmt", default="jsonl", show_default=True, type=click.Choice(["jsonl", "text"]),
+              help="jsonl: one JSON object per query; text: the top hits of each query for reading.")
+@click.option("--batch-size", default=256, show_default=True, help="Queries scored together (memory grows with it).")
+@click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="Write the results here (default: stdout).")
+@click.option("--trec", "trec_file", type=click.Path(path_type=Path),
+              help="Also write the ranking as a TREC run (qid Q0 docno rank score tag) with its final scores.")
+@click.option("--depth", default=1000, show_default=True, help="Ranks per query in the TREC run.")
+@click.option("--level", default="chunk", show_default=True, type=click.Choice(["chunk", "doc"]),
+              help="TREC docno: the chunk id, or the document id at its best chunk's score (max-passage).")
 @click.option("--no-text", is_flag=True, help="Leave chunk texts out of the JSONL.")
 @llm_options
 @_friendly
 def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None,
-                 config_file: Path | None, budget: int | None, batch_size: int, out_file: Path | None,
-                 trec_file: Path | None, no_text: bool, llm_flags: dict) -> None:
-    """Retrieve a token-budgeted context for every query, in batches."""
+                 config_file: Path | None, device: str | None, budget: int | None, top_k: int | None, fmt: str,
+                 batch_size: int, out_file: Path | None, trec_file: Path | None, depth: int, level: str,
+                 no_text: bool, llm_flags: dict) -> None:
+    """Retrieve a token-budgeted context (and the top-k) for every query, in batches."""
     from spectrag.cli.retrieve import (
         run_queries,  # imported on use: `spectrag --help` stays fast
     )
     from spectrag.config import load_retriever_config
 
-    config = load_retriever_config(config_file, **({"mode": mode} if mode else {}))
+    overrides = {**({"mode": mode} if mode else {}), **({"device": device} if device else {})}
+    config = load_retriever_config(config_file, **overrides)
     run_queries(index_dir, query_file, list(texts), config=config, budget=budget, batch_size=batch_size,
-                out_file=out_file, trec_file=trec_file, with_text=not no_text, llm=llm_config(config_file, llm_flags))
+                out_file=out_file, trec_file=trec_file, with_text=not no_text, k=top_k, fmt=fmt, depth=depth,
+                level=level, llm=llm_config(config_file, llm_flags))
+
+
+@main.command("serve")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, help="Port to listen on.")
+@click.option("--mode", type=click.Choice(list(MODES)), help="Default retrieval mode (a request may set its own).")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever] and stage tables.")
+@click.option("--device", help="auto, cpu or cuda[:i] (default: the config's, auto).")
+@click.option("--max-batch", default=256, show_default=True, help="Queries scored together (and the most in one request).")
+@click.option("--max-wait-ms", default=5.0, show_default=True, help="How long a batch's first request waits for others.")
+@click.option("--no-batching", is_flag=True, help="Score every request alone (for comparison).")
+@click.option("--max-k", default=1000, show_default=True, help="Largest k a request may ask for.")
+@click.option("--max-body-bytes", default=1 << 20, show_default=True, help="Largest request body.")
+@click.option("--graceful-s", default=30.0, show_default=True, help="On SIGTERM / Ctrl-C: seconds to finish open requests.")
+@click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@_friendly
+def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_file: Path | None, device: str | None,
+              max_batch: int, max_wait_ms: float, no_batching: bool, max_k: int, max_body_bytes: int,
+              graceful_s: float, log_level: str) -> None:
+    """Serve retrieval over HTTP (POST /retrieve, GET /healthz, GET /info), batching concurrent requests."""
+    from spectrag.config import load_retriever_config
+    from spectrag.retriever import Retriever
+    from spectrag.serve.app import ServeSettings, serve  # the `serve` extra
+    from spectrag.store import load_index
+
+    for name, value in (("--max-batch", max_batch), ("--max-k", max_k), ("--max-body-bytes", max_body_bytes)):
+        if value < 1:
+            raise SpectragError(f"{name} must be >= 1, got {value}")
+    overrides = {**({"mode": mode} if mode else {}), **({"device": device} if device else {})}
+    retriever = Retriever(load_index(index_dir), load_retriever_config(config_file, **overrides))
+    retriever.retrieve("warm-up")  # load the model and touch the state before the first request
+    settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching, max_k=max_k,
+                             max_body_bytes=max_body_bytes)
+    click.echo(f"serving {index_dir} ({len(retriever.index.chunks):,} chunks, mode {retriever.config.mode}, "
+               f"device {retriever.state.device}) on http://{host}:{port}", err=True)
+    serve(retriever, settings, host=host, port=port, graceful_s=graceful_s, log_level=log_level)
+
+
+@main.command("view")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_file", required=True, type=click.Path(path_type=Path), help="The HTML page to write.")
+@click.option("--query", help="Highlight this query's seeds, expanded candidates and selected context.")
+@click.option("--mode", type=click.Choice(list(MODES)), help="Retrieval mode for --query (default: the config's).")
+@click.option("--budget", type=int, help="Token budget for --query's context (default: the config's, 12,000).")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever] and stage tables.")
+@click.option("--max-nodes", default=3000, show_default=True, help="Chunks drawn at most (beyond: a seeded sample).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the sample and the layout.")
+@_friendly
+def view_cmd(index_dir: Path, out_file: Path, query: str | None, mode: str | None, budget: int | None,
+             config_file: Path | None, max_nodes: int, seed: int) -> None:
+    """Write a self-contained HTML page of the chunk graph (no network needed to open it)."""
+    from spectrag.config import load_retriever_config
+    from spectrag.store import load_index
+    from spectrag.view import write_view
+
+    if max_nodes < 1:
+        raise SpectragError(f"--max-nodes must be >= 1, got {max_nodes}")
+    if budget is not None and budget < 1:
+        raise SpectragError(f"--budget must be >= 1, got {budget}")
+    if query is not None and not query.strip():
+        raise SpectragError("--query is empty")
+    index = load_index(index_dir)
+    if index.graph is None:
+        raise SpectragError(f"{index_dir}: the index has no chunk graph to draw (built with graph.enabled = false)")
+    config = load_retriever_config(config_file, **({"mode": mode} if mode else {}))
+    summary = write_view(index, out_file, query=query, config=config, budget=budget, max_nodes=max_nodes, seed=seed)
+    click.echo(f"wrote {summary['path']}: {summary['nodes']:,} of {summary['total_nodes']:,} chunks, "
+               f"{summary['edges']:,} edges ({summary['bytes'] / 1e6:.1f} MB)")
 
 
 @main.command("answer")
@@ -297,18 +379,20 @@ def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: s
     from spectrag.config import load_config, load_retriever_config
     from spectrag.eval import evaluate
     from spectrag.eval.report import markdown
+    from spectrag.eval.run import progress_bars
 
     try:
         more = [int(b) for b in budgets.split(",") if b.strip()]
     except ValueError:
         raise SpectragError(f"--budgets must be comma-separated token counts, got {budgets!r}") from None
-    result = evaluate(dataset, data, index=index_dir, methods=methods, ablations=ablations, sweep=sweep, budget=budget,
-                      budgets=more, batch_size=batch_size, config=load_config(config_file) if config_file else None,
-                      retriever_config=load_retriever_config(config_file) if config_file else None,
-                      openie=None if no_openie else openie_file or "auto", out=out_dir,
-                      plots=not no_plots, command=shlex.join(["spectrag", *sys.argv[1:]]),
-                      log=lambda m: click.echo(m, err=True), llm=llm_config(config_file, llm_flags), generate=generate,
-                      rounds=rounds)
+    with progress_bars(sys.stderr.isatty()):  # a bar per run, counting questions
+        result = evaluate(dataset, data, index=index_dir, methods=methods, ablations=ablations, sweep=sweep, budget=budget,
+                          budgets=more, batch_size=batch_size, config=load_config(config_file) if config_file else None,
+                          retriever_config=load_retriever_config(config_file) if config_file else None,
+                          openie=None if no_openie else openie_file or "auto", out=out_dir,
+                          plots=not no_plots, command=shlex.join(["spectrag", *sys.argv[1:]]),
+                          log=lambda m: click.echo(m, err=True), llm=llm_config(config_file, llm_flags),
+                          generate=generate, rounds=rounds)
     click.echo(json.dumps(result, indent=2, ensure_ascii=False) if as_json else markdown(result))
 
 

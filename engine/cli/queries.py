@@ -1,6 +1,6 @@
 """Reading query files: JSONL records, a JSON list (MuSiQue / HotpotQA questions), or plain text
-(one query per line). Each query gets an id (``id`` / ``_id`` / ``qid`` field, else its line or
-position)."""
+(one query per line, or ``qid<TAB>text`` as in TREC / BEIR topic files). Each query gets an id
+(``id`` / ``_id`` / ``qid`` field, the text before the tab, else its line or position)."""
 
 from __future__ import annotations
 
@@ -42,5 +42,9 @@ def iter_queries(path: str | Path) -> Iterator[tuple[str, str]]:
             yield _record(path, f"record {i}", record, i)
     else:
         for i, line in enumerate(read_text(path).splitlines()):
-            if line.strip():
-                yield str(i), line.strip()
+            if not line.strip():
+                continue
+            qid, tab, text = line.partition("\t")
+            if tab and not (qid.strip() and text.strip()):
+                raise CorpusError(f"{path}: line {i + 1} has a tab but no id before it or no text after it")
+            yield (qid.strip(), text.strip()) if tab else (str(i), line.strip())

@@ -1,64 +1,128 @@
-"""``spectrag retrieve``: stream a query file through the Retriever in batches."""
+"""``spectrag retrieve``: queries through the Retriever in batches, as JSON lines or text, with a
+TREC run (chunk or document level) beside them."""
 
 from __future__ import annotations
 
-import itertools
 import json
+import re
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-
-import click
+from typing import IO
 
 from spectrag.cli.queries import iter_queries
 from spectrag.config import RetrieverConfig
+from spectrag.contexts import Context, Hit
 from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever
 from spectrag.store import load_index
+from spectrag.types import Chunk
+
+TEXT_HITS = 5  # hits shown per query by --format text when -k is not given
+
+
+def query_ids(texts: Sequence[str], file_queries: Sequence[tuple[str, str]], source: str = "") -> list[tuple[str, str]]:
+    """``(id, text)`` for the ``-q`` texts (``q1``, ``q2``, ..., skipping ids the file uses) and then
+    the file's queries; a file id used twice is an error (a TREC run needs unique query ids)."""
+    seen: dict[str, int] = {}
+    for i, (qid, _) in enumerate(file_queries):
+        if qid in seen:
+            raise SpectragError(f"{source}: query id {qid!r} appears twice (queries {seen[qid] + 1} and {i + 1}); "
+                                "query ids must be unique")
+        seen[qid] = i
+    out, n = [], 0
+    for text in texts:
+        n += 1
+        while f"q{n}" in seen:
+            n += 1
+        out.append((f"q{n}", text))
+    return out + list(file_queries)
+
+
+def doc_hits(hits: Iterable[Hit]) -> list[tuple[str, float]]:
+    """Max-passage document ranking: each document at its best chunk's score (first seen wins a tie)."""
+    best: dict[str, float] = {}
+    for h in hits:  # best first, so a document's first hit is its best
+        best.setdefault(h.doc_id, h.score)
+    return sorted(best.items(), key=lambda kv: -kv[1])  # stable: equal scores keep their first-seen order
+
+
+def _docno(doc_id: str) -> str:
+    return re.sub(r"\s", "_", doc_id) or "_"  # TREC fields are split on white space
+
+
+def trec_lines(qid: str, ctx: Context, *, depth: int, level: str, tag: str) -> list[str]:
+    """The run lines of one query: ``qid Q0 docno rank score tag``, ``depth`` deep."""
+    rows = [(str(h.chunk_id), h.score) for h in ctx.hits] if level == "chunk" else \
+        [(_docno(d), s) for d, s in doc_hits(ctx.hits)]
+    return [f"{qid} Q0 {docno} {rank} {score:.6f} {tag}" for rank, (docno, score) in enumerate(rows[:depth], start=1)]
+
+
+def _text_block(qid: str, ctx: Context, k: int, table: Sequence[Chunk]) -> str:
+    """A query's hits for reading: rank, score, ids, title > section, the text's start."""
+    lines = [f"[{qid}] {ctx.query}\n    {ctx.mode}: {len(ctx.chunks)} chunks, {ctx.used_tokens:,} of {ctx.budget:,} "
+             f"tokens, {len(ctx.ranking)} ranked"]
+    chosen = {c.chunk_id for c in ctx.chunks}
+    for rank, h in enumerate(ctx.hits[:k], start=1):
+        c = table[h.chunk_id]
+        where = " > ".join([c.title, *c.section]) if c.title else " > ".join(c.section)
+        mark = "" if h.chunk_id in chosen else "  (ranked, not in the context)"
+        lines.append(f"  {rank:>3}  {h.score:8.4f}  doc {h.doc_id}  chunk {h.chunk_id}  {where}{mark}\n"
+                     f"         {' '.join(c.text.split())[:100]}")
+    return "\n".join(lines) + "\n\n"
+
+
+def _json_row(qid: str, ctx: Context, k: int | None, with_text: bool) -> str:
+    row = {"id": qid, **ctx.to_json()}
+    if k is None:
+        row.pop("hits")
+    else:
+        row["hits"] = row["hits"][:k]
+    if not with_text:
+        for c in row["chunks"]:
+            c.pop("text")
+    return json.dumps(row, ensure_ascii=False) + "\n"
 
 
 def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, config: RetrieverConfig,
                 budget: int | None, batch_size: int, out_file: Path | None, trec_file: Path | None,
-                with_text: bool, llm=None) -> int:
-    """Write one JSON line per query (and optionally a TREC run); returns the number of queries."""
-    mode = config.mode
+                with_text: bool, k: int | None = None, fmt: str = "jsonl", depth: int = 1000, level: str = "chunk",
+                progress: bool | None = None, llm=None) -> int:
+    """Write one JSON line (or a text block) per query, and optionally a TREC run; returns the
+    number of queries. ``progress`` (default: when stderr is a terminal) counts queries as their
+    batch is written."""
+    from tqdm import tqdm  # a dependency; imported here with the rest of the command
 
     if not texts and query_file is None:
         raise SpectragError("no queries: pass --queries FILE or -q TEXT")
-    if batch_size < 1:
-        raise SpectragError(f"--batch-size must be >= 1, got {batch_size}")
-    queries = itertools.chain(((str(i), t) for i, t in enumerate(texts)), iter_queries(query_file) if query_file else ())
-    retriever = Retriever(load_index(index_dir), config, llm=llm if mode == "hyde" else None)
-    out = out_file.open("w", encoding="utf-8") if out_file else sys.stdout
+    for name, value in (("--batch-size", batch_size), ("-k", k), ("--depth", depth)):
+        if value is not None and value < 1:
+            raise SpectragError(f"{name} must be >= 1, got {value}")
+    queries = query_ids(texts, list(iter_queries(query_file)) if query_file else [], str(query_file))
+    retriever = Retriever(load_index(index_dir), config, llm=llm if config.mode == "hyde" else None)
+    if trec_file is not None:  # the run needs the ranking with scores, depth deep (all of it for documents)
+        want = sys.maxsize if level == "doc" else max(depth, k or 0)
+    else:
+        want = k or (TEXT_HITS if fmt == "text" else None)
+    out: IO[str] = out_file.open("w", encoding="utf-8") if out_file else sys.stdout
     trec = trec_file.open("w", encoding="utf-8") if trec_file else None
-    progress = out_file is not None and sys.stderr.isatty()
+    tag = f"spectrag-{config.mode}"
     done = 0
     try:
-        with click.progressbar(length=0, label="queries", file=sys.stderr) if progress else _null() as bar:
-            while batch := list(itertools.islice(queries, batch_size)):
-                ids, batch_texts = zip(*batch)
-                for qid, ctx in zip(ids, retriever.retrieve(list(batch_texts), budget=budget)):
-                    row = {"id": qid, **ctx.to_json()}
-                    if not with_text:
-                        for c in row["chunks"]:
-                            c.pop("text")
-                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        with tqdm(total=len(queries), unit="q", desc="queries", file=sys.stderr,
+                  disable=not (sys.stderr.isatty() if progress is None else progress)) as bar:
+            batches = retriever.batches([t for _, t in queries], k=want, budget=budget, batch_size=batch_size)
+            for contexts in batches:
+                for (qid, _), ctx in zip(queries[done : done + len(contexts)], contexts):
+                    out.write(_text_block(qid, ctx, k or TEXT_HITS, retriever.index.chunks) if fmt == "text" else _json_row(qid, ctx, k, with_text))
                     if trec is not None:
-                        for rank, cid in enumerate(ctx.ranking, start=1):
-                            trec.write(f"{qid} Q0 {cid} {rank} {len(ctx.ranking) - rank + 1} spectrag-{mode}\n")
-                done += len(batch)
-                if progress:
-                    bar.update(len(batch))
+                        trec.writelines(line + "\n" for line in trec_lines(qid, ctx, depth=depth, level=level, tag=tag))
+                done += len(contexts)
+                out.flush()
+                bar.update(len(contexts))
     finally:
         if out_file:
             out.close()
         if trec is not None:
             trec.close()
     return done
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

@@ -5,12 +5,29 @@ shared query vectors."""
 from __future__ import annotations
 
 import copy
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from spectrag.eval.score import Run
+
+_PROGRESS: ContextVar[bool] = ContextVar("spectrag_eval_progress", default=False)
+
+
+@contextmanager
+def progress_bars(show: bool = True) -> Iterator[None]:
+    """Within this block every :func:`run_method` counts its questions on a progress bar (stderr)."""
+    token = _PROGRESS.set(show)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
 
 
 def _pad_cat(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -23,13 +40,16 @@ def run_method(retriever, texts: list[str], qvecs: torch.Tensor, mode: str, budg
     """``retriever.score_batch`` over the questions in batches of ``batch_size``."""
     ranks, sels, used = [], [], []
     seconds = 0.0
-    for lo in range(0, len(texts), batch_size):
-        start = time.perf_counter()
-        res = retriever.score_batch(texts[lo : lo + batch_size], budget=budget, mode=mode, qvecs=qvecs[lo : lo + batch_size])
-        seconds += time.perf_counter() - start
-        ranks.append(res.ranking().cpu())
-        sels.append(res.selected_ids().cpu())
-        used.append(res.used_tokens.cpu())
+    with tqdm(total=len(texts), desc=mode, unit="q", leave=False, file=sys.stderr, disable=not _PROGRESS.get()) as bar:
+        for lo in range(0, len(texts), batch_size):
+            start = time.perf_counter()
+            res = retriever.score_batch(texts[lo : lo + batch_size], budget=budget, mode=mode,
+                                        qvecs=qvecs[lo : lo + batch_size])
+            seconds += time.perf_counter() - start
+            ranks.append(res.ranking().cpu())
+            sels.append(res.selected_ids().cpu())
+            used.append(res.used_tokens.cpu())
+            bar.update(res.candidates.shape[0])
     return Run(_pad_cat(ranks), _pad_cat(sels), torch.cat(used), seconds)
 
 

@@ -8,6 +8,7 @@ sweep are in :mod:`spectrag.eval.variants`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 
 from spectrag.build import build_index, uses_llm
-from spectrag.config import MODES, IndexConfig, with_openie
+from spectrag.config import KG_MODES, MODES, IndexConfig, with_openie
 from spectrag.errors import ConfigError, SpectragError
 from spectrag.eval.answers import generate_answers
 from spectrag.eval.datasets import Dataset, load_dataset
@@ -155,7 +156,10 @@ def evaluate(
     list / comma-separated string; under ``all`` a mode this index cannot run is reported in
     ``skipped`` with the reason. ``openie``: when an index is built, an OpenIE file to build it
     with (as ``spectrag index --openie``), ``None`` for none, or ``auto`` (default): the dataset
-    folder's own ``openie_*.json`` (HippoRAG layout), if any. ``ablations``: the full pipeline
+    folder's own ``openie_*.json`` (HippoRAG layout), if any; the knowledge graph is built from
+    it only when a KG mode (``activation``, ``combined``; ``all`` includes them) is asked for, else
+    the OpenIE file feeds the entity signal alone (a cached index that has the KG is reused either
+    way). ``ablations``: the full pipeline
     (``spectral``) with one stage or one edge signal switched off at a time. ``sweep``: one
     parameter at a time around the defaults (:data:`SWEEP`). ``budget``: context tokens per
     question (default: the retriever's). ``budgets``: more budgets at which every method's context
@@ -183,8 +187,7 @@ def evaluate(
     config = config or IndexConfig()
     openie_file = None if index is not None else find_openie(ds) if openie == "auto" else openie
     if openie_file is not None:
-        log(f"knowledge graph and entity signal from {openie_file}")
-        config = with_openie(config, Path(openie_file))
+        config = openie_config(ds, config, Path(openie_file), any(m in KG_MODES for m in names), cache_dir, log)
     idx, index_info = resolve_index(ds, index, config, cache_dir, log, llm=client)
     if openie_file is not None:
         index_info["openie"] = str(openie_file)
@@ -270,6 +273,18 @@ def write_answers(out: Path, name: str, answers: dict[str, list[dict[str, Any]]]
             for row in rows:
                 fh.write(json.dumps({"method": method, **row}, ensure_ascii=False) + "\n")
     return path
+
+
+def openie_config(ds: Dataset, config: IndexConfig, openie_file: Path, need_kg: bool, cache_dir, log) -> IndexConfig:
+    """The index config with an OpenIE file: the knowledge graph and the entity signal from it when
+    ``need_kg``, else the entity signal alone, unless the cache already holds the index with both
+    (building the KG is the larger part of a cold MuSiQue build, and only the KG modes read it)."""
+    full = with_openie(config, openie_file)
+    if need_kg or (cache_folder(ds, full, cache_dir) / "manifest.json").is_file():
+        log(f"knowledge graph and entity signal from {openie_file}")
+        return full
+    log(f"entity signal from {openie_file} (no knowledge graph: no KG mode asked for)")
+    return dataclasses.replace(full, kg=config.kg)
 
 
 __all__ = ["available_modes", "cache_folder", "evaluate", "resolve_index"]

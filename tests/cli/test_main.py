@@ -21,7 +21,7 @@ def run(monkeypatch, embed_cache):
 
 
 def test_help_on_every_command(run):
-    for cmd in ([], ["index"], ["info"], ["demo"], ["answer"], ["eval"]):
+    for cmd in ([], ["index"], ["info"], ["demo"], ["retrieve"], ["answer"], ["serve"], ["view"], ["eval"]):
         result = run(*cmd, "--help")
         assert result.exit_code == 0 and "Usage:" in result.output
 

@@ -1,30 +1,82 @@
-"""``spectrag retrieve`` (spectrag.cli.retrieve): queries from a JSONL file in batches, one JSON
-line per query and a TREC run; no queries is a usage error."""
+"""``spectrag retrieve`` (spectrag.cli.retrieve): queries from JSONL / ``qid<TAB>text`` files and
+``-q`` in batches, JSON lines or text, ``-k`` hits, TREC runs (chunk and max-passage document level,
+with the final scores), unique query ids; no queries is a usage error."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from spectrag.cli.demo import sample_questions
+from spectrag.cli.retrieve import doc_hits, query_ids
+from spectrag.contexts import Hit
+from spectrag.errors import SpectragError
+from spectrag.retriever import Retriever
 
 QUESTIONS = [q["question"] for q in sample_questions()]
 
 
-def test_cli_retrieve_writes_jsonl_and_trec(sample_index, tmp_path):
+def _run(*args):
     from spectrag.cli import main
 
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_cli_retrieve_writes_jsonl_and_trec(sample_index, tmp_path):
     queries = tmp_path / "q.jsonl"
     queries.write_text("".join(json.dumps({"id": f"x{i}", "question": q}) + "\n" for i, q in enumerate(QUESTIONS[:3])))
     out, trec = tmp_path / "out.jsonl", tmp_path / "run.trec"
-    result = CliRunner().invoke(main, ["retrieve", str(sample_index.path), "--queries", str(queries), "-o", str(out),
-                                       "--trec", str(trec), "--budget", "1000", "--batch-size", "2"])
+    result = _run("retrieve", sample_index.path, "--queries", queries, "-o", out, "--trec", trec, "--budget", 1000,
+                  "--batch-size", 2, "--depth", 7, "--device", "cpu")
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == ["x0", "x1", "x2"]
-    assert all(r["used_tokens"] <= 1000 for r in rows)
-    lines = trec.read_text().splitlines()
-    assert lines[0].split()[:4] == ["x0", "Q0", str(rows[0]["ranking"][0]), "1"]
-    bad = CliRunner().invoke(main, ["retrieve", str(sample_index.path)])
+    assert all(r["used_tokens"] <= 1000 and "hits" not in r for r in rows)
+    lines = [line.split() for line in trec.read_text().splitlines()]
+    assert len(lines) == 3 * 7 and lines[0][:4] == ["x0", "Q0", str(rows[0]["ranking"][0]), "1"]
+    # real scores: the final scores of the Retriever's top-k, falling with rank
+    want = Retriever(sample_index).retrieve(QUESTIONS[0], k=7, budget=1000).hits
+    x0 = [line for line in lines if line[0] == "x0"]
+    assert [(int(d), float(s)) for _, _, d, _, s, _ in x0] == [(h.chunk_id, pytest.approx(h.score, abs=1e-6)) for h in want]
+    bad = _run("retrieve", sample_index.path)
     assert bad.exit_code == 2 and "no queries" in bad.output
+
+
+def test_cli_retrieve_doc_level_tsv_queries_k_and_text(sample_index, tmp_path):
+    tsv = tmp_path / "topics.tsv"
+    tsv.write_text(f"q1\t{QUESTIONS[0]}\nt2\t{QUESTIONS[1]}\n")
+    out, trec = tmp_path / "out.jsonl", tmp_path / "docs.trec"
+    result = _run("retrieve", sample_index.path, "-q", QUESTIONS[2], "--queries", tsv, "-k", 4, "-o", out,
+                  "--trec", trec, "--level", "doc", "--budget", 800)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["q2", "q1", "t2"]  # -q ids skip the file's (q1 is taken)
+    assert all(len(r["hits"]) == 4 for r in rows)
+    full = Retriever(sample_index).retrieve(QUESTIONS[0], k=10_000, budget=800).hits
+    docs = [line.split() for line in trec.read_text().splitlines() if line.startswith("q1 ")]
+    assert [d[2] for d in docs] == list(dict.fromkeys(h.doc_id for h in full))  # max-passage order
+    assert len({d[2] for d in docs}) == len(docs) and all(float(a[4]) >= float(b[4]) for a, b in zip(docs, docs[1:]))
+    text = _run("retrieve", sample_index.path, "-q", QUESTIONS[0], "--format", "text", "-k", 2)
+    assert text.exit_code == 0, text.output
+    assert text.output.count("  chunk ") == 2 and f"[q1] {QUESTIONS[0]}" in text.output
+
+
+def test_query_ids_and_max_passage():
+    assert query_ids(["a", "b"], [("q1", "x"), ("3", "y")]) == [("q2", "a"), ("q3", "b"), ("q1", "x"), ("3", "y")]
+    with pytest.raises(SpectragError, match="query id 'z' appears twice"):
+        query_ids([], [("z", "x"), ("z", "y")], "f.tsv")
+    hits = [Hit("a", 3, 0.9), Hit("b", 5, 0.8), Hit("a", 4, 0.7), Hit("c", 1, 0.8)]
+    assert doc_hits(hits) == [("a", 0.9), ("b", 0.8), ("c", 0.8)]
+
+
+def test_cli_retrieve_bad_options(sample_index, tmp_path):
+    for args, message in ((["-k", 0], "-k must be >= 1"), (["--depth", 0], "--depth must be >= 1"),
+                          (["--device", "gpu"], "device must be auto, cpu or cuda"), (["--batch-size", 0], "--batch-size must be >= 1")):
+        result = _run("retrieve", sample_index.path, "-q", "x", *args)
+        assert result.exit_code == 2 and message in result.output, result.output
+    tsv = tmp_path / "bad.tsv"
+    tsv.write_text("\tno id\n")
+    result = _run("retrieve", sample_index.path, "--queries", tsv)
+    assert result.exit_code == 2 and "line 1 has a tab but no id" in result.output

@@ -106,8 +106,8 @@ def test_index_is_built_once_into_the_cache_and_reused(tmp_path, index_config):
     assert not again["index"]["built"] and again["index"]["path"] == first["index"]["path"]
     assert again["methods"] == {"dense": {**first["methods"]["dense"], "seconds": again["methods"]["dense"]["seconds"],
                                           "queries_per_second": again["methods"]["dense"]["queries_per_second"]}}
+    from spectrag.config import ChunkConfig, IndexConfig
     from spectrag.eval.datasets import load_dataset
-    from spectrag.config import IndexConfig, ChunkConfig
 
     ds = load_dataset("sample")
     assert cache_folder(ds, IndexConfig(chunk=ChunkConfig(chunk_size=256, overlap=64)), tmp_path) != Path(first["index"]["path"])
@@ -159,10 +159,11 @@ def test_cli_datasets_match_the_loaders():
 def test_openie_file_beside_a_hipporag_corpus_is_found(tmp_path):
     import shutil
 
+    from conftest import FIXTURES
+
     from spectrag.config import IndexConfig
     from spectrag.eval.datasets import load_dataset
     from spectrag.eval.runner import find_openie, with_openie
-    from conftest import FIXTURES
 
     shutil.copy(FIXTURES / "formats" / "musique.json", tmp_path / "mq_corpus.json")
     (tmp_path / "mq.json").write_text('[{"id": "2hop__1", "question": "q?", "paragraphs": []}]', encoding="utf-8")
@@ -201,3 +202,41 @@ def test_sweep_sets_nested_settings():
     assert other.config.get("activation.tau_d") == 0.1 and other.config.activation.k == base.config.activation.k
     assert base.config.activation.tau_d == 0.45  # the original is untouched
     assert with_config(base, propagate__alpha=0.5).config.get("propagate.alpha") == 0.5
+
+
+def test_openie_builds_the_kg_only_for_kg_modes(tmp_path):
+    """With an OpenIE file, the KG is built only when a KG mode is asked for; the entity signal
+    always reads it; a cached index that has the KG is reused by a run that does not need it."""
+    from types import SimpleNamespace
+
+    from spectrag.config import IndexConfig
+    from spectrag.eval.runner import openie_config
+
+    corpus, openie = tmp_path / "corpus.json", tmp_path / "openie_x.json"
+    corpus.write_text("[]")
+    openie.write_text("{}")
+    ds = SimpleNamespace(name="musique", corpus=corpus, fmt="musique")
+    cache, said = tmp_path / "cache", []
+    lean = openie_config(ds, IndexConfig(), openie, False, cache, said.append)
+    assert not lean.kg.enabled and lean.graph.entities_file == str(openie) and "no knowledge graph" in said[-1]
+    full = openie_config(ds, IndexConfig(), openie, True, cache, said.append)
+    assert full.kg.enabled and full.kg.openie_file == str(openie) and full.graph.entities_file == str(openie)
+    folder = cache_folder(ds, full, cache)
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text("{}")
+    assert openie_config(ds, IndexConfig(), openie, False, cache, said.append) == full
+
+
+def test_progress_bars_count_questions(sample_index, capsys):
+    from spectrag.eval.run import progress_bars, run_method
+    from spectrag.retriever import Retriever
+
+    retriever = Retriever(sample_index)
+    texts = ["where is the lighthouse?", "who built the bridge?", "what is the festival?"]
+    qvecs = retriever.embed(texts)
+    run_method(retriever, texts, qvecs, "dense", 500, 2)
+    assert "/3 [" not in capsys.readouterr().err  # off unless asked for
+    with progress_bars():
+        run_method(retriever, texts, qvecs, "dense", 500, 2)
+    err = capsys.readouterr().err
+    assert "dense:" in err and "0/3 [" in err  # the bar counts the questions (later states are rate-limited)

@@ -1,0 +1,169 @@
+"""Benchmark: `spectrag serve` under a bounded load on 127.0.0.1, micro-batching on vs off.
+
+Question: how much do concurrent requests gain from being scored as one tensor batch? For each
+variant (``on``: the defaults, ``--max-wait-ms 5``; ``off``: ``--no-batching``, every request
+scored alone by the same single worker) a fresh ``spectrag serve INDEX`` process is started on a
+free loopback port, warmed up (``--warmup`` requests, untimed), then ``--clients`` concurrent
+clients (threads, one keep-alive connection each) send ``--requests`` requests in all, one query
+each (the MuSiQue questions in turn), and the run stops by itself. Reported: queries/s over the
+timed requests, latency p50 / p95 / p99, errors (any status but 200, or a failed connection:
+must be 0), and the server's own batch counters (``GET /info``). Then the server gets SIGTERM
+and must exit cleanly (status 0). The variants alternate ``--rounds`` times in one run.
+
+Usage: ``python bench/bench_serve.py --index DIR [--clients 16] [--requests 400] [--rounds 1]``
+(index: ``spectrag index ../shared/data/musique/musique_train_corpus.json -o DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+
+from _common import ROOT, finish_record, md_table, new_record, results_header, write_results
+
+QUESTIONS = ROOT.parent / "shared" / "data" / "musique" / "musique_train.json"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(index: str, port: int, extra: list[str], log) -> subprocess.Popen:
+    import httpx
+
+    proc = subprocess.Popen(["spectrag", "serve", index, "--host", "127.0.0.1", "--port", str(port),
+                             "--log-level", "info", *extra], stdout=subprocess.DEVNULL, stderr=log, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode}; its log: {log.name}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("the server did not come up within 300 s")
+
+
+def load(url: str, questions: list[str], *, clients: int, requests: int, body: dict) -> dict:
+    """``requests`` single-query POSTs from ``clients`` threads; latencies, errors, wall time."""
+    import httpx
+
+    lock, nxt = threading.Lock(), [0]
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def client() -> None:
+        with httpx.Client(timeout=120) as http:
+            while True:
+                with lock:
+                    i = nxt[0]
+                    nxt[0] += 1
+                if i >= requests:
+                    return
+                start = time.perf_counter()
+                try:
+                    r = http.post(url + "/retrieve", json={**body, "query": questions[i % len(questions)]})
+                    ok = r.status_code == 200 and len(r.json()["results"]) == 1
+                    if not ok:
+                        errors.append(f"{r.status_code}: {r.text[:200]}")
+                except httpx.HTTPError as exc:
+                    errors.append(repr(exc))
+                with lock:
+                    latencies.append(time.perf_counter() - start)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    q = statistics.quantiles(latencies, n=100, method="inclusive")
+    return {"requests": requests, "wall_s": wall, "qps": requests / wall, "p50_ms": 1000 * q[49],
+            "p95_ms": 1000 * q[94], "p99_ms": 1000 * q[98], "mean_ms": 1000 * statistics.fmean(latencies),
+            "errors": len(errors), "error_samples": errors[:5]}
+
+
+def main() -> None:
+    import httpx
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--warmup", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--budget", type=int, default=2000)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--mode", default="spectral")
+    ap.add_argument("--max-wait-ms", type=float, default=5.0)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "serve_cpu"))
+    args = ap.parse_args()
+    if not QUESTIONS.is_file():
+        raise SystemExit(f"{QUESTIONS} is absent: this benchmark needs the MuSiQue questions")
+    questions = [q["question"] for q in json.loads(QUESTIONS.read_text())]
+    body = {"budget": args.budget, "k": args.k, "mode": args.mode}
+    record = new_record(f"{args.rounds} round(s) of both variants, each a fresh server: {args.warmup} untimed warm-up "
+                        f"requests, then {args.requests} timed requests from {args.clients} concurrent clients")
+    record["settings"] = vars(args)
+    rows = []
+    for rnd in range(args.rounds):
+        for name, extra in (("on", ["--max-wait-ms", str(args.max_wait_ms)]), ("off", ["--no-batching"])):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            log = tempfile.NamedTemporaryFile("w+", prefix="spectrag-serve-", suffix=".log", delete=False)
+            server = start_server(args.index, port, extra, log)
+            try:
+                load(url, questions[::-1], clients=args.clients, requests=args.warmup, body=body)
+                before = httpx.get(url + "/info").json()["stats"]
+                row = {"batching": name, "round": rnd + 1, **load(url, questions, clients=args.clients,
+                                                                  requests=args.requests, body=body)}
+                after = httpx.get(url + "/info").json()["stats"]
+            finally:
+                server.send_signal(signal.SIGTERM)
+                code = server.wait(timeout=120)
+            log.seek(0)
+            text = log.read()
+            # uvicorn re-raises the signal after a graceful shutdown: status -15 with these lines is clean
+            clean = code in (0, -signal.SIGTERM) and "Application shutdown complete" in text and "Traceback" not in text
+            batches = after["batches"] - before["batches"]
+            row.update(batches=batches, mean_batch=(after["queries"] - before["queries"]) / max(batches, 1),
+                       max_batch=after["max_batch_seen"], exit_code=code, clean_exit=clean)
+            print(f"batching {name}: {row['qps']:.1f} q/s, p50 {row['p50_ms']:.0f} ms, p99 {row['p99_ms']:.0f} ms, "
+                  f"{row['errors']} errors, mean batch {row['mean_batch']:.1f}, exit {code} (clean: {clean})", flush=True)
+            rows.append(row)
+    on = statistics.median(r["qps"] for r in rows if r["batching"] == "on")
+    off = statistics.median(r["qps"] for r in rows if r["batching"] == "off")
+    record.update(rows=rows, speedup=on / off)
+    finish_record(record)
+    lines = results_header(f"`spectrag serve` under load: micro-batching on vs off ({args.clients} clients, "
+                           f"mode {args.mode}, budget {args.budget}, k {args.k})", record)
+    lines += md_table(rows, [("batching", "batching", ""), ("round", "round", "d"), ("queries/s", "qps", ".1f"),
+                             ("p50 ms", "p50_ms", ".0f"), ("p95 ms", "p95_ms", ".0f"), ("p99 ms", "p99_ms", ".0f"),
+                             ("errors", "errors", "d"), ("batches", "batches", "d"), ("mean batch", "mean_batch", ".1f"),
+                             ("largest batch", "max_batch", "d"), ("clean exit on SIGTERM", "clean_exit", "")])
+    lines += ["", f"Micro-batched throughput / one request per call: **{on / off:.2f}x** (median queries/s per "
+              "variant). Latency is measured by the client, from sending a request to reading its answer "
+              f"(chunk texts included). Index: `{args.index}`; server and clients share the machine. A clean exit: "
+              "the server logged a complete shutdown with no traceback (uvicorn then re-raises SIGTERM, status -15)."]
+    write_results(args.out, lines, record)
+    if any(r["errors"] or not r["clean_exit"] for r in rows):
+        raise SystemExit("errors or an unclean exit: see the table")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    main()

@@ -1,0 +1,12 @@
+"""Framework adapters: the engine behind the retriever interfaces RAG stacks are built on.
+
+- :mod:`spectrag.adapters.langchain`: :class:`SpectragRetriever`, a LangChain ``BaseRetriever``
+  (``invoke`` / ``ainvoke`` / ``batch`` / ``abatch``; ``batch`` scores its inputs as one tensor
+  batch); ``pip install 'spectrag[langchain]'``.
+- :mod:`spectrag.adapters.llamaindex`: :class:`SpectragLlamaRetriever`, a LlamaIndex
+  ``BaseRetriever`` returning ``NodeWithScore``; ``pip install 'spectrag[llamaindex]'``.
+
+Both return, per query, either the top-k of the ranking (``output="top_k"``, the default) or the
+token-budgeted context in selection order (``output="context"``), with the same metadata
+(:func:`spectrag.adapters.records.records`).
+"""

@@ -1,0 +1,152 @@
+"""The HTTP face of the engine: ``spectrag serve DIR`` (FastAPI + uvicorn, the ``serve`` extra).
+
+The model and the index are loaded once; requests go through a :class:`MicroBatcher`, so
+concurrent callers share one tensor batch. Endpoints::
+
+    POST /retrieve   {"query": "..."} or {"queries": [...]}, optional "mode", "budget", "k", "text"
+                     -> {"results": [Context.to_json() per query], "took_ms": ...}
+    GET  /healthz    {"status": "ok"} (503 "closing" while shutting down)
+    GET  /info       the index, the retriever's settings, the batching settings and counters
+
+Bad input is a 4xx with a message: 422 for a malformed body (pydantic: a field's type or range,
+an unknown field or mode, neither or both of query/queries, too many queries), 400 for what the
+engine refuses (an empty query, a mode this index cannot run), 413 for a body over the size limit,
+503 when the queue is full or the server is shutting down. On shutdown (SIGINT / SIGTERM) uvicorn
+stops accepting connections and waits for the open requests; then the batcher answers everything
+it accepted before the process ends.
+"""
+
+# no `from __future__ import annotations`: FastAPI reads the request model from the route's
+# annotations at run time, and that model is local to create_app (its limits are settings)
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from spectrag.config import MODES
+from spectrag.errors import SpectragError
+from spectrag.retriever import Retriever
+from spectrag.serve.batcher import Busy, Closing, MicroBatcher, contexts_json
+
+try:  # the `serve` extra
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from pydantic import BaseModel, ConfigDict, Field, model_validator
+except ImportError as exc:  # pragma: no cover - exercised where the extra is absent
+    raise ImportError("spectrag serve needs FastAPI and uvicorn: pip install 'spectrag[serve]'") from exc
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Micro-batching and request limits (``spectrag serve --help`` names each)."""
+
+    max_batch: int = 256  # queries per score_batch call, and per request
+    max_wait_ms: float = 5.0  # how long a batch's first request waits for company
+    batching: bool = True  # False: every request scored alone
+    max_k: int = 1000
+    max_body_bytes: int = 1 << 20
+    max_query_chars: int = 4096
+    max_pending: int | None = None  # queries waiting at most (default 16 * max_batch)
+
+
+def _message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(parts) or "invalid request"
+
+
+def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> FastAPI:
+    """The app over ``retriever``; its batcher starts with the app and drains when it stops
+    (``app.state.batcher`` holds it, with its counters in ``.stats``)."""
+    settings = settings or ServeSettings()
+
+    class RetrieveRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        query: str | None = Field(None, max_length=settings.max_query_chars)
+        queries: list[str] | None = Field(None, min_length=1, max_length=settings.max_batch)
+        mode: Literal[MODES] | None = None  # type: ignore[valid-type]
+        budget: int | None = Field(None, ge=1)
+        k: int | None = Field(None, ge=1, le=settings.max_k)
+        text: bool = True  # chunk texts in the answer
+
+        @model_validator(mode="after")
+        def _one_of(self):
+            if (self.query is None) == (self.queries is None):
+                raise ValueError("give exactly one of query (a string) or queries (a list of strings)")
+            if self.queries is not None and (long := [i for i, q in enumerate(self.queries)
+                                                      if len(q) > settings.max_query_chars]):
+                raise ValueError(f"query {long[0]} has more than {settings.max_query_chars} characters")
+            return self
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.batcher = MicroBatcher(retriever, max_batch=settings.max_batch, max_wait_ms=settings.max_wait_ms,
+                                         enabled=settings.batching, max_pending=settings.max_pending)
+        yield
+        # uvicorn has waited for the open requests; answer anything still queued, then stop
+        await asyncio.to_thread(app.state.batcher.close)
+
+    app = FastAPI(title="spectrag", version="0.1.0", lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        detail = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"error": _message(exc), "detail": detail})
+
+    @app.middleware("http")
+    async def _size_limit(request: Request, call_next):
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > settings.max_body_bytes):
+            return JSONResponse(status_code=413, content={
+                "error": f"request body of {length} bytes; at most {settings.max_body_bytes}"})
+        return await call_next(request)
+
+    @app.post("/retrieve")
+    async def retrieve(req: RetrieveRequest, request: Request) -> Any:
+        start = time.perf_counter()
+        queries = [req.query] if req.query is not None else req.queries
+        batcher: MicroBatcher = request.app.state.batcher
+        try:
+            contexts = await asyncio.wrap_future(batcher.submit(queries, mode=req.mode, budget=req.budget, k=req.k))
+        except (Busy, Closing) as exc:
+            return JSONResponse(status_code=503, content={"error": str(exc)})
+        except SpectragError as exc:
+            return JSONResponse(status_code=400, content={"error": str(exc)})
+        return {"results": contexts_json(contexts, with_text=req.text),
+                "took_ms": round(1000 * (time.perf_counter() - start), 3)}
+
+    @app.get("/healthz")
+    async def healthz(request: Request) -> Any:
+        if request.app.state.batcher.closed:
+            return JSONResponse(status_code=503, content={"status": "closing"})
+        return {"status": "ok"}
+
+    @app.get("/info")
+    async def info(request: Request) -> Any:
+        index = retriever.index
+        return {
+            "index": {"path": str(index.path), "counts": index.manifest["counts"],
+                      "embedding": index.manifest["embedding"], "graph": index.graph is not None,
+                      "knowledge_graph": index.kg is not None},
+            "retriever": asdict(retriever.config),
+            "device": str(retriever.state.device),
+            "serve": asdict(settings),
+            "stats": asdict(request.app.state.batcher.stats),
+        }
+
+    return app
+
+
+def serve(retriever: Retriever, settings: ServeSettings | None = None, *, host: str = "127.0.0.1", port: int = 8000,
+          graceful_s: float = 30.0, log_level: str = "info") -> None:
+    """Run the app under uvicorn until SIGINT / SIGTERM (then finish in-flight requests, at most
+    ``graceful_s`` seconds)."""
+    import uvicorn  # the `serve` extra
+
+    uvicorn.run(create_app(retriever, settings), host=host, port=port, log_level=log_level,
+                timeout_graceful_shutdown=graceful_s)

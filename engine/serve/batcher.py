@@ -1,0 +1,199 @@
+"""Micro-batching: concurrent requests gathered into one tensor batch.
+
+One worker thread owns the :class:`~spectrag.retriever.Retriever` (the model, the query state,
+every tensor); callers only enqueue. The worker takes the first waiting request, then keeps
+gathering for at most ``max_wait_ms`` after it arrived, or until ``max_batch`` queries are in
+hand, and scores what it gathered with ONE :meth:`Retriever.score_batch` call per (mode, budget)
+(the pipeline takes one of each per batch; requests differing there are scored side by side in the
+same round). Each caller's future gets its own contexts, ``k`` cut to what it asked for.
+
+``enabled=False`` scores every request alone (the same worker, no gathering): the reference the
+load test compares against. :meth:`close` stops taking requests and returns when every request
+already accepted has its answer.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+
+from spectrag.contexts import Context, build_contexts
+from spectrag.errors import SpectragError
+from spectrag.retriever import Retriever, check_queries
+
+_STOP = object()  # queued by close(): after it, nothing more arrives
+
+
+class Closing(SpectragError):
+    """The batcher no longer takes requests (it is shutting down)."""
+
+
+class Busy(SpectragError):
+    """More queries are waiting than the batcher holds (``max_pending``)."""
+
+
+@dataclass
+class _Request:
+    queries: list[str]
+    mode: str
+    budget: int
+    k: int | None
+    future: Future = field(default_factory=Future)
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class Stats:
+    """Counters since start: requests and queries answered, ``score_batch`` calls, the largest batch."""
+
+    requests: int = 0
+    queries: int = 0
+    batches: int = 0
+    max_batch_seen: int = 0
+    errors: int = 0
+
+
+class MicroBatcher:
+    """``submit(queries, mode=, budget=, k=) -> Future[list[Context]]``, scored by one worker thread.
+
+    ``max_batch``: queries per ``score_batch`` call (default 256), and the most one request may
+    carry. ``max_wait_ms``: how long the first request of a batch waits for company (default 5).
+    ``max_pending``: queries waiting at most (default ``16 * max_batch``); beyond, :class:`Busy`.
+    """
+
+    def __init__(self, retriever: Retriever, *, max_batch: int = 256, max_wait_ms: float = 5.0,
+                 enabled: bool = True, max_pending: int | None = None) -> None:
+        if max_batch < 1 or max_wait_ms < 0:
+            raise SpectragError(f"max_batch must be >= 1 and max_wait_ms >= 0, got {max_batch} and {max_wait_ms}")
+        self.retriever = retriever
+        self.max_batch, self.max_wait = max_batch, max_wait_ms / 1000
+        self.enabled = enabled
+        self.max_pending = max_pending or 16 * max_batch
+        self.stats = Stats()
+        self._queue: queue.Queue = queue.Queue()  # _Request items, then _STOP
+        self._pending = 0  # queries submitted and not yet answered
+        self._lock = threading.Lock()
+        self._closing = False  # no more submits (set by close)
+        self._stopped = False  # the worker has seen the close marker
+        self._carry: _Request | None = None  # a request that did not fit in the last batch
+        self._worker = threading.Thread(target=self._loop, name="spectrag-batcher", daemon=True)
+        self._worker.start()
+
+    # -- callers ------------------------------------------------------------------------------
+
+    def submit(self, queries: list[str], *, mode: str | None = None, budget: int | None = None,
+               k: int | None = None) -> Future:
+        """Enqueue one request; its future resolves to one :class:`Context` per query."""
+        queries = list(queries)
+        check_queries(queries)
+        if len(queries) > self.max_batch:
+            raise SpectragError(f"{len(queries)} queries in one request; at most {self.max_batch} (max_batch)")
+        if budget is not None and budget < 1:
+            raise SpectragError(f"budget must be >= 1 token, got {budget}")
+        config = self.retriever.config
+        req = _Request(queries, mode or config.mode, config.budget if budget is None else int(budget), k)
+        with self._lock:
+            if self._closing:
+                raise Closing("the server is shutting down; retry on another instance")
+            if self._pending + len(queries) > self.max_pending:
+                raise Busy(f"{self._pending} queries are waiting (at most {self.max_pending}); retry later")
+            self._pending += len(queries)
+            self._queue.put(req)
+        return req.future
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop taking requests; return once every accepted request has been answered."""
+        with self._lock:
+            if not self._closing:
+                self._closing = True
+                self._queue.put(_STOP)  # the last item ever queued: what is before it is answered first
+        self._worker.join(timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    @property
+    def pending(self) -> int:
+        """Queries accepted and not yet answered."""
+        return self._pending
+
+    # -- the worker ---------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not (self._stopped and self._carry is None):
+            first, self._carry = self._carry or self._queue.get(), None
+            if first is _STOP:
+                self._stopped = True
+                continue
+            self._score(self._gather(first))
+
+    def _gather(self, first: _Request) -> list[_Request]:
+        """``first`` and the requests that join it: those already waiting, and those arriving
+        within ``max_wait`` of ``first``, up to ``max_batch`` queries."""
+        batch, size = [first], len(first.queries)
+        deadline = first.arrived + self.max_wait
+        while self.enabled and size < self.max_batch and not self._stopped:
+            try:
+                req = self._queue.get(timeout=max(deadline - time.perf_counter(), 0.0))
+            except queue.Empty:
+                break
+            if req is _STOP:
+                self._stopped = True
+                break
+            if size + len(req.queries) > self.max_batch:
+                self._carry = req  # the first of the next batch
+                break
+            batch.append(req)
+            size += len(req.queries)
+        return batch
+
+    def _score(self, batch: list[_Request]) -> None:
+        """One ``score_batch`` per (mode, budget) among ``batch``; each future gets its slice."""
+        groups: dict[tuple[str, int], list[_Request]] = defaultdict(list)
+        for req in batch:
+            groups[(req.mode, req.budget)].append(req)
+        for (mode, budget), reqs in groups.items():
+            texts = [q for r in reqs for q in r.queries]
+            k = max((r.k for r in reqs if r.k is not None), default=None)
+            try:
+                result = self.retriever.score_batch(texts, mode=mode, budget=budget)
+                contexts = build_contexts(self.retriever.index, texts, result, k=k)
+            except Exception as exc:  # noqa: BLE001  (the callers get the error; the worker goes on)
+                for r in reqs:
+                    r.future.set_exception(exc)
+                self._done(reqs, errors=len(reqs))
+                continue
+            lo = 0
+            for r in reqs:
+                mine = contexts[lo : lo + len(r.queries)]
+                lo += len(r.queries)
+                if k is not None and r.k != k:  # asked for fewer hits than its batch mates (or none)
+                    mine = [replace(c, hits=c.hits[: r.k or 0]) for c in mine]
+                r.future.set_result(mine)
+            self._done(reqs, batch_size=len(texts))
+
+    def _done(self, reqs: list[_Request], *, batch_size: int = 0, errors: int = 0) -> None:
+        with self._lock:
+            self._pending -= sum(len(r.queries) for r in reqs)
+            s = self.stats
+            s.requests += len(reqs)
+            s.queries += sum(len(r.queries) for r in reqs)
+            s.errors += errors
+            if batch_size:
+                s.batches += 1
+                s.max_batch_seen = max(s.max_batch_seen, batch_size)
+
+
+def contexts_json(contexts: list[Context], *, with_text: bool = True) -> list[dict]:
+    """What the server answers for each context: :meth:`Context.to_json`, texts optional."""
+    rows = [c.to_json() for c in contexts]
+    if not with_text:
+        for row in rows:
+            for c in row["chunks"]:
+                c.pop("text")
+    return rows

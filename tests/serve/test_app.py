@@ -1,0 +1,141 @@
+"""The HTTP server (spectrag.serve.app) on 127.0.0.1: concurrent requests return what direct
+calls return and are scored as one batch (counted); bad requests get a 4xx with a message;
+shutting down answers every request it accepted."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import httpx
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from spectrag.cli.demo import sample_questions
+from spectrag.retriever import Retriever
+from spectrag.serve.app import ServeSettings, create_app
+
+QUESTIONS = [q["question"] for q in sample_questions()]
+
+
+@pytest.fixture(scope="module")
+def retriever(sample_index):
+    return Retriever(sample_index)
+
+
+@contextmanager
+def running(app):
+    """``app`` under uvicorn in a thread on a free loopback port; yields (server, base url)."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                           timeout_graceful_shutdown=60))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield server, f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(60)
+
+
+def _post_all(url, bodies):
+    with ThreadPoolExecutor(len(bodies)) as pool, httpx.Client(timeout=120) as client:
+        return list(pool.map(lambda b: client.post(url + "/retrieve", json=b), bodies))
+
+
+def test_concurrent_requests_equal_direct_calls_in_one_batch(retriever):
+    bodies = [{"query": q, "k": k, "budget": 900} for q, k in zip(QUESTIONS[:6], [3, None, 5, 3, 1, 2])]
+    bodies.append({"queries": QUESTIONS[6:8], "k": 4, "budget": 900, "text": False})
+    app = create_app(retriever, ServeSettings(max_batch=8, max_wait_ms=10_000))  # one batch when 8 are in
+    with running(app) as (_, url):
+        responses = _post_all(url, bodies)
+        stats = httpx.get(url + "/info").json()["stats"]
+    assert [r.status_code for r in responses] == [200] * len(bodies)
+    assert stats["batches"] == 1 and stats["queries"] == 8 and stats["requests"] == 7
+    for body, response in zip(bodies, responses):
+        queries = [body["query"]] if "query" in body else body["queries"]
+        want = [c.to_json() for c in retriever.retrieve(queries, k=body["k"], budget=900)]
+        if body.get("text") is False:
+            for row in want:
+                for c in row["chunks"]:
+                    c.pop("text")
+        if body["k"] is None:
+            assert all(row["hits"] == [] for row in want)
+        assert response.json()["results"] == want
+
+
+def test_batching_off_scores_each_request_alone(retriever):
+    app = create_app(retriever, ServeSettings(max_batch=8, batching=False))
+    with running(app) as (_, url):
+        responses = _post_all(url, [{"query": q, "budget": 500} for q in QUESTIONS[:4]])
+        stats = httpx.get(url + "/info").json()["stats"]
+    assert all(r.status_code == 200 for r in responses) and stats["batches"] == 4
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({}, 422, "exactly one of query"),
+    ({"query": "a", "queries": ["b"]}, 422, "exactly one of query"),
+    ({"query": " "}, 400, "query 0 is empty"),
+    ({"queries": []}, 422, "queries: List should have at least 1 item"),
+    ({"queries": ["q"] * 5}, 422, "queries: List should have at most 4 items"),
+    ({"query": "x", "mode": "magic"}, 422, "mode: Input should be 'dense'"),
+    ({"query": "x", "budget": 0}, 422, "budget: Input should be greater than or equal to 1"),
+    ({"query": "x", "k": 0}, 422, "k: Input should be greater than or equal to 1"),
+    ({"query": "x", "k": 51}, 422, "k: Input should be less than or equal to 50"),
+    ({"query": "x", "top_k": 3}, 422, "top_k: Extra inputs are not permitted"),
+    ({"query": 7}, 422, "query: Input should be a valid string"),
+    ({"query": "x" * 101}, 422, "query: String should have at most 100 characters"),
+    ({"queries": ["ok", "y" * 101]}, 422, "query 1 has more than 100 characters"),
+    ({"query": "x", "mode": "activation"}, 400, "knowledge graph"),
+])
+def test_bad_requests_get_a_4xx_with_a_message(retriever, body, status, message):
+    app = create_app(retriever, ServeSettings(max_batch=4, max_k=50, max_query_chars=100, max_body_bytes=2000))
+    with TestClient(app) as client:
+        response = client.post("/retrieve", json=body)
+    assert response.status_code == status and message in response.json()["error"], response.text
+
+
+def test_malformed_and_oversized_bodies(retriever):
+    app = create_app(retriever, ServeSettings(max_body_bytes=2000))
+    with TestClient(app) as client:
+        bad = client.post("/retrieve", content=b"{not json", headers={"content-type": "application/json"})
+        assert bad.status_code == 422 and "JSON decode error" in bad.json()["error"]
+        big = client.post("/retrieve", json={"query": "x" * 3000})
+        assert big.status_code == 413 and "at most 2000" in big.json()["error"]
+        assert client.get("/healthz").json() == {"status": "ok"}
+        info = client.get("/info").json()
+        assert info["index"]["counts"]["chunks"] == len(retriever.index.chunks) and info["serve"]["max_body_bytes"] == 2000
+
+
+def test_shutdown_answers_every_accepted_request(retriever):
+    """Requests held in the batching window when the server is told to stop are all answered."""
+    app = create_app(retriever, ServeSettings(max_batch=64, max_wait_ms=3000))
+    bodies = [{"query": q, "budget": 600, "k": 2} for q in QUESTIONS[:10]]
+    with running(app) as (server, url):
+        with ThreadPoolExecutor(len(bodies)) as pool, httpx.Client(timeout=120) as client:
+            futures = [pool.submit(client.post, url + "/retrieve", json=b) for b in bodies]
+            deadline = time.monotonic() + 60
+            while app.state.batcher.pending < len(bodies):  # all accepted, none answered yet
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            server.should_exit = True  # what SIGTERM / Ctrl-C does
+            responses = [f.result() for f in futures]
+    assert [r.status_code for r in responses] == [200] * len(bodies)
+    assert [r.json()["results"][0]["query"] for r in responses] == QUESTIONS[:10]
+    assert app.state.batcher.closed and app.state.batcher.pending == 0 and app.state.batcher.stats.queries == 10
+
+
+def test_serve_command_refuses_bad_settings(sample_index):
+    from click.testing import CliRunner
+
+    from spectrag.cli import main
+
+    done = CliRunner().invoke(main, ["serve", str(sample_index.path), "--max-batch", "0"])
+    assert done.exit_code == 2 and "error: --max-batch must be >= 1" in done.output

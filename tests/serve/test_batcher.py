@@ -1,0 +1,101 @@
+"""The micro-batcher (spectrag.serve.batcher): concurrent submits share one score_batch call and
+each gets what a direct call gives; mixed k, modes and budgets; errors reach their callers only;
+a full queue is refused; close() answers everything accepted and refuses what comes after."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from spectrag.cli.demo import sample_questions
+from spectrag.errors import SpectragError
+from spectrag.retriever import Retriever
+from spectrag.serve.batcher import Busy, Closing, MicroBatcher
+
+QUESTIONS = [q["question"] for q in sample_questions()]
+
+
+@pytest.fixture(scope="module")
+def retriever(sample_index):
+    return Retriever(sample_index)
+
+
+def _json(contexts):
+    return [c.to_json() for c in contexts]
+
+
+def _submit_together(batcher, requests):
+    """Submit ``requests`` (kwargs each) from as many threads at once; their futures, in order."""
+    barrier, futures = threading.Barrier(len(requests)), [None] * len(requests)
+
+    def go(i):
+        barrier.wait()
+        futures[i] = batcher.submit(**requests[i])
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return futures
+
+
+def test_concurrent_submits_share_one_batch_and_equal_direct_calls(retriever):
+    requests = [dict(queries=[q], k=k, budget=700) for q, k in zip(QUESTIONS[:6], [None, 2, 5, 5, 1, None])]
+    requests.append(dict(queries=QUESTIONS[6:8], k=3, budget=700))  # 8 queries in all
+    batcher = MicroBatcher(retriever, max_batch=8, max_wait_ms=5000)  # closes when 8 are in hand
+    try:
+        futures = _submit_together(batcher, requests)
+        got = [f.result(timeout=120) for f in futures]
+    finally:
+        batcher.close()
+    assert batcher.stats.batches == 1 and batcher.stats.max_batch_seen == 8 and batcher.stats.requests == 7
+    for req, contexts in zip(requests, got):
+        assert _json(contexts) == _json(retriever.retrieve(req["queries"], k=req["k"], budget=700))
+
+
+def test_without_batching_every_request_is_its_own_batch(retriever):
+    batcher = MicroBatcher(retriever, max_batch=8, max_wait_ms=5000, enabled=False)
+    try:
+        futures = _submit_together(batcher, [dict(queries=[q]) for q in QUESTIONS[:4]])
+        [f.result(timeout=120) for f in futures]
+    finally:
+        batcher.close()
+    assert batcher.stats.batches == 4 and batcher.stats.max_batch_seen == 1
+
+
+def test_modes_and_budgets_are_scored_apart_and_errors_stay_with_their_caller(retriever):
+    batcher = MicroBatcher(retriever, max_batch=16, max_wait_ms=3000)
+    requests = [dict(queries=[QUESTIONS[0]], mode="dense", budget=500), dict(queries=[QUESTIONS[1]], mode="spectral"),
+                dict(queries=[QUESTIONS[2]], mode="activation"),  # the sample index has no knowledge graph
+                dict(queries=[QUESTIONS[3]], mode="dense", budget=500)]
+    try:
+        futures = _submit_together(batcher, requests)
+        with pytest.raises(SpectragError, match="knowledge graph"):
+            futures[2].result(timeout=120)
+        for i in (0, 1, 3):
+            req = requests[i]
+            assert _json(futures[i].result(timeout=120)) == _json(
+                retriever.retrieve(req["queries"], mode=req["mode"], budget=req.get("budget")))
+        assert batcher.submit([QUESTIONS[4]]).result(timeout=120)  # the worker went on
+    finally:
+        batcher.close()
+    assert batcher.stats.errors == 1
+
+
+def test_limits_and_close_drains(retriever):
+    batcher = MicroBatcher(retriever, max_batch=4, max_wait_ms=60_000, max_pending=6)
+    with pytest.raises(SpectragError, match="at most 4"):
+        batcher.submit(QUESTIONS[:5])
+    with pytest.raises(SpectragError, match="query 1 is empty"):
+        batcher.submit(["fine", " "])
+    first = batcher.submit(QUESTIONS[:3])  # the worker holds it, waiting for company
+    second = batcher.submit(QUESTIONS[3:6])
+    with pytest.raises(Busy, match="6 queries are waiting"):
+        batcher.submit(QUESTIONS[6:7])
+    batcher.close()  # does not wait out the 60 s window: answers both, then stops
+    assert len(first.result(timeout=0)) == 3 and len(second.result(timeout=0)) == 3
+    assert batcher.pending == 0 and batcher.stats.batches == 2  # 3 + 3 > max_batch: two batches
+    with pytest.raises(Closing):
+        batcher.submit(QUESTIONS[:1])
