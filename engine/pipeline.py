@@ -73,6 +73,7 @@ class BatchResult:
     budget: torch.Tensor
     seconds: dict[str, float]
     activation: ActivationBatch | None = None  # modes activation and combined: SA pairs and relations used
+    seeds: torch.Tensor | None = None  # [B, S] the chunks expansion started from (graph modes) or the seed list, -1 padded
 
     def ranking(self) -> torch.Tensor:
         """Candidate chunk ids by descending score (ties: smaller id), -1 padded. ``[B, P]``."""
@@ -213,5 +214,6 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     sel = select_context(scores, proximity, candidates, state.embeddings, state.tokens, state.clusters,
                          state.doc_codes, select, budget=budget)
     stage("select")
+    seed_ids = None if mode == "activation" else top if mode in PROPAGATION_MODES else seeds[:, : ec.max_candidates]
     return BatchResult(mode, candidates, scores, relevance, proximity, sel.order, sel.phase, sel.used_tokens,
-                       torch.full((len(batch),), budget), stage.seconds, sa)
+                       torch.full((len(batch),), budget), stage.seconds, sa, seed_ids)

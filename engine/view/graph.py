@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from spectrag.config import GRAPH_MODES, RetrieverConfig
 from spectrag.interop.pyg import fused_edges
 from spectrag.retriever import Retriever
-from spectrag.seed.seed import seed
 from spectrag.view.layout import force_layout, spectral_start
 
 PROPAGATING = GRAPH_MODES + ("combined",)  # modes that expand from seeds over the graph
@@ -38,17 +36,12 @@ class QueryRoles:
 
 def query_roles(retriever: Retriever, query: str, *, budget: int | None = None) -> QueryRoles:
     """Run ``query`` through the pipeline (:meth:`Retriever.score_batch`) and name its chunks'
-    roles; the seeds are recomputed by the pipeline's own seeding stage with the same settings."""
-    config = retriever.config
+    roles (the seeds are the pipeline's own, ``BatchResult.seeds``)."""
     result = retriever.score_batch([query], budget=budget)
     roles = QueryRoles(query, result.mode, candidates=[c for c in result.candidates[0].tolist() if c >= 0],
                        selected=[c for c in result.selected_ids()[0].tolist() if c >= 0])
-    if result.mode != "activation":  # activation seeds entities, not chunks
-        batch, sc = retriever.encode([query]), config.seed
-        ids, _ = seed(result.mode, batch.vectors.to(retriever.state.device, torch.float32), batch.terms,
-                      retriever.state.dense, retriever.state.bm25, k_dense=sc.k_dense, k_bm25=sc.k_bm25, rrf_k=sc.rrf_k)
-        width = config.expand.n_seeds if result.mode in PROPAGATING else config.expand.max_candidates
-        roles.seeds = [c for c in ids[0, :width].tolist() if c >= 0]
+    if result.seeds is not None:  # activation seeds entities, not chunks
+        roles.seeds = [c for c in result.seeds[0].tolist() if c >= 0]
     return roles
 
 
