@@ -20,8 +20,18 @@ Normal use needs only the names below::
 """
 
 import importlib
+import os
+import sys
 
-from spectrag.config import (
+# OpenMP's default wait policy keeps idle worker threads spinning after every parallel region;
+# on a machine other processes load they steal the cores the work needs, and two threads ran
+# many times slower than one (bench/results/peers_cpu.md). Sleeping workers cost little on an
+# idle machine. The policy is read when torch's OpenMP runtime starts, so it can only be set
+# before torch is imported; an explicit OMP_WAIT_POLICY is kept.
+if "torch" not in sys.modules:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from spectrag.config import (  # noqa: E402
     ActivationConfig,
     BaselineSelectConfig,
     BM25Config,
@@ -41,7 +51,7 @@ from spectrag.config import (
     load_llm_config,
     load_retriever_config,
 )
-from spectrag.errors import ConfigError, CorpusError, IndexFormatError, SpectragError
+from spectrag.errors import ConfigError, CorpusError, IndexFormatError, SpectragError  # noqa: E402
 
 # Imported on first use (PEP 562): the build pulls in tiktoken, bm25s, pyahocorasick and FAISS,
 # which the kernels and the device stages must not need (a GPU machine may have none of them).
