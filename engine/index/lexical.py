@@ -173,6 +173,14 @@ class BM25Index:
 
         Shapes: -> scores, ids ``[B, min(k, n)]``.
         """
+        s, i = self.search_terms_tensors(terms, k, tile=tile, device=device, backend=backend)
+        return s.cpu().numpy(), i.cpu().numpy()
+
+    def search_terms_tensors(
+        self, terms: sp.csr_matrix, k: int, *, tile: int = 256, device="cpu", backend: str = "auto"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`search_terms` with the results as tensors on ``device`` (a device batch never
+        comes back to the host). Shapes: -> scores (float32), ids (int64) ``[B, min(k, n)]``."""
         device = torch.device(device)
         if backend not in ("auto", "scipy", "torch"):
             raise ConfigError(f"BM25 search backend must be auto, scipy or torch, got {backend!r}")
@@ -180,10 +188,8 @@ class BM25Index:
             raise ValueError(f"terms must be [B, vocab = {self.matrix.shape[0]}], got {terms.shape}")
         on_torch = backend == "torch" or (backend == "auto" and device.type != "cpu")
         k = min(k, self.n)
-        batch = terms.shape[0]
-        scores = np.empty((batch, k), dtype=np.float32)
-        ids = np.empty((batch, k), dtype=np.int64)
-        for lo in range(0, batch, tile):
+        scores, ids = [], []
+        for lo in range(0, max(terms.shape[0], 1), tile):
             part = terms[lo : lo + tile]
             if not on_torch:
                 rows = (part @ self.matrix).tocsr()  # (tile, n) sparse: only chunks sharing a term
@@ -191,9 +197,9 @@ class BM25Index:
             else:
                 indptr, cols, vals = self._score_on(part, device)
             s, i = top_k_scores(indptr, cols, vals, k)
-            scores[lo : lo + tile] = s.cpu().numpy()
-            ids[lo : lo + tile] = i.cpu().numpy()
-        return scores, ids
+            scores.append(s.to(device, torch.float32))
+            ids.append(i.to(device, torch.int64))
+        return torch.cat(scores)[: terms.shape[0]], torch.cat(ids)[: terms.shape[0]]
 
     def _score_on(self, q: sp.csr_matrix, device):
         """``q @ matrix`` as torch sparse products on ``device``: CSR ``(indptr, cols, values)``

@@ -57,8 +57,7 @@ def seed(
     dense_s, dense_i = dense.search_tensors(vectors, k_dense)  # a torch-backend search stays on the device
     if mode in DENSE_MODES or terms is None or bm25 is None:
         return dense_i, dense_s
-    bm_s, bm_i = bm25.search_terms(terms, k_bm25, device=device)  # on a GPU: torch sparse products there
-    bm_s, bm_i = torch.from_numpy(bm_s).to(device), torch.from_numpy(bm_i).to(device)
+    bm_s, bm_i = bm25.search_terms_tensors(terms, k_bm25, device=device)  # on a GPU: torch sparse products there
     if mode == "bm25":
         return bm_i, bm_s
     lists = [dense_i, bm_i]

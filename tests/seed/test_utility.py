@@ -67,6 +67,10 @@ def test_seed_fuses_the_utility_list_except_in_the_baselines(device):
             ids = np.stack([np.roll(np.arange(30), r)[:k] for r in range(len(x))])
             return np.linspace(1, 0.5, k, dtype=np.float32)[None].repeat(len(x), 0), ids
 
+        def search_terms_tensors(self, terms, k, device=None):
+            s, i = self.search_terms(terms, k)
+            return torch.from_numpy(s).to(device), torch.from_numpy(i).to(device)
+
     terms = sp.csr_matrix(np.ones((len(x), 3)))
     ids, _ = seed("spectral", xq, terms, dense, _BM25(), k_dense=10, k_bm25=10, rrf_k=60, questions=questions, k_utility=10)
     d_s, d_i = dense.search_tensors(xq, 10)
