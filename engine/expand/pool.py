@@ -87,11 +87,13 @@ def expand(
 def _expand_dense(seed_ids: torch.Tensor, seed_weights: torch.Tensor, weights: sp.csr_matrix, *,
                   max_candidates: int, hops: int) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`expand` with the walk mass as a dense ``[n, B]`` block, for corpora where ``B n`` is
-    small: two SpMMs with ``W`` (symmetric, so ``F W = (W F^T)^T``) summed in float64, and one
-    sort per row; no sparse-matrix algebra, whose canonical-format sorts cost more than the
-    products there."""
+    small: two SpMMs with ``W^T`` (``F W = (W^T F^T)^T``) summed in float64, and one sort per
+    row; no sparse-matrix algebra, whose canonical-format sorts cost more than the products
+    there."""
     n, batch = weights.shape[0], seed_ids.shape[0]
-    w = torch_csr(weights.indptr, weights.indices, weights.data, weights.shape, dtype=torch.float64)
+    # W's CSC arrays are W^T's CSR (W need not be symmetric); converting costs less than one SpMM
+    wt = weights.tocsc()
+    w = torch_csr(wt.indptr, wt.indices, wt.data, (n, n), dtype=torch.float64)
     ok = seed_ids >= 0
     cols = torch.arange(batch).unsqueeze(1).expand_as(seed_ids)
     front = torch.zeros(n, batch, dtype=torch.float64)
@@ -110,10 +112,13 @@ def _expand_dense(seed_ids: torch.Tensor, seed_weights: torch.Tensor, weights: s
     inv = (1.0 / torch.where(peak > 0, peak, torch.ones_like(peak))).to(torch.float32)
     priority = torch.where(is_seed, (seeds.to(torch.float32) + SEED_BONUS), reach * inv).T  # (B, n)
     p = min(max_candidates, n)
+    # a zero priority is a chunk the walk never reached (the sparse path stores no entry for it);
+    # negative ones (seeds of negative weight) are reached and rank last
+    priority = priority.masked_fill(priority == 0, float("-inf"))
     vals, ids = torch.sort(priority, dim=1, descending=True, stable=True)  # ties: the smaller id
     vals, ids = vals[:, :p], ids[:, :p]
-    ids = ids.masked_fill(vals <= 0, -1)  # unreached chunks are not candidates
-    return ids.to(seed_ids.device), vals.masked_fill(vals <= 0, 0.0).to(seed_ids.device)
+    unreached = torch.isinf(vals)
+    return ids.masked_fill(unreached, -1).to(seed_ids.device), vals.masked_fill(unreached, 0.0).to(seed_ids.device)
 
 
 def _sum_by_key(keys: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

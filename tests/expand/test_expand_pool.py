@@ -16,11 +16,11 @@ from spectrag.expand.pool import _top_per_row, expand, expand_torch
 from spectrag.kernels.csr import TorchCSR
 
 
-def _graph(rng, n: int, density: float, dyadic: bool) -> sp.csr_matrix:
+def _graph(rng, n: int, density: float, dyadic: bool, symmetric: bool = True) -> sp.csr_matrix:
     m = sp.random(n, n, density=density, random_state=int(rng.integers(1 << 30)), format="csr", dtype=np.float32)
     if dyadic:  # multiples of 1/8: every sum below is exact in float32, so no summation-order effect
         m.data = (np.ceil(m.data * 8) / 8).astype(np.float32)
-    m = (m + m.T).tocsr()
+    m = (m + m.T).tocsr() if symmetric else m.tocsr()
     m.setdiag(0)
     m.eliminate_zeros()
     m.sort_indices()
@@ -112,8 +112,11 @@ def test_dense_and_sparse_cpu_paths_agree(trial, monkeypatch):
 
     rng = np.random.default_rng(300 + trial)
     n = int(rng.integers(5, 300))
-    graph = _graph(rng, n, float(rng.choice([0.005, 0.02, 0.1])), dyadic=True)
+    # odd trials: a directed graph (the walk pushes along rows, F W, whatever W's symmetry)
+    graph = _graph(rng, n, float(rng.choice([0.005, 0.02, 0.1])), dyadic=True, symmetric=trial % 2 == 0)
     ids, w = _seeds(rng, int(rng.integers(1, 7)), n, int(rng.integers(1, 6)), dyadic=True)
+    if trial % 3 == 0:  # seeds of negative weight (a negative cosine): negative walk mass, ranked last
+        w = -w
     p, hops = int(rng.integers(1, 60)), int(rng.integers(0, 4))
     dense_ids, dense_pri = expand(ids, w, graph, max_candidates=p, hops=hops)
     monkeypatch.setattr(pool, "DENSE_MAX", 0)
