@@ -37,20 +37,15 @@ from spectrag.graph.build import load_graph
 from spectrag.graph.relational import relational_graph
 from spectrag.index.dense import DenseIndex
 from spectrag.index.embed import Embedder
-from spectrag.index.lexical import BM25Index
+from spectrag.index.lexical import TOKEN_FILES, BM25Index
 from spectrag.kg.store import load_kg
+from spectrag.manifest import CHUNKS, EMBEDDINGS, FORMAT, FORMAT_VERSION, MANIFEST, check_listing, check_manifest
 from spectrag.types import Chunk
+from spectrag.util.checks import check_floats, load_npy
 
 
 class IndexNote(UserWarning):
     """Something about a loaded index the user may want to act on (it still loads)."""
-
-
-FORMAT = "spectrag-index"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-CHUNKS = "chunks.jsonl"
-EMBEDDINGS = "embeddings.npy"
 
 
 def sha256_file(path: Path) -> str:
@@ -106,17 +101,42 @@ def write_chunks(path: Path, chunks: list[Chunk]) -> None:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def read_chunks(path: Path) -> list[Chunk]:
+_CHUNK_FIELDS = {"doc_id": str, "title": str, "url": str, "text": str, "n_tokens": int, "start": int, "end": int}
+
+
+def _chunk_record(line: str, lineno: int) -> Chunk:
+    """One chunk-table line, its fields type-checked: ``id`` is the line's position, ``text``
+    the slice ``[start, end)`` of its document (so ``end - start`` characters)."""
+    row = json.loads(line)
+    if not isinstance(row, dict):
+        raise ValueError("not a JSON object")
+    if set(row) != {"id", "section", *_CHUNK_FIELDS}:
+        raise ValueError(f"fields {sorted(row)}, expected {sorted({'id', 'section', *_CHUNK_FIELDS})}")
+    if row.pop("id") != lineno - 1:
+        raise ValueError(f"chunk id is not {lineno - 1}")
+    for key, kind in _CHUNK_FIELDS.items():
+        if not isinstance(row[key], kind) or isinstance(row[key], bool):
+            raise ValueError(f"field {key!r} is not a {kind.__name__}")
+    if not isinstance(row["section"], list) or not all(isinstance(s, str) for s in row["section"]):
+        raise ValueError("field 'section' is not a list of strings")
+    if not (0 <= row["start"] <= row["end"] and row["end"] - row["start"] == len(row["text"]) and row["n_tokens"] >= 0):
+        raise ValueError("start, end and text do not describe a slice [start, end) of the document")
+    row["section"] = tuple(row["section"])
+    return Chunk(**row)
+
+
+def read_chunks(path: Path, n: int | None = None) -> list[Chunk]:
+    """The chunk table (``n`` records when given), every record checked (:func:`_chunk_record`)."""
     chunks = []
     with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            try:
-                row = json.loads(line)
-                row.pop("id")
-                row["section"] = tuple(row["section"])
-                chunks.append(Chunk(**row))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise IndexFormatError(f"{path}: bad chunk record on line {lineno}: {exc}") from None
+        lineno = 0
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                chunks.append(_chunk_record(line, lineno))
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+            raise IndexFormatError(f"{path}: bad chunk record on line {lineno + (lineno == 0)}: {exc}") from None
+    if n is not None and len(chunks) != n:
+        raise IndexFormatError(f"{path}: {len(chunks)} chunk records, the manifest counts {n}")
     return chunks
 
 
@@ -135,24 +155,20 @@ def read_manifest(folder: Path, *, verify: bool = True) -> dict[str, Any]:
     if not folder.is_dir():
         raise IndexFormatError(f"{folder}: no such index folder")
     path = folder / MANIFEST
-    if not path.exists():
+    if path.is_symlink():
+        raise IndexFormatError(f"{path} is a symbolic link (an index folder holds plain files only)")
+    if not path.is_file():
         raise IndexFormatError(
             f"{folder}: not a SpectRAG index (no {MANIFEST}; an interrupted build never leaves one)"
         )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise IndexFormatError(f"{path}: corrupt manifest ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise IndexFormatError(f"{path}: not a SpectRAG index manifest (format is not {FORMAT!r})")
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise IndexFormatError(
-            f"{folder}: index format version {version}, this engine reads version {FORMAT_VERSION}; "
-            "rebuild the index with `spectrag index`"
-        )
-    for rel, info in manifest.get("files", {}).items():
-        file = folder / rel
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise IndexFormatError(f"{path}: corrupt manifest ({type(exc).__name__}: {str(exc)[:200]})") from None
+    check_manifest(manifest, str(path))
+    paths = check_listing(folder, manifest)  # every file of the format listed, inside the folder
+    for rel, info in manifest["files"].items():
+        file = paths[rel]
         if not file.is_file():
             raise IndexFormatError(f"{folder}: file {rel} listed in the manifest is missing")
         if file.stat().st_size != info["bytes"]:
@@ -175,17 +191,21 @@ class Index:
         self.path = Path(path)
         self.manifest = manifest
         self.config = IndexConfig.from_dict(manifest["config"], source=str(self.path / MANIFEST))
-        self.chunks = read_chunks(self.path / CHUNKS)
-        self.embeddings = np.load(self.path / EMBEDDINGS, mmap_mode="r")
-        if self.embeddings.shape[0] != len(self.chunks):
-            raise IndexFormatError(
-                f"{self.path}: {len(self.chunks)} chunks but {self.embeddings.shape[0]} embeddings"
-            )
+        files = manifest["files"]  # only listed files are read (read_manifest checked them)
+        n, dim = manifest["counts"]["chunks"], manifest["embedding"]["dim"]
+        self.chunks = read_chunks(self.path / CHUNKS, n)
+        self.embeddings = check_floats(load_npy(self.path / EMBEDDINGS, f"{self.path / EMBEDDINGS}"),
+                                       f"{self.path / EMBEDDINGS}", (n, dim))
+        if self.embeddings.dtype != np.float32:
+            raise IndexFormatError(f"{self.path / EMBEDDINGS}: dtype {self.embeddings.dtype}, the manifest says float32")
         self.dense = DenseIndex.load(self.path, self.embeddings, device=device)
-        self.bm25 = BM25Index.load(self.path, self.config.bm25)
+        self.bm25 = BM25Index.load(self.path, self.config.bm25, n_chunks=n,
+                                   tokens=all(f"{BM25Index.FOLDER}/{t}" in files for t in TOKEN_FILES))
         self.graph = None
         if manifest.get("graph"):
-            self.graph = load_graph(self.path)
+            self.graph = load_graph(self.path, n=n, signals=list(manifest["graph"]["signal_edges"]),
+                                    relations="graph/relations.indptr.npy" in files,
+                                    dim=manifest["graph"]["spectrum"]["dim"])
             if self.graph["relations"] is None:  # an index written before the relational graph was stored
                 warnings.warn(f"note: {self.path} was built before graph/relations.* were stored; the relational "
                               "graph is computed from the stored signals once per load (rebuild the index to store it)",
@@ -194,7 +214,7 @@ class Index:
                                                            len(self.chunks))
         self.kg = None  # knowledge graph for spreading activation (kg/, engine/kg/store.py)
         if manifest.get("kg"):
-            self.kg = load_kg(self.path, len(self.chunks))
+            self.kg = load_kg(self.path, len(self.chunks), dim=dim)
         self._embedder = None
 
     def __len__(self) -> int:
@@ -213,7 +233,9 @@ class Index:
                     f"{self.path}: built from embeddings supplied by the caller; pass query vectors, not strings"
                 )
             # queries are rarely repeated: skip the content-hash cache on this path
-            self._embedder = Embedder(replace(self.config.embed, cache_dir=""))
+            embedder = Embedder(replace(self.config.embed, cache_dir=""))
+            check_model(self.manifest, embedder.fingerprint, embedder.dim, self.path)
+            self._embedder = embedder
         return self._embedder
 
     def embed_queries(self, queries: list[str]) -> np.ndarray:
@@ -228,6 +250,18 @@ class Index:
     def bm25_search(self, queries: list[str], k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """BM25 top-k; slots beyond the matching chunks hold id -1."""
         return self.bm25.search(list(queries), k)
+
+
+def check_model(manifest: dict[str, Any], fingerprint: str, dim: int, where: Path) -> None:
+    """The model that embeds queries must be the one that embedded the chunks: same weights
+    (fingerprint, :func:`spectrag.index.embed.model_fingerprint`) and dimension."""
+    info = manifest["embedding"]
+    if info["fingerprint"] != fingerprint or info["dim"] != dim:
+        raise IndexFormatError(
+            f"{where}: the chunks were embedded by {info['model']!r} (fingerprint {info['fingerprint']}, "
+            f"{info['dim']}-d), but the model that would embed the queries has fingerprint {fingerprint} "
+            f"({dim}-d); its vectors would not be comparable. Install the same model or rebuild the index"
+        )
 
 
 def load_index(path: str | Path, *, verify: bool = True, device: str = "cpu") -> Index:

@@ -1,19 +1,25 @@
 """Reading an index back (spectrag.store): a round trip gives identical search results, and a
 corrupt, truncated or missing file, a wrong format version or a broken manifest is refused with
-the file named."""
+the file named. A damaged index whose manifest checksums were rewritten to match (the audit of
+issue 16) is refused by the structural checks, never loaded into a crash."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+from conftest import reseal
 
 from spectrag import load_index
-from spectrag.errors import IndexFormatError
+from spectrag.errors import IndexFormatError, SpectragError
 from spectrag.store import MANIFEST
 
+CLI = [sys.executable, "-c", "from spectrag.cli import main; main()"]  # the `spectrag` command, in a process
 QUESTIONS = ["In which town was the designer of the Veltra Bridge born?", "Who founded the Greywater Shipping Company?"]
 
 
@@ -61,3 +67,224 @@ def test_version_and_manifest_problems(index_copy, tmp_path):
         load_index(index_copy)
     with pytest.raises(IndexFormatError, match="no such index folder"):
         load_index(tmp_path / "missing")
+
+
+# ----------------------------------------------------------------- hostile indexes (issue 16)
+# The audit's repro cases: the manifest's checksums rewritten to match the damage (conftest.reseal),
+# so only the structural checks stand between the damage and scipy / torch / FAISS.
+
+
+def _poke(path, index, value):
+    """Rewrite one entry of the .npy array at ``path`` (same dtype and shape)."""
+    a = np.load(path)
+    a.reshape(-1)[index] = value
+    np.save(path, a)
+
+
+OUT_OF_RANGE = [
+    ("graph/weights.indices.npy", 0, 10**6, "graph/weights"),
+    ("graph/weights.indices.npy", -1, -3, "graph/weights"),
+    ("graph/relations.indices.npy", 3, 10**9, "graph/relations"),
+    ("bm25/indices.npy", 0, 10**6, "bm25/"),
+    ("bm25/tokens.ids.npy", 0, 10**7, "tokens.ids.npy"),
+    ("graph/signals/semantic.rows.npy", 0, 10**6, "semantic.rows.npy"),
+    ("graph/clusters.npy", 0, 10**6, "clusters.npy"),
+    ("graph/rcm_order.npy", 0, 1, "rcm_order.npy"),  # a repeated node: not a permutation
+]
+
+
+@pytest.mark.parametrize("rel, where, value, named", OUT_OF_RANGE, ids=[f"{r}={v}" for r, _, v, _ in OUT_OF_RANGE])
+def test_out_of_range_ids_with_resealed_checksums_are_refused(index_copy, rel, where, value, named):
+    _poke(index_copy / rel, where, value)
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match=re.escape(named)):
+        load_index(index_copy)
+
+
+BROKEN_ARRAYS = [
+    ("graph/weights.indptr.npy", lambda a: a[::-1].copy(), "indptr"),          # decreasing, wrong ends
+    ("graph/weights.indptr.npy", lambda a: a[:-1].copy(), "shape"),            # one row short
+    ("graph/weights.data.npy", lambda a: np.where(np.arange(a.size) == 0, np.nan, a).astype(a.dtype), "NaN"),
+    ("graph/weights.data.npy", lambda a: -a, r"outside \[0.0"),
+    ("bm25/indptr.npy", lambda a: a + 1, "runs from 1"),
+    ("bm25/data.npy", lambda a: np.full_like(a, np.inf), "NaN or infinite"),
+    ("bm25/indices.npy", lambda a: a.astype(np.float32), "dtype float32"),
+    ("embeddings.npy", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 7, np.nan, a).astype(np.float32), "NaN"),
+    ("embeddings.npy", lambda a: a[:, :-1].copy(), "shape"),
+    ("embeddings.npy", lambda a: a.astype(np.float64), "dtype float64"),
+    ("graph/coordinates.npy", lambda a: a[:-1].copy(), "shape"),
+    ("graph/eigenvalues.npy", lambda a: np.full_like(a, np.nan), "NaN"),
+    ("graph/signals/entity.weights.npy", lambda a: a + 5, r"outside \[0.0"),
+    ("graph/signals/entity.cols.npy", lambda a: a[:-1].copy(), "shape"),
+]
+
+
+@pytest.mark.parametrize("rel, damage, message", BROKEN_ARRAYS, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(BROKEN_ARRAYS)])
+def test_malformed_arrays_with_resealed_checksums_are_refused(index_copy, rel, damage, message):
+    np.save(index_copy / rel, damage(np.load(index_copy / rel)))
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match=message):
+        load_index(index_copy)
+
+
+def test_unreadable_npy_and_faiss_files_are_refused(index_copy):
+    (index_copy / "graph" / "clusters.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match="clusters.npy: not a readable .npy"):
+        load_index(index_copy)
+
+
+@pytest.mark.parametrize("cut", [10, 200])
+def test_faiss_file_header_and_size_are_checked_before_faiss_reads_it(index_copy, sample_index, cut):
+    data = (sample_index.path / "dense.faiss").read_bytes()
+    (index_copy / "dense.faiss").write_bytes(data[:cut] if cut < 45 else data[:-cut])
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match="dense.faiss"):
+        load_index(index_copy)
+    wrong_count = bytearray(data)
+    wrong_count[8:16] = (10**12).to_bytes(8, "little")  # ntotal
+    (index_copy / "dense.faiss").write_bytes(bytes(wrong_count))
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match="dense.faiss: holds 1000000000000"):
+        load_index(index_copy)
+
+
+def test_damaged_graph_with_resealed_checksums_is_an_error_line_not_a_crash(index_copy):
+    """The audit's segfault (exit 139) / heap corruption (exit 134): ``spectrag retrieve`` on
+    out-of-range graph indices now prints one error line and exits 2."""
+    _poke(index_copy / "graph" / "weights.indices.npy", 5, 10**7)
+    reseal(index_copy)
+    proc = subprocess.run([*CLI, "retrieve", str(index_copy), "-q", "Veltra Bridge"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and "weights" in proc.stderr
+
+
+def test_an_empty_file_list_does_not_switch_checking_off(index_copy):
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    manifest["files"] = {}
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError, match="does not list .* file"):
+        load_index(index_copy)
+    full = _sealed(index_copy)  # a list that leaves out one file is refused as well
+    del full["files"]["bm25/indices.npy"]
+    (index_copy / MANIFEST).write_text(json.dumps(full))
+    with pytest.raises(IndexFormatError, match="bm25/indices.npy"):
+        load_index(index_copy, verify=False)
+
+
+def _sealed(folder):
+    """A fresh manifest listing every file of ``folder`` (as the build writes it)."""
+    from spectrag.store import write_manifest
+
+    manifest = json.loads((folder / MANIFEST).read_text())
+    (folder / MANIFEST).unlink()
+    write_manifest(folder, {k: v for k, v in manifest.items() if k not in ("format", "format_version", "files")})
+    return json.loads((folder / MANIFEST).read_text())
+
+
+def test_unlisted_files_are_never_loaded(index_copy, sample_index):
+    g = index_copy / "graph"
+    for part in ("rows", "cols", "weights"):  # a signal the manifest does not list
+        shutil.copy(g / "signals" / f"semantic.{part}.npy", g / "signals" / f"utility.{part}.npy")
+    loaded = load_index(index_copy)
+    assert "utility" not in loaded.graph["signals"]
+    assert set(loaded.graph["signals"]) == set(sample_index.graph["signals"])
+    # a token-id pair the manifest does not list is not read either
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    for name in ("bm25/tokens.indptr.npy", "bm25/tokens.ids.npy"):
+        del manifest["files"][name]
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    assert load_index(index_copy).bm25.tokens is None
+    del manifest["files"]["graph/relations.data.npy"]  # half of an optional group
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError, match="without graph/relations.data.npy"):
+        load_index(index_copy)
+
+
+@pytest.mark.parametrize("rel", ["../outside.bin", "/etc/hostname", "graph/../../outside.bin", "a\\..\\b", "", "./chunks.jsonl"])
+def test_manifest_paths_stay_inside_the_index_folder(index_copy, rel):
+    (index_copy.parent / "outside.bin").write_bytes(b"secret" * 100)
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    manifest["files"][rel] = {"bytes": 600, "sha256": "0" * 64}
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError, match="not inside the index folder") as err:
+        load_index(index_copy)
+    assert "bytes" not in str(err.value)  # nothing about the file outside is revealed
+
+
+def test_symbolic_links_in_the_index_are_refused(index_copy, tmp_path):
+    outside = tmp_path / "elsewhere.jsonl"
+    shutil.move(index_copy / "chunks.jsonl", outside)
+    (index_copy / "chunks.jsonl").symlink_to(outside)
+    with pytest.raises(IndexFormatError, match="chunks.jsonl is a symbolic link"):
+        load_index(index_copy)
+
+
+MALFORMED_MANIFESTS = [
+    (lambda m: [m], "a JSON list, not an object"),
+    (lambda m: {k: v for k, v in m.items() if k != "config"}, "no 'config'"),
+    (lambda m: {k: v for k, v in m.items() if k != "embedding"}, "no 'embedding'"),
+    (lambda m: {k: v for k, v in m.items() if k != "counts"}, "no 'counts'"),
+    (lambda m: {**m, "counts": {**m["counts"], "chunks": "102"}}, "'chunks' must be an integer"),
+    (lambda m: {**m, "counts": {**m["counts"], "chunks": True}}, "'chunks' must be an integer"),
+    (lambda m: {**m, "embedding": {**m["embedding"], "dim": -1}}, "'dim' must be a positive integer"),
+    (lambda m: {**m, "files": []}, "'files' must be a table"),
+    (lambda m: {**m, "files": {**m["files"], "chunks.jsonl": 5}}, "entry for file 'chunks.jsonl'"),
+    (lambda m: {**m, "graph": {**m["graph"], "nodes": 3}}, "'nodes' must be the chunk count"),
+    (lambda m: {**m, "graph": {k: v for k, v in m["graph"].items() if k != "signal_edges"}}, "no 'signal_edges'"),
+    (lambda m: {**m, "graph": {**m["graph"], "signal_edges": {"gossip": 3}}}, "unknown signal"),
+    (lambda m: {**m, "format_version": True}, "format version True"),
+    (lambda m: {**m, "config": {"chunk": {"chunk_size": 100.5}}}, "chunk.chunk_size must be an integer"),
+]
+
+
+@pytest.mark.parametrize("edit, message", MALFORMED_MANIFESTS, ids=[m for _, m in MALFORMED_MANIFESTS])
+def test_malformed_manifests_are_named_not_a_key_error(index_copy, edit, message):
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    (index_copy / MANIFEST).write_text(json.dumps(edit(manifest)))
+    with pytest.raises(SpectragError, match=message):
+        load_index(index_copy)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a": ' + "9" * 5000 + "}", '"\\ud800"'])
+def test_hostile_manifest_json_is_a_corrupt_manifest(index_copy, text):
+    (index_copy / MANIFEST).write_text(text)
+    with pytest.raises(IndexFormatError, match="corrupt manifest|not an object"):
+        load_index(index_copy)
+
+
+def test_chunk_table_records_are_checked(index_copy):
+    lines = (index_copy / "chunks.jsonl").read_text().splitlines()
+    row = json.loads(lines[3])
+    for bad in ({**row, "id": 7}, {**row, "n_tokens": "12"}, {**row, "text": row["text"] + "x"},
+                {**row, "section": "History"}, {k: v for k, v in row.items() if k != "url"}):
+        (index_copy / "chunks.jsonl").write_text("\n".join(lines[:3] + [json.dumps(bad)] + lines[4:]) + "\n")
+        reseal(index_copy)
+        with pytest.raises(IndexFormatError, match="bad chunk record on line 4"):
+            load_index(index_copy)
+    (index_copy / "chunks.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # one record short
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match="chunk records, the manifest counts"):
+        load_index(index_copy)
+
+
+def test_the_model_fingerprint_is_compared_when_queries_are_embedded(index_copy):
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    manifest["embedding"]["fingerprint"] = "0123456789abcdef"
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    index = load_index(index_copy)  # loads: vectors given as arrays need no model
+    with pytest.raises(IndexFormatError, match="fingerprint 0123456789abcdef.*would not be comparable"):
+        index.embed_queries(["who designed the bridge?"])
+
+
+def test_damaged_knowledge_graph_with_resealed_checksums_is_refused(kg_index, tmp_path):
+    for rel, where, value in (("kg/relations.subject.npy", 0, 10**6), ("kg/adjacency.indices.npy", 1, -1),
+                              ("kg/incidence.indices.npy", 0, 10**8), ("kg/relations.chunk.npy", 2, 10**5),
+                              ("kg/entity_embeddings.npy", 3, np.nan)):
+        copy = tmp_path / rel.replace("/", "_")
+        shutil.copytree(kg_index.path, copy)
+        _poke(copy / rel, where, value)
+        reseal(copy)
+        with pytest.raises(IndexFormatError, match=re.escape(rel.split("/")[1].split(".")[0])):
+            load_index(copy)
