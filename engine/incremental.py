@@ -62,9 +62,9 @@ import scipy.sparse as sp
 
 from spectrag.build import (
     BuildReport,
-    _check_documents,
     _versions,
     embedding_text,
+    read_corpus,
     stage_recorder,
 )
 from spectrag.config import GraphConfig
@@ -77,7 +77,6 @@ from spectrag.index.chunk import chunk_corpus
 from spectrag.index.dense import DenseIndex, load_faiss
 from spectrag.index.embed import Embedder
 from spectrag.index.lexical import BM25Index
-from spectrag.index.load import detect_format, iter_documents
 from spectrag.kg.build import build_kg
 from spectrag.kg.store import save_kg
 from spectrag.store import (
@@ -113,9 +112,12 @@ def add_documents(
     progress: bool = False,
     embeddings: np.ndarray | None = None,
     on_stage: Callable[[str], None] | None = None,
+    skip_invalid: bool = False,
+    follow_symlinks: bool = False,
 ) -> Index:
     """Add the documents of the corpus at ``source`` to the index at ``index_dir``; returns the
-    new version, loaded.
+    new version, loaded. ``skip_invalid`` and ``follow_symlinks`` as in
+    :func:`spectrag.build.build_index`.
 
     ``embeddings`` (float32 ``[m, d]``, one row per new chunk) is required exactly when the index
     was built from supplied embeddings. Raises :class:`SpectragError` subclasses for a missing
@@ -130,8 +132,8 @@ def add_documents(
     config, n_old = old.config, len(old)
     stage("verify")
 
-    fmt = detect_format(source) if fmt == "auto" else fmt
-    docs, report.skipped_empty = _check_documents(list(iter_documents(source, fmt)), source, skip_empty)
+    fmt, docs = read_corpus(source, fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
+                            follow_symlinks=follow_symlinks, report=report)
     _check_new_ids(docs, old.chunks, source, index_dir)
     report.documents = len(docs)
     stage("load")
@@ -179,9 +181,11 @@ def add_documents(
         chunks=len(chunks),
         tokens=counts["tokens"] + report.tokens,
         skipped_empty_documents=counts.get("skipped_empty_documents", 0) + report.skipped_empty,
+        skipped_invalid=counts.get("skipped_invalid", 0) + len(report.skipped_invalid),
         embedding_cache_hits=report.cache_hits,
     )
     addition = {"path": str(source), "format": fmt, "created": created, "documents": report.documents,
+                "skipped_invalid": [list(x) for x in report.skipped_invalid[:1000]],
                 "chunks": report.chunks, "first_chunk": n_old, "seconds": report.seconds,
                 "cpu_seconds": report.cpu_seconds, "peak_rss_mib": report.peak_rss_mib}
     manifest.update(counts=counts, additions=[*manifest.get("additions", []), addition], versions=_versions())

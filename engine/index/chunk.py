@@ -153,7 +153,9 @@ def _setext_headings(text: str) -> list[tuple[int, int, str, int]]:
 def _headings(doc: Document, spans: _Spans) -> list[tuple[int, int, str, int]]:
     """(position, depth, heading, end of the heading's lines) of each section heading outside
     tables, code and HTML comments; Markdown headings are ATX (``#``) or setext."""
-    if doc.markup == "markdown":
+    if doc.headings:
+        found = sorted(doc.headings)
+    elif doc.markup == "markdown":
         found = [_md_heading(m) for m in _MD_HEADING.finditer(doc.text)]
         if "\n" in doc.text and ("===" in doc.text or "---" in doc.text):
             found = sorted(found + _setext_headings(doc.text))

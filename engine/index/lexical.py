@@ -25,7 +25,7 @@ import scipy.sparse as sp
 import torch
 
 from spectrag.config import BM25Config
-from spectrag.errors import ConfigError, IndexFormatError
+from spectrag.errors import ConfigError, CorpusError, IndexFormatError
 from spectrag.kernels.csr import torch_csr
 from spectrag.kernels.topk import topk_sparse_rows
 from spectrag.util.checks import check_csr, check_indptr, check_ints, check_strings, load_npy
@@ -89,8 +89,14 @@ class BM25Index:
 
     @classmethod
     def build(cls, texts: list[str], config: BM25Config) -> "BM25Index":
-        """The index of ``texts`` (chunk i is ``texts[i]``): matrix ``[vocab, len(texts)]``."""
+        """The index of ``texts`` (chunk i is ``texts[i]``): matrix ``[vocab, len(texts)]``;
+        :class:`CorpusError` when no text has a single term (only stopwords and punctuation)."""
         ids, indptr, terms = _tokenize_ids(texts, config)
+        if not terms:
+            raise CorpusError(
+                f"no chunk has a term BM25 can index: every word is a stopword ({config.stopwords or 'none'}) or "
+                f"punctuation (e.g. {texts[0][:60]!r}); add text, or set [bm25] stopwords = \"\""
+            )
         return cls._from_ids(config, terms, ids, indptr)
 
     @classmethod
