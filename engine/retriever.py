@@ -10,6 +10,7 @@ from spectrag.contexts import Context, build_contexts
 from spectrag.errors import SpectragError
 from spectrag.pipeline import BatchResult, QueryBatch, run
 from spectrag.state import QueryState
+from spectrag.util.io import check_unicode
 
 
 def resolve_device(device: str) -> torch.device:
@@ -56,6 +57,7 @@ class Retriever:
         for i, q in enumerate(queries):
             if not isinstance(q, str) or not q.strip():
                 raise SpectragError(f"query {i} is empty; every query needs some text")
+            check_unicode(q, f"query {i}")
         vectors = self.embed(queries) if qvecs is None else qvecs
         if vectors.shape[0] != len(queries):
             raise SpectragError(f"{len(queries)} queries but {vectors.shape[0]} query vectors")

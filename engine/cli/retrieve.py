@@ -14,6 +14,7 @@ from spectrag.config import RetrieverConfig
 from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever
 from spectrag.store import load_index
+from spectrag.util.io import check_unicode
 
 
 def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, config: RetrieverConfig,
@@ -26,7 +27,15 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
         raise SpectragError("no queries: pass --queries FILE or -q TEXT")
     if batch_size < 1:
         raise SpectragError(f"--batch-size must be >= 1, got {batch_size}")
+    for i, text in enumerate(texts):  # argv bytes that are not UTF-8 arrive as lone surrogates
+        check_unicode(text, f"-q argument {i + 1} (bytes that are not UTF-8?)")
+    for option, path in (("-o/--out", out_file), ("--trec", trec_file)):
+        check_output_file(option, path)
     queries = itertools.chain(((str(i), t) for i, t in enumerate(texts)), iter_queries(query_file) if query_file else ())
+    first = list(itertools.islice(queries, 1))  # an empty query file is an error, found before the index loads
+    if not first:
+        raise SpectragError(f"no queries: {query_file} holds none (blank lines are not queries)")
+    queries = itertools.chain(first, queries)
     retriever = Retriever(load_index(index_dir), config)
     out = out_file.open("w", encoding="utf-8") if out_file else sys.stdout
     trec = trec_file.open("w", encoding="utf-8") if trec_file else None
@@ -54,6 +63,16 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
         if trec is not None:
             trec.close()
     return done
+
+
+def check_output_file(option: str, path: Path | None) -> None:
+    """An output file can be written: its folder exists and it is not a folder itself."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise SpectragError(f"{option} {path} is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise SpectragError(f"{option} {path}: the folder {path.parent} does not exist")
 
 
 class _null:
