@@ -26,6 +26,8 @@ from spectrag.store import (
     EMBEDDINGS,
     Index,
     atomic_directory,
+    clean_stale,
+    index_lock,
     load_index,
     refuse_existing,
     write_chunks,
@@ -154,6 +156,15 @@ def build_index(
     """
     config = config or IndexConfig()
     source, out_dir = Path(source), Path(out_dir)
+    with index_lock(out_dir, what="built"):  # one build or add of this index at a time
+        clean_stale(out_dir)  # an interrupted swap put right, dead builds' temporary folders removed
+        return _build(source, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty, progress=progress,
+                      on_stage=on_stage, embeddings=embeddings, skip_invalid=skip_invalid, follow_symlinks=follow_symlinks)
+
+
+def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwrite: bool, skip_empty: bool,
+           progress: bool, on_stage: Callable[[str], None] | None, embeddings: np.ndarray | None,
+           skip_invalid: bool, follow_symlinks: bool) -> Index:
     refuse_existing(out_dir, overwrite=overwrite)  # before any work, not only at the end
     _check_inputs(config, embeddings_supplied=embeddings is not None)
     report = BuildReport()

@@ -46,7 +46,10 @@ symmetrized kNN graph, so row i holds i's own k nearest plus the rows that have 
 which are no nearer; its k strongest entries are i's list (up to exact ties).
 
 The new version is written into a temporary folder beside the index and swapped in
-(:func:`spectrag.store.atomic_directory`): an interrupted add leaves the old index as it was.
+(:func:`spectrag.store.atomic_directory`): an interrupted add leaves the old index as it was,
+and a kill at any point leaves an index that loads at the path. Adds hold the index's lock
+(:func:`spectrag.store.index_lock`), so concurrent adds run one after the other, each on the
+version the previous one wrote.
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ from spectrag.store import (
     MANIFEST,
     Index,
     atomic_directory,
+    clean_stale,
+    index_lock,
     load_index,
     write_chunks,
     write_manifest,
@@ -124,6 +129,14 @@ def add_documents(
     or corrupt index, a document id already in it, or an empty addition.
     """
     index_dir, source = Path(index_dir), Path(source)
+    with index_lock(index_dir, what="added to"):  # concurrent adds run one after the other
+        clean_stale(index_dir)  # an interrupted swap put right, dead adds' temporary folders removed
+        return _add(index_dir, source, fmt=fmt, skip_empty=skip_empty, progress=progress, embeddings=embeddings,
+                    on_stage=on_stage, skip_invalid=skip_invalid, follow_symlinks=follow_symlinks)
+
+
+def _add(index_dir: Path, source: Path, *, fmt: str, skip_empty: bool, progress: bool, embeddings: np.ndarray | None,
+         on_stage: Callable[[str], None] | None, skip_invalid: bool, follow_symlinks: bool) -> Index:
     report = AddReport()
     stage = stage_recorder(report, on_stage)
 

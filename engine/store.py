@@ -17,10 +17,15 @@ that every listed file exists, and (by default) every checksum.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
+import sys
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -68,27 +73,175 @@ def refuse_existing(out_dir: Path, *, overwrite: bool) -> None:
         raise SpectragError(f"{out_dir} already exists; pass --overwrite (overwrite=True) to replace it")
 
 
+# --- replacing an index: never an empty path, a lock per index, stale temporaries cleaned -----
+#
+# A new version is written into a hidden sibling ``.<name>.tmp-<pid>-<id>`` and swapped in:
+# on Linux by one renameat2(RENAME_EXCHANGE), which exchanges the two folders atomically (the
+# path always holds the old or the new index); elsewhere by three renames, tmp -> ``.new-``,
+# index -> ``.old-``, ``.new-`` -> index, where a kill between the last two leaves the path empty
+# for a moment and the next open of the path (load, build, add) puts the ``.new-`` (complete:
+# it was renamed only once written and synced) or else the ``.old-`` folder back
+# (:func:`recover_index`). Siblings of these names whose process is gone are removed when a
+# build or add of that index starts (:func:`clean_stale`); one of another name is never touched.
+# A build or add holds ``.<name>.lock`` (fcntl.flock, a sibling file that is never removed), so
+# concurrent adds to one index run one after the other.
+
+_SIBLING = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|new|old)-(?:(?P<pid>\d+)-)?[0-9a-f]{8}")
+_LEGACY_STALE_S = 24 * 3600  # a sibling without a process id (an older engine) is stale after a day
+
+
+def _kill_point(name: str) -> None:
+    """Testing hook: ``SPECTRAG_KILL_AT=name`` ends the process here as a kill -9 would."""
+    if os.environ.get("SPECTRAG_KILL_AT") == name:
+        os._exit(137)
+
+
+def _sibling(out_dir: Path, kind: str) -> Path:
+    return out_dir.parent / f".{out_dir.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Exchange the folders ``a`` and ``b`` in one atomic step (Linux renameat2); False where
+    the system or the file system cannot (the caller falls back to renames)."""
+    if sys.platform != "linux" or os.environ.get("SPECTRAG_NO_RENAME_EXCHANGE"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _swap_in(tmp: Path, out_dir: Path) -> None:
+    """Make the complete folder ``tmp`` the index at ``out_dir`` (see the comment above)."""
+    if not out_dir.exists():
+        tmp.rename(out_dir)
+        return
+    if _exchange(tmp, out_dir):  # tmp now holds the old version
+        _kill_point("swap:exchanged")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    new, old = _sibling(out_dir, "new"), _sibling(out_dir, "old")
+    tmp.rename(new)
+    _kill_point("swap:renamed-new")
+    out_dir.rename(old)
+    _kill_point("swap:between-renames")
+    new.rename(out_dir)
+    _kill_point("swap:before-cleanup")
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _siblings(out_dir: Path) -> list[tuple[Path, str, int | None]]:
+    """This index's hidden siblings: (path, kind, process id or None)."""
+    out = []
+    if not out_dir.parent.is_dir():
+        return out
+    for entry in out_dir.parent.iterdir():
+        m = _SIBLING.fullmatch(entry.name)
+        if m and m["name"] == out_dir.name and entry.is_dir() and not entry.is_symlink():
+            out.append((entry, m["kind"], int(m["pid"]) if m["pid"] else None))
+    return sorted(out)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _stale(path: Path, pid: int | None) -> bool:
+    if pid is None:
+        try:
+            return time.time() - path.stat().st_mtime > _LEGACY_STALE_S
+        except OSError:
+            return False
+    return pid != os.getpid() and not _alive(pid)
+
+
+def recover_index(out_dir: str | Path) -> bool:
+    """Put an interrupted swap right: when ``out_dir`` is missing but a ``.new-`` (complete) or
+    ``.old-`` sibling of a process that is gone is there, rename it into place. Returns whether
+    it did. Safe to call at any time: it never touches a present index."""
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        return False
+    found = {kind: path for path, kind, pid in _siblings(out_dir) if kind in ("new", "old") and _stale(path, pid)}
+    for kind in ("new", "old"):
+        if kind in found and (found[kind] / MANIFEST).is_file():
+            try:
+                found[kind].rename(out_dir)
+            except OSError:  # another process recovered it first
+                return out_dir.exists()
+            return True
+    return False
+
+
+def clean_stale(out_dir: str | Path) -> list[Path]:
+    """Remove the hidden siblings of ``out_dir`` left by processes that are gone (after
+    :func:`recover_index`); returns what was removed. Only names this module makes are touched."""
+    out_dir = Path(out_dir)
+    recover_index(out_dir)
+    removed = []
+    for path, _, pid in _siblings(out_dir):
+        if _stale(path, pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+@contextmanager
+def index_lock(out_dir: str | Path, *, what: str = "changed") -> Iterator[None]:
+    """Hold the lock of the index at ``out_dir`` (``.<name>.lock`` beside it, fcntl.flock):
+    builds and adds of one index run one at a time; a second one waits for the first."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock (documented)
+        yield
+        return
+    try:
+        fd = os.open(out_dir.parent / f".{out_dir.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise SpectragError(f"{out_dir}: cannot create its lock file to be {what} ({exc.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 @contextmanager
 def atomic_directory(out_dir: Path, *, overwrite: bool) -> Iterator[Path]:
-    """Yield a temporary folder beside ``out_dir``; on success it replaces ``out_dir``.
+    """Yield a temporary folder beside ``out_dir``; on success it replaces ``out_dir``
+    (:func:`_swap_in`: the path never lacks an index, even if the process is killed).
 
     On any exception the temporary folder is removed and ``out_dir`` is left as it was.
     """
     out_dir = Path(out_dir)
     refuse_existing(out_dir, overwrite=overwrite)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = _sibling(out_dir, "tmp")
     tmp.mkdir()
     try:
         yield tmp
+        _kill_point("swap:written")
         _fsync_tree(tmp)
-        old = None
-        if out_dir.exists():
-            old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-            out_dir.rename(old)
-        tmp.rename(out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _kill_point("swap:synced")
+        refuse_existing(out_dir, overwrite=overwrite)  # appeared while this one was being built
+        _swap_in(tmp, out_dir)
+        _kill_point("swap:done")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -152,6 +305,8 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
 def read_manifest(folder: Path, *, verify: bool = True) -> dict[str, Any]:
     """The manifest of the index at ``folder``, after checking version, files and checksums."""
     folder = Path(folder)
+    if not folder.exists():
+        recover_index(folder)  # a swap killed between two renames (the fallback path)
     if not folder.is_dir():
         raise IndexFormatError(f"{folder}: no such index folder")
     path = folder / MANIFEST
@@ -267,4 +422,9 @@ def check_model(manifest: dict[str, Any], fingerprint: str, dim: int, where: Pat
 def load_index(path: str | Path, *, verify: bool = True, device: str = "cpu") -> Index:
     """Open the index at ``path``; :class:`IndexFormatError` names whatever is wrong with it."""
     path = Path(path)
-    return Index(path, read_manifest(path, verify=verify), device=device)
+    manifest = read_manifest(path, verify=verify)
+    try:
+        return Index(path, manifest, device=device)
+    except OSError as exc:  # a file vanished after the manifest was checked: the index was replaced meanwhile
+        raise IndexFormatError(f"{path}: could not read {exc.filename or 'a file'} ({exc.strerror}); "
+                               "was the index replaced while it was loading? Load it again") from None

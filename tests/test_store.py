@@ -6,6 +6,7 @@ issue 16) is refused by the structural checks, never loaded into a crash."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -288,3 +289,105 @@ def test_damaged_knowledge_graph_with_resealed_checksums_is_refused(kg_index, tm
         reseal(copy)
         with pytest.raises(IndexFormatError, match=re.escape(rel.split("/")[1].split(".")[0])):
             load_index(copy)
+
+
+# ----------------------------------------------- replacing an index: kills and concurrent adds
+
+WORKER = """
+import sys
+import numpy as np
+from spectrag import build_index
+from spectrag.config import EmbedConfig, GraphConfig, IndexConfig
+from spectrag.incremental import add_documents
+from spectrag.index.chunk import chunk_corpus
+from spectrag.index.load import load_documents
+
+mode, corpus, out, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+config = IndexConfig(embed=EmbedConfig(cache_dir=""), graph=GraphConfig(enabled=False))
+n = len(chunk_corpus(load_documents(corpus), config.chunk))
+v = np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)
+v /= np.linalg.norm(v, axis=1, keepdims=True)
+if mode == "build":
+    build_index(corpus, out, config, overwrite=True, embeddings=v)
+else:
+    add_documents(out, corpus, embeddings=v)
+"""
+
+
+def _corpus(path, first, count):
+    path.write_text("".join(json.dumps({"id": f"d{i}", "text": f"Document {i} is about the harbour of town {i}."}) + "\n"
+                            for i in range(first, first + count)))
+    return path
+
+
+def _worker(mode, corpus, out, seed, kill=None, exchange=True):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("SPECTRAG_KILL_AT", None)
+    if kill:
+        env["SPECTRAG_KILL_AT"] = kill
+    if not exchange:
+        env["SPECTRAG_NO_RENAME_EXCHANGE"] = "1"
+    return subprocess.Popen([sys.executable, "-c", WORKER, mode, str(corpus), str(out), str(seed)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _siblings_left(path):
+    return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}.") and p.is_dir())
+
+
+# the points where a kill once left no index, and one of each other kind; every point of both
+# commands and both swaps is run by bench/bench_fuzz.py (category "kills")
+KILLS = [("build", "swap:exchanged", True), ("build", "swap:between-renames", False),
+         ("build", "swap:renamed-new", False), ("add", "swap:between-renames", False)]
+
+
+def test_a_kill_at_any_point_of_a_swap_leaves_a_loadable_index(tmp_path):
+    """--overwrite and add killed (os._exit, as kill -9) at each point of the swap, both ways of
+    swapping (renameat2 exchange, and three renames): the path loads, as the old or the new
+    version, and the next build removes what the dead process left beside it."""
+    from spectrag.store import clean_stale
+
+    base = _corpus(tmp_path / "base.jsonl", 0, 6)
+    other = _corpus(tmp_path / "other.jsonl", 100, 9)
+    more = _corpus(tmp_path / "more.jsonl", 200, 3)
+    _worker("build", base, tmp_path / "seed-index", 0).wait(timeout=300)
+    runs = []
+    for i, (mode, point, exchange) in enumerate(KILLS):
+        target = tmp_path / f"k{i}" / "idx"
+        target.parent.mkdir()
+        shutil.copytree(tmp_path / "seed-index", target)
+        runs.append((target, mode, point, _worker(mode, other if mode == "build" else more, target, 1, point, exchange)))
+    for target, mode, point, proc in runs:
+        assert proc.wait(timeout=300) == 137, (point, proc.stderr.read())
+        documents = load_index(target, verify=True).manifest["counts"]["documents"]  # recovers when it must
+        assert documents in ((6, 9) if mode == "build" else (6, 9)), (point, documents)
+        clean_stale(target)
+        assert _siblings_left(target) == [], (point, _siblings_left(target))
+
+
+def test_concurrent_adds_run_one_after_the_other(tmp_path):
+    """Three adds started together: every one succeeds (they wait for the index lock) and the
+    index holds every document once; none fails with a traceback."""
+    _worker("build", _corpus(tmp_path / "base.jsonl", 0, 4), tmp_path / "idx", 0).wait(timeout=300)
+    procs = [_worker("add", _corpus(tmp_path / f"add{j}.jsonl", 100 * (j + 1), 2), tmp_path / "idx", j) for j in range(3)]
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    index = load_index(tmp_path / "idx")
+    assert sorted({c.doc_id for c in index.chunks}) == sorted([f"d{i}" for i in range(4)] +
+                                                              [f"d{100 * (j + 1) + k}" for j in range(3) for k in range(2)])
+    assert _siblings_left(tmp_path / "idx") == []
+
+
+def test_stale_siblings_are_cleaned_only_when_ours_and_stale(tmp_path):
+    from spectrag.store import clean_stale
+
+    target = tmp_path / "idx"
+    target.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)  # a process id that has ended
+    for name in (f".idx.tmp-{pid}-0123abcd", f".idx.old-{pid}-89abcdef", f".idx.tmp-{os.getpid()}-00000000",
+                 ".idx.tmp-deadbeef", ".other.tmp-1-00000000", ".idx.backup", f".idx2.tmp-{pid}-01234567"):
+        (tmp_path / name).mkdir()
+    removed = sorted(p.name for p in clean_stale(target))
+    assert removed == [f".idx.old-{pid}-89abcdef", f".idx.tmp-{pid}-0123abcd"]  # not ours, alive, or legacy and recent: kept
+    assert (tmp_path / ".idx.tmp-deadbeef").exists() and (tmp_path / ".idx.backup").exists()
