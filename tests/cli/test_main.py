@@ -92,7 +92,12 @@ def test_debug_shows_the_exception(run, tmp_path):
     assert type(result.exception).__name__ == "IndexFormatError"
 
 
-def test_demo_retrieves_for_every_sample_question(run):
+def test_demo_retrieves_for_every_sample_question(run, sample_index):
+    """The demo shows the engine's method (spectral, through the Retriever) beside the hybrid
+    baseline, each with gold markers and its count of gold documents."""
+    from spectrag.config import RetrieverConfig
+    from spectrag.retriever import Retriever
+
     result = run("demo", "--json", "-k", "5")
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)
@@ -100,6 +105,22 @@ def test_demo_retrieves_for_every_sample_question(run):
     assert all(len(r["hits"]) == 5 for r in results)
     found = sum(len(r["gold_found"]) for r in results)
     assert found >= 12  # at least one gold document per question on average
+    assert all(set(r["methods"]) == {"spectral", "hybrid"} for r in results)
+    assert all(r["methods"]["hybrid"]["hits"] == r["hits"] for r in results)
+    contexts = Retriever(sample_index, RetrieverConfig(mode="spectral")).retrieve([r["question"] for r in results])
+    for r, ctx in zip(results, contexts):
+        hits = r["methods"]["spectral"]["hits"]
+        assert [h["chunk"] for h in hits] == ctx.ranking[:5]
+        assert all(h["gold"] == (h["doc_id"] in r["gold_docs"]) for h in hits)
+        assert r["methods"]["spectral"]["gold_found"] == sorted({h["doc_id"] for h in hits if h["gold"]})
+    from click.testing import CliRunner
+
+    from spectrag.cli.demo import _print
+
+    with CliRunner().isolation() as (out, _):
+        _print(results, 5)
+        text = out.getvalue().decode()
+    assert "spectral (this engine)" in text and "hybrid (dense+BM25)" in text and "Gold documents in the top 5" in text
 
 
 # --- every bad input the audit of issue 16 found is one error line (exit 2), not a traceback ---
