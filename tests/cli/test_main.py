@@ -117,9 +117,9 @@ def test_demo_retrieves_for_every_sample_question(run, sample_index):
 
     from spectrag.cli.demo import _print
 
-    with CliRunner().isolation() as (out, _):
+    with CliRunner().isolation() as streams:
         _print(results, 5)
-        text = out.getvalue().decode()
+        text = streams[0].getvalue().decode()
     assert "spectral (this engine)" in text and "hybrid (dense+BM25)" in text and "Gold documents in the top 5" in text
 
 
