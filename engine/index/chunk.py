@@ -35,6 +35,8 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from spectrag.config import ChunkConfig
 from spectrag.types import Chunk, Document
 from spectrag.util.pool import map_blocks, resolve_workers
@@ -236,11 +238,25 @@ def _encode_with_offsets(enc, text: str) -> tuple[list[int], list[int]]:
     ids: list[int] = []
     offsets: list[int] = []
     for lo in range(0, len(text), _ENCODE_BLOCK):
-        block_ids = enc.encode_ordinary(text[lo : lo + _ENCODE_BLOCK])
-        _, block_offsets = enc.decode_with_offsets(block_ids)
+        block = text[lo : lo + _ENCODE_BLOCK]
+        block_ids = enc.encode_ordinary(block)
         ids += block_ids
-        offsets += [lo + o for o in block_offsets]
+        offsets += (lo + _char_offsets(enc, block, block_ids)).tolist()
     return ids, offsets
+
+
+def _char_offsets(enc, text: str, ids: list[int]) -> np.ndarray:
+    """Each token's character offset in ``text``, as tiktoken's ``decode_with_offsets`` gives it
+    (a token that starts inside a multi-byte character belongs to that character), computed on
+    arrays: that function's per-byte Python loop cost seconds on a 1 MB sentence."""
+    raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    starts = np.zeros(len(ids), dtype=np.int64)  # each token's first byte
+    np.cumsum(np.fromiter(map(len, enc.decode_tokens_bytes(ids[:-1])), dtype=np.int64, count=max(len(ids) - 1, 0)),
+              out=starts[1:])
+    char_start = (raw & 0xC0) != 0x80  # the bytes that begin a character
+    before = np.concatenate([[0], np.cumsum(char_start)])  # characters begun before each byte
+    inside = ~char_start[np.minimum(starts, max(len(raw) - 1, 0))] if len(raw) else np.zeros(len(ids), bool)
+    return np.maximum(before[starts] - inside, 0)
 
 
 def _split_long(text: str, start: int, end: int, max_tokens: int, limit: int | None = None) -> Iterator[_Unit]:
@@ -271,9 +287,16 @@ def _shrink(text: str, units: list[_Unit], i: int, j: int, limit: int, steps: in
     """The window ``units[i:j']`` with the largest ``j' <= j`` whose exact token count fits in
     ``limit`` (or ``j' = i + 1``), and that count. BPE merges across unit joins can shift the sum
     of the units' counts by a token, so a window is counted once and shrunk by one unit at a time
-    for ``steps`` steps; beyond that (joins that each add a token, as in a run of code fences) by
-    bisection, which keeps the cost at a logarithmic number of counts per window."""
-    count = lambda j_: count_tokens([text[units[i].start : units[j_ - 1].end].strip()])[0]  # noqa: E731
+    for ``steps`` steps; beyond that (joins that each add a token, as in a run of code fences)
+    the search starts where the counts say the window fits (in proportion) and gallops, then
+    bisects: a few counts per window, however far the units' sum was off."""
+    counts: dict[int, int] = {}
+
+    def count(j_: int) -> int:
+        if j_ not in counts:
+            counts[j_] = count_tokens([text[units[i].start : units[j_ - 1].end].strip()])[0]
+        return counts[j_]
+
     n = count(j)
     while n > limit and j - i > 1 and steps > 0:
         j, steps = j - 1, steps - 1
@@ -281,6 +304,24 @@ def _shrink(text: str, units: list[_Unit], i: int, j: int, limit: int, steps: in
     if n <= limit or j - i <= 1:
         return j, n
     lo, hi = i + 1, j - 1  # the answer is in [lo, hi]: units[i:lo] always stands, units[i:j] does not fit
+    guess = min(max(i + (j - i) * limit // n, lo), hi)
+    step = 1
+    if count(guess) <= limit:
+        lo = guess
+        while lo < hi:  # gallop up
+            probe = min(lo + step, hi)
+            if count(probe) > limit:
+                hi = probe - 1
+                break
+            lo, step = probe, 2 * step
+    else:
+        hi = guess - 1
+        while lo < hi:  # gallop down
+            probe = max(hi - step, lo)
+            if count(probe) <= limit:
+                lo = probe
+                break
+            hi, step = probe - 1, 2 * step
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if count(mid) <= limit:
