@@ -9,10 +9,13 @@ Layout of an index directory::
     bm25/             BM25 term x chunk score matrix (CSR as .npy), vocabulary (JSON), chunk token ids
     kg/               knowledge graph for spreading activation, when built (engine/kg/store.py)
 
-No pickle anywhere. A build writes into a hidden temporary sibling folder and renames it into
-place at the end, so an interrupted build never leaves a folder that loads. ``manifest.json``
-is written last and lists a SHA-256 for every other file; loading checks the format version,
-that every listed file exists, and (by default) every checksum.
+No pickle anywhere. A build writes into a hidden temporary sibling folder and swaps it into
+place at the end (atomically on Linux; see :func:`_swap_in`), so an interrupted build never
+leaves a folder that loads and a replaced index is never missing. ``manifest.json`` is written
+last and lists a SHA-256 for every other file. Loading trusts none of it: the manifest's schema
+and file listing (:mod:`spectrag.manifest`), then (by default) every checksum, then the
+structure of every array each part's loader reads (:mod:`spectrag.util.checks`), so a damaged
+file whose checksum was rewritten to match is an :class:`IndexFormatError`, not a crash.
 """
 
 from __future__ import annotations
