@@ -38,6 +38,10 @@ def _int(value: Any, lo: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= lo
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _need(table: Any, where: str, key: str, ok, what: str) -> Any:
     if not isinstance(table, dict) or key not in table:
         raise IndexFormatError(f"{where}: the manifest has no {key!r} (a SpectRAG manifest always has one)")
@@ -61,7 +65,8 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
         )
     is_dict = lambda v: isinstance(v, dict)  # noqa: E731
     is_str = lambda v: isinstance(v, str)  # noqa: E731
-    _need(manifest, where, "config", is_dict, "a table")
+    config = _need(manifest, where, "config", is_dict, "a table")
+    _need(config, f"{where} (config)", "chunk", is_dict, "a table")  # the build writes every table; info reads this one
     _need(manifest, where, "tokenizer", is_str, "a string")
     source = _need(manifest, where, "source", is_dict, "a table")
     for key in ("path", "format"):
@@ -84,6 +89,9 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
     for key in ("seconds", "cpu_seconds", "memory"):
         if key in manifest and not isinstance(manifest[key], dict):
             raise IndexFormatError(f"{where}: manifest field {key!r} must be a table")
+    for key in ("seconds", "cpu_seconds"):  # stage -> seconds, printed by `spectrag info`
+        if key in manifest and not all(_number(v) for v in manifest[key].values()):
+            raise IndexFormatError(f"{where}: manifest field {key!r} must map stages to numbers")
     if "additions" in manifest and not isinstance(manifest["additions"], list):
         raise IndexFormatError(f"{where}: manifest field 'additions' must be a list")
     if manifest.get("graph"):
@@ -102,7 +110,7 @@ def _check_graph_entry(graph: Any, n: int, where: str) -> None:
     _need(graph, where, "nodes", lambda v: v == n, f"the chunk count {n}")
     for key in ("edges", "components", "isolated_nodes"):
         _need(graph, where, key, _int, "an integer >= 0")
-    _need(graph, where, "mean_degree", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number")
+    _need(graph, where, "mean_degree", _number, "a number")
     edges = _need(graph, where, "signal_edges", lambda v: isinstance(v, dict) and all(_int(c) for c in v.values()),
                   "a table signal -> edge count")
     unknown = sorted(set(edges) - set(DEFAULT_SIGNAL_WEIGHTS))
@@ -111,6 +119,10 @@ def _check_graph_entry(graph: Any, n: int, where: str) -> None:
     spectrum = _need(graph, where, "spectrum", lambda v: isinstance(v, dict), "a table")
     _need(spectrum, f"{where} (spectrum)", "dim", _int, "an integer >= 0")
     _need(spectrum, f"{where} (spectrum)", "clusters", _int, "an integer >= 0")
+    for key, ok, what in (("max_residual", _number, "a number"), ("n_iter", lambda v: v is None or _int(v), "an integer"),
+                          ("converged", lambda v: v is None or isinstance(v, bool), "true or false")):
+        if key in spectrum:
+            _need(spectrum, f"{where} (spectrum)", key, ok, what)
 
 
 def format_files(manifest: dict[str, Any]) -> tuple[set[str], list[tuple[str, ...]]]:

@@ -165,6 +165,12 @@ def test_edited_manifests_load_or_are_an_index_error(sample_index, tmp_path_fact
     except SpectragError:
         return
     assert len(index) == index.manifest["counts"]["chunks"]
+    from click.testing import CliRunner
+
+    from spectrag.cli.main import _print_summary, _summary
+
+    with CliRunner().isolation():  # what `spectrag info` prints from an accepted manifest
+        _print_summary(_summary(index.manifest, folder))
 
 
 @pytest.fixture(scope="module")

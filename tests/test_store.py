@@ -237,6 +237,9 @@ MALFORMED_MANIFESTS = [
     (lambda m: {**m, "graph": {**m["graph"], "signal_edges": {"gossip": 3}}}, "unknown signal"),
     (lambda m: {**m, "format_version": True}, "format version True"),
     (lambda m: {**m, "config": {"chunk": {"chunk_size": 100.5}}}, "chunk.chunk_size must be an integer"),
+    (lambda m: {**m, "seconds": {"embed": None}}, "'seconds' must map stages to numbers"),  # bench/bench_fuzz.py found it
+    (lambda m: {**m, "graph": {**m["graph"], "spectrum": {**m["graph"]["spectrum"], "max_residual": "x"}}},
+     "'max_residual' must be a number"),
 ]
 
 
