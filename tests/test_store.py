@@ -117,6 +117,8 @@ BROKEN_ARRAYS = [
     ("graph/eigenvalues.npy", lambda a: np.full_like(a, np.nan), "NaN"),
     ("graph/signals/entity.weights.npy", lambda a: a + 5, r"outside \[0.0"),
     ("graph/signals/entity.cols.npy", lambda a: a[:-1].copy(), "shape"),
+    ("graph/weights.data.npy", lambda a: a.astype(np.float16), "dtype float16"),
+    ("graph/clusters.npy", lambda a: a.astype(np.uint8), "dtype uint8"),
 ]
 
 

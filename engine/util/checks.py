@@ -21,6 +21,7 @@ import numpy as np
 from spectrag.errors import IndexFormatError
 
 BLOCK = 1 << 22  # elements per reduction step: 32 MiB of int64
+_WIDTHS = tuple(np.dtype(t) for t in ("int32", "int64", "float32", "float64"))
 
 
 def load_npy(path: Path, name: str | None = None) -> np.ndarray:
@@ -46,6 +47,8 @@ def check_array(
         raise IndexFormatError(f"{name}: not an array")
     if a.dtype.kind not in kinds or a.dtype.hasobject or not a.dtype.isnative:
         raise IndexFormatError(f"{name}: dtype {a.dtype} is not one of the expected kinds {kinds!r}")
+    if a.dtype not in _WIDTHS:  # what the writers store; a uint8 id array would index torch tensors as a mask
+        raise IndexFormatError(f"{name}: dtype {a.dtype}, expected one of {', '.join(str(d) for d in _WIDTHS)}")
     if a.ndim != len(shape) or any(want is not None and got != want for got, want in zip(a.shape, shape)):
         want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
         raise IndexFormatError(f"{name}: shape {list(a.shape)}, expected {want}")
