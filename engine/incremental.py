@@ -47,7 +47,10 @@ symmetrized kNN graph, so row i holds i's own k nearest plus the rows that have 
 which are no nearer; its k strongest entries are i's list (up to exact ties).
 
 The new version is written into a temporary folder beside the index and swapped in
-(:func:`spectrag.store.atomic_directory`): an interrupted add leaves the old index as it was.
+(:func:`spectrag.store.atomic_directory`): an interrupted add leaves the old index as it was,
+and a kill at any point leaves an index that loads at the path. Adds hold the index's lock
+(:func:`spectrag.store.index_lock`), so concurrent adds run one after the other, each on the
+version the previous one wrote.
 """
 
 from __future__ import annotations
@@ -63,9 +66,9 @@ import scipy.sparse as sp
 
 from spectrag.build import (
     BuildReport,
-    _check_documents,
     _versions,
     embedding_text,
+    read_corpus,
     stage_recorder,
     uses_llm,
 )
@@ -79,7 +82,6 @@ from spectrag.index.chunk import chunk_corpus
 from spectrag.index.dense import DenseIndex, load_faiss
 from spectrag.index.embed import Embedder
 from spectrag.index.lexical import BM25Index
-from spectrag.index.load import detect_format, iter_documents
 from spectrag.kg.build import build_kg
 from spectrag.kg.store import save_kg
 from spectrag.store import (
@@ -88,6 +90,8 @@ from spectrag.store import (
     MANIFEST,
     Index,
     atomic_directory,
+    clean_stale,
+    index_lock,
     load_index,
     write_chunks,
     write_manifest,
@@ -115,15 +119,26 @@ def add_documents(
     progress: bool = False,
     embeddings: np.ndarray | None = None,
     on_stage: Callable[[str], None] | None = None,
+    skip_invalid: bool = False,
+    follow_symlinks: bool = False,
 ) -> Index:
     """Add the documents of the corpus at ``source`` to the index at ``index_dir``; returns the
-    new version, loaded.
+    new version, loaded. ``skip_invalid`` and ``follow_symlinks`` as in
+    :func:`spectrag.build.build_index`.
 
     ``embeddings`` (float32 ``[m, d]``, one row per new chunk) is required exactly when the index
     was built from supplied embeddings. Raises :class:`SpectragError` subclasses for a missing
     or corrupt index, a document id already in it, or an empty addition.
     """
     index_dir, source = Path(index_dir), Path(source)
+    with index_lock(index_dir, what="added to"):  # concurrent adds run one after the other
+        clean_stale(index_dir)  # an interrupted swap put right, dead adds' temporary folders removed
+        return _add(index_dir, source, fmt=fmt, skip_empty=skip_empty, progress=progress, embeddings=embeddings,
+                    on_stage=on_stage, skip_invalid=skip_invalid, follow_symlinks=follow_symlinks)
+
+
+def _add(index_dir: Path, source: Path, *, fmt: str, skip_empty: bool, progress: bool, embeddings: np.ndarray | None,
+         on_stage: Callable[[str], None] | None, skip_invalid: bool, follow_symlinks: bool) -> Index:
     report = AddReport()
     stage = stage_recorder(report, on_stage)
 
@@ -135,8 +150,8 @@ def add_documents(
                             "`spectrag add` does not run it yet: rebuild the index with the new documents")
     stage("verify")
 
-    fmt = detect_format(source) if fmt == "auto" else fmt
-    docs, report.skipped_empty = _check_documents(list(iter_documents(source, fmt)), source, skip_empty)
+    fmt, docs = read_corpus(source, fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
+                            follow_symlinks=follow_symlinks, report=report)
     _check_new_ids(docs, old.chunks, source, index_dir)
     report.documents = len(docs)
     stage("load")
@@ -186,9 +201,11 @@ def add_documents(
         chunks=len(chunks),
         tokens=counts["tokens"] + report.tokens,
         skipped_empty_documents=counts.get("skipped_empty_documents", 0) + report.skipped_empty,
+        skipped_invalid=counts.get("skipped_invalid", 0) + len(report.skipped_invalid),
         embedding_cache_hits=report.cache_hits,
     )
     addition = {"path": str(source), "format": fmt, "created": created, "documents": report.documents,
+                "skipped_invalid": [list(x) for x in report.skipped_invalid[:1000]],
                 "chunks": report.chunks, "first_chunk": n_old, "seconds": report.seconds,
                 "cpu_seconds": report.cpu_seconds, "peak_rss_mib": report.peak_rss_mib}
     manifest.update(counts=counts, additions=[*manifest.get("additions", []), addition], versions=_versions())

@@ -33,6 +33,7 @@ from spectrag.pipeline import BatchResult, QueryBatch, run
 from spectrag.state import QueryState
 from spectrag.store import Index, load_index
 from spectrag.util.threads import ThreadChooser, intra_op_threads
+from spectrag.util.io import check_unicode
 
 
 def resolve_device(device: str) -> torch.device:
@@ -57,6 +58,7 @@ def check_queries(queries: list[str]) -> list[str]:
     for i, q in enumerate(queries):
         if not isinstance(q, str) or not q.strip():
             raise SpectragError(f"query {i} is empty; every query needs some text")
+        check_unicode(q, f"query {i}")
     return queries
 
 

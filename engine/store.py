@@ -9,18 +9,26 @@ Layout of an index directory::
     bm25/             BM25 term x chunk score matrix (CSR as .npy), vocabulary (JSON), chunk token ids
     kg/               knowledge graph for spreading activation, when built (engine/kg/store.py)
 
-No pickle anywhere. A build writes into a hidden temporary sibling folder and renames it into
-place at the end, so an interrupted build never leaves a folder that loads. ``manifest.json``
-is written last and lists a SHA-256 for every other file; loading checks the format version,
-that every listed file exists, and (by default) every checksum.
+No pickle anywhere. A build writes into a hidden temporary sibling folder and swaps it into
+place at the end (atomically on Linux; see :func:`_swap_in`), so an interrupted build never
+leaves a folder that loads and a replaced index is never missing. ``manifest.json`` is written
+last and lists a SHA-256 for every other file. Loading trusts none of it: the manifest's schema
+and file listing (:mod:`spectrag.manifest`), then (by default) every checksum, then the
+structure of every array each part's loader reads (:mod:`spectrag.util.checks`), so a damaged
+file whose checksum was rewritten to match is an :class:`IndexFormatError`, not a crash.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
+import sys
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -37,20 +45,15 @@ from spectrag.graph.build import load_graph
 from spectrag.graph.relational import relational_graph
 from spectrag.index.dense import DenseIndex
 from spectrag.index.embed import Embedder
-from spectrag.index.lexical import BM25Index
+from spectrag.index.lexical import TOKEN_FILES, BM25Index
 from spectrag.kg.store import load_kg
+from spectrag.manifest import CHUNKS, EMBEDDINGS, FORMAT, FORMAT_VERSION, MANIFEST, check_listing, check_manifest
 from spectrag.types import Chunk
+from spectrag.util.checks import check_floats, load_npy
 
 
 class IndexNote(UserWarning):
     """Something about a loaded index the user may want to act on (it still loads)."""
-
-
-FORMAT = "spectrag-index"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-CHUNKS = "chunks.jsonl"
-EMBEDDINGS = "embeddings.npy"
 
 
 def sha256_file(path: Path) -> str:
@@ -73,27 +76,175 @@ def refuse_existing(out_dir: Path, *, overwrite: bool) -> None:
         raise SpectragError(f"{out_dir} already exists; pass --overwrite (overwrite=True) to replace it")
 
 
+# --- replacing an index: never an empty path, a lock per index, stale temporaries cleaned -----
+#
+# A new version is written into a hidden sibling ``.<name>.tmp-<pid>-<id>`` and swapped in:
+# on Linux by one renameat2(RENAME_EXCHANGE), which exchanges the two folders atomically (the
+# path always holds the old or the new index); elsewhere by three renames, tmp -> ``.new-``,
+# index -> ``.old-``, ``.new-`` -> index, where a kill between the last two leaves the path empty
+# for a moment and the next open of the path (load, build, add) puts the ``.new-`` (complete:
+# it was renamed only once written and synced) or else the ``.old-`` folder back
+# (:func:`recover_index`). Siblings of these names whose process is gone are removed when a
+# build or add of that index starts (:func:`clean_stale`); one of another name is never touched.
+# A build or add holds ``.<name>.lock`` (fcntl.flock, a sibling file that is never removed), so
+# concurrent adds to one index run one after the other.
+
+_SIBLING = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|new|old)-(?:(?P<pid>\d+)-)?[0-9a-f]{8}")
+_LEGACY_STALE_S = 24 * 3600  # a sibling without a process id (an older engine) is stale after a day
+
+
+def _kill_point(name: str) -> None:
+    """Testing hook: ``SPECTRAG_KILL_AT=name`` ends the process here as a kill -9 would."""
+    if os.environ.get("SPECTRAG_KILL_AT") == name:
+        os._exit(137)
+
+
+def _sibling(out_dir: Path, kind: str) -> Path:
+    return out_dir.parent / f".{out_dir.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Exchange the folders ``a`` and ``b`` in one atomic step (Linux renameat2); False where
+    the system or the file system cannot (the caller falls back to renames)."""
+    if sys.platform != "linux" or os.environ.get("SPECTRAG_NO_RENAME_EXCHANGE"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _swap_in(tmp: Path, out_dir: Path) -> None:
+    """Make the complete folder ``tmp`` the index at ``out_dir`` (see the comment above)."""
+    if not out_dir.exists():
+        tmp.rename(out_dir)
+        return
+    if _exchange(tmp, out_dir):  # tmp now holds the old version
+        _kill_point("swap:exchanged")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    new, old = _sibling(out_dir, "new"), _sibling(out_dir, "old")
+    tmp.rename(new)
+    _kill_point("swap:renamed-new")
+    out_dir.rename(old)
+    _kill_point("swap:between-renames")
+    new.rename(out_dir)
+    _kill_point("swap:before-cleanup")
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _siblings(out_dir: Path) -> list[tuple[Path, str, int | None]]:
+    """This index's hidden siblings: (path, kind, process id or None)."""
+    out = []
+    if not out_dir.parent.is_dir():
+        return out
+    for entry in out_dir.parent.iterdir():
+        m = _SIBLING.fullmatch(entry.name)
+        if m and m["name"] == out_dir.name and entry.is_dir() and not entry.is_symlink():
+            out.append((entry, m["kind"], int(m["pid"]) if m["pid"] else None))
+    return sorted(out)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _stale(path: Path, pid: int | None) -> bool:
+    if pid is None:
+        try:
+            return time.time() - path.stat().st_mtime > _LEGACY_STALE_S
+        except OSError:
+            return False
+    return pid != os.getpid() and not _alive(pid)
+
+
+def recover_index(out_dir: str | Path) -> bool:
+    """Put an interrupted swap right: when ``out_dir`` is missing but a ``.new-`` (complete) or
+    ``.old-`` sibling of a process that is gone is there, rename it into place. Returns whether
+    it did. Safe to call at any time: it never touches a present index."""
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        return False
+    found = {kind: path for path, kind, pid in _siblings(out_dir) if kind in ("new", "old") and _stale(path, pid)}
+    for kind in ("new", "old"):
+        if kind in found and (found[kind] / MANIFEST).is_file():
+            try:
+                found[kind].rename(out_dir)
+            except OSError:  # another process recovered it first
+                return out_dir.exists()
+            return True
+    return False
+
+
+def clean_stale(out_dir: str | Path) -> list[Path]:
+    """Remove the hidden siblings of ``out_dir`` left by processes that are gone (after
+    :func:`recover_index`); returns what was removed. Only names this module makes are touched."""
+    out_dir = Path(out_dir)
+    recover_index(out_dir)
+    removed = []
+    for path, _, pid in _siblings(out_dir):
+        if _stale(path, pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+@contextmanager
+def index_lock(out_dir: str | Path, *, what: str = "changed") -> Iterator[None]:
+    """Hold the lock of the index at ``out_dir`` (``.<name>.lock`` beside it, fcntl.flock):
+    builds and adds of one index run one at a time; a second one waits for the first."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock (documented)
+        yield
+        return
+    try:
+        fd = os.open(out_dir.parent / f".{out_dir.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise SpectragError(f"{out_dir}: cannot create its lock file to be {what} ({exc.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 @contextmanager
 def atomic_directory(out_dir: Path, *, overwrite: bool) -> Iterator[Path]:
-    """Yield a temporary folder beside ``out_dir``; on success it replaces ``out_dir``.
+    """Yield a temporary folder beside ``out_dir``; on success it replaces ``out_dir``
+    (:func:`_swap_in`: the path never lacks an index, even if the process is killed).
 
     On any exception the temporary folder is removed and ``out_dir`` is left as it was.
     """
     out_dir = Path(out_dir)
     refuse_existing(out_dir, overwrite=overwrite)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = _sibling(out_dir, "tmp")
     tmp.mkdir()
     try:
         yield tmp
+        _kill_point("swap:written")
         _fsync_tree(tmp)
-        old = None
-        if out_dir.exists():
-            old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-            out_dir.rename(old)
-        tmp.rename(out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _kill_point("swap:synced")
+        refuse_existing(out_dir, overwrite=overwrite)  # appeared while this one was being built
+        _swap_in(tmp, out_dir)
+        _kill_point("swap:done")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -106,17 +257,42 @@ def write_chunks(path: Path, chunks: list[Chunk]) -> None:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def read_chunks(path: Path) -> list[Chunk]:
+_CHUNK_FIELDS = {"doc_id": str, "title": str, "url": str, "text": str, "n_tokens": int, "start": int, "end": int}
+
+
+def _chunk_record(line: str, lineno: int) -> Chunk:
+    """One chunk-table line, its fields type-checked: ``id`` is the line's position, ``text``
+    the slice ``[start, end)`` of its document (so ``end - start`` characters)."""
+    row = json.loads(line)
+    if not isinstance(row, dict):
+        raise ValueError("not a JSON object")
+    if set(row) != {"id", "section", *_CHUNK_FIELDS}:
+        raise ValueError(f"fields {sorted(row)}, expected {sorted({'id', 'section', *_CHUNK_FIELDS})}")
+    if row.pop("id") != lineno - 1:
+        raise ValueError(f"chunk id is not {lineno - 1}")
+    for key, kind in _CHUNK_FIELDS.items():
+        if not isinstance(row[key], kind) or isinstance(row[key], bool):
+            raise ValueError(f"field {key!r} is not a {kind.__name__}")
+    if not isinstance(row["section"], list) or not all(isinstance(s, str) for s in row["section"]):
+        raise ValueError("field 'section' is not a list of strings")
+    if not (0 <= row["start"] <= row["end"] and row["end"] - row["start"] == len(row["text"]) and row["n_tokens"] >= 0):
+        raise ValueError("start, end and text do not describe a slice [start, end) of the document")
+    row["section"] = tuple(row["section"])
+    return Chunk(**row)
+
+
+def read_chunks(path: Path, n: int | None = None) -> list[Chunk]:
+    """The chunk table (``n`` records when given), every record checked (:func:`_chunk_record`)."""
     chunks = []
     with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            try:
-                row = json.loads(line)
-                row.pop("id")
-                row["section"] = tuple(row["section"])
-                chunks.append(Chunk(**row))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise IndexFormatError(f"{path}: bad chunk record on line {lineno}: {exc}") from None
+        lineno = 0
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                chunks.append(_chunk_record(line, lineno))
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+            raise IndexFormatError(f"{path}: bad chunk record on line {lineno + (lineno == 0)}: {exc}") from None
+    if n is not None and len(chunks) != n:
+        raise IndexFormatError(f"{path}: {len(chunks)} chunk records, the manifest counts {n}")
     return chunks
 
 
@@ -132,27 +308,25 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
 def read_manifest(folder: Path, *, verify: bool = True) -> dict[str, Any]:
     """The manifest of the index at ``folder``, after checking version, files and checksums."""
     folder = Path(folder)
+    if not folder.exists():
+        recover_index(folder)  # a swap killed between two renames (the fallback path)
     if not folder.is_dir():
         raise IndexFormatError(f"{folder}: no such index folder")
     path = folder / MANIFEST
-    if not path.exists():
+    if path.is_symlink():
+        raise IndexFormatError(f"{path} is a symbolic link (an index folder holds plain files only)")
+    if not path.is_file():
         raise IndexFormatError(
             f"{folder}: not a SpectRAG index (no {MANIFEST}; an interrupted build never leaves one)"
         )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise IndexFormatError(f"{path}: corrupt manifest ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise IndexFormatError(f"{path}: not a SpectRAG index manifest (format is not {FORMAT!r})")
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise IndexFormatError(
-            f"{folder}: index format version {version}, this engine reads version {FORMAT_VERSION}; "
-            "rebuild the index with `spectrag index`"
-        )
-    for rel, info in manifest.get("files", {}).items():
-        file = folder / rel
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise IndexFormatError(f"{path}: corrupt manifest ({type(exc).__name__}: {str(exc)[:200]})") from None
+    check_manifest(manifest, str(path))
+    paths = check_listing(folder, manifest)  # every file of the format listed, inside the folder
+    for rel, info in manifest["files"].items():
+        file = paths[rel]
         if not file.is_file():
             raise IndexFormatError(f"{folder}: file {rel} listed in the manifest is missing")
         if file.stat().st_size != info["bytes"]:
@@ -175,17 +349,21 @@ class Index:
         self.path = Path(path)
         self.manifest = manifest
         self.config = IndexConfig.from_dict(manifest["config"], source=str(self.path / MANIFEST))
-        self.chunks = read_chunks(self.path / CHUNKS)
-        self.embeddings = np.load(self.path / EMBEDDINGS, mmap_mode="r")
-        if self.embeddings.shape[0] != len(self.chunks):
-            raise IndexFormatError(
-                f"{self.path}: {len(self.chunks)} chunks but {self.embeddings.shape[0]} embeddings"
-            )
+        files = manifest["files"]  # only listed files are read (read_manifest checked them)
+        n, dim = manifest["counts"]["chunks"], manifest["embedding"]["dim"]
+        self.chunks = read_chunks(self.path / CHUNKS, n)
+        self.embeddings = check_floats(load_npy(self.path / EMBEDDINGS, f"{self.path / EMBEDDINGS}"),
+                                       f"{self.path / EMBEDDINGS}", (n, dim))
+        if self.embeddings.dtype != np.float32:
+            raise IndexFormatError(f"{self.path / EMBEDDINGS}: dtype {self.embeddings.dtype}, the manifest says float32")
         self.dense = DenseIndex.load(self.path, self.embeddings, device=device)
-        self.bm25 = BM25Index.load(self.path, self.config.bm25)
+        self.bm25 = BM25Index.load(self.path, self.config.bm25, n_chunks=n,
+                                   tokens=all(f"{BM25Index.FOLDER}/{t}" in files for t in TOKEN_FILES))
         self.graph = None
         if manifest.get("graph"):
-            self.graph = load_graph(self.path)
+            self.graph = load_graph(self.path, n=n, signals=list(manifest["graph"]["signal_edges"]),
+                                    relations="graph/relations.indptr.npy" in files,
+                                    dim=manifest["graph"]["spectrum"]["dim"])
             if self.graph["relations"] is None:  # an index written before the relational graph was stored
                 warnings.warn(f"note: {self.path} was built before graph/relations.* were stored; the relational "
                               "graph is computed from the stored signals once per load (rebuild the index to store it)",
@@ -194,7 +372,7 @@ class Index:
                                                            len(self.chunks))
         self.kg = None  # knowledge graph for spreading activation (kg/, engine/kg/store.py)
         if manifest.get("kg"):
-            self.kg = load_kg(self.path, len(self.chunks))
+            self.kg = load_kg(self.path, len(self.chunks), dim=dim)
         self._embedder = None
 
     def __len__(self) -> int:
@@ -213,7 +391,9 @@ class Index:
                     f"{self.path}: built from embeddings supplied by the caller; pass query vectors, not strings"
                 )
             # queries are rarely repeated: skip the content-hash cache on this path
-            self._embedder = Embedder(replace(self.config.embed, cache_dir=""))
+            embedder = Embedder(replace(self.config.embed, cache_dir=""))
+            check_model(self.manifest, embedder.fingerprint, embedder.dim, self.path)
+            self._embedder = embedder
         return self._embedder
 
     def embed_queries(self, queries: list[str]) -> np.ndarray:
@@ -230,7 +410,24 @@ class Index:
         return self.bm25.search(list(queries), k)
 
 
+def check_model(manifest: dict[str, Any], fingerprint: str, dim: int, where: Path) -> None:
+    """The model that embeds queries must be the one that embedded the chunks: same weights
+    (fingerprint, :func:`spectrag.index.embed.model_fingerprint`) and dimension."""
+    info = manifest["embedding"]
+    if info["fingerprint"] != fingerprint or info["dim"] != dim:
+        raise IndexFormatError(
+            f"{where}: the chunks were embedded by {info['model']!r} (fingerprint {info['fingerprint']}, "
+            f"{info['dim']}-d), but the model that would embed the queries has fingerprint {fingerprint} "
+            f"({dim}-d); its vectors would not be comparable. Install the same model or rebuild the index"
+        )
+
+
 def load_index(path: str | Path, *, verify: bool = True, device: str = "cpu") -> Index:
     """Open the index at ``path``; :class:`IndexFormatError` names whatever is wrong with it."""
     path = Path(path)
-    return Index(path, read_manifest(path, verify=verify), device=device)
+    manifest = read_manifest(path, verify=verify)
+    try:
+        return Index(path, manifest, device=device)
+    except OSError as exc:  # a file vanished after the manifest was checked: the index was replaced meanwhile
+        raise IndexFormatError(f"{path}: could not read {exc.filename or 'a file'} ({exc.strerror}); "
+                               "was the index replaced while it was loading? Load it again") from None

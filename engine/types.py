@@ -9,8 +9,10 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Document:
-    """One source document. ``markup`` is ``markdown`` or ``text``; ``kind`` is ``document`` or
-    ``passage`` (a benchmark passage, kept as one chunk when it fits)."""
+    """One source document. ``markup`` is ``markdown``, ``rst`` or ``text``; ``kind`` is
+    ``document`` or ``passage`` (a benchmark passage, kept as one chunk when it fits).
+    ``headings``: section headings the loader found (``(offset, depth, title, end of the
+    heading's lines)``, e.g. reStructuredText through docutils); empty: the chunker finds them."""
 
     doc_id: str
     title: str
@@ -19,6 +21,7 @@ class Document:
     markup: str = "text"
     kind: str = "document"
     metadata: dict[str, Any] = field(default_factory=dict)
+    headings: tuple[tuple[int, int, str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -190,3 +190,20 @@ def llm_index(tmp_path_factory, _fake_llm_server, embed_cache):
     server.reset()
     assert result.exit_code == 0, result.output
     return result, load_index(out)
+def reseal(folder: Path, manifest: dict | None = None) -> dict:
+    """Rewrite the manifest of the index at ``folder`` (``manifest``, default: its own) with the
+    size and SHA-256 of every file it lists recomputed: a damaged index whose checksums vouch for
+    the damage, as a hostile or careless writer would leave it."""
+    import hashlib
+    import json
+
+    path = folder / "manifest.json"
+    manifest = json.loads(path.read_text()) if manifest is None else manifest
+    files = manifest.get("files")
+    if isinstance(files, dict):
+        for rel in files:
+            file = folder / rel
+            if file.is_file() and not file.is_symlink():
+                files[rel] = {"bytes": file.stat().st_size, "sha256": hashlib.sha256(file.read_bytes()).hexdigest()}
+    path.write_text(json.dumps(manifest))
+    return manifest

@@ -38,7 +38,8 @@ def test_failure_mid_build_leaves_nothing(tmp_path, index_config, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         build_index(FIXTURES / "formats" / "folder", out, index_config)
     assert not out.exists()
-    assert list(tmp_path.iterdir()) == []  # no temporary folder left behind either
+    # no temporary folder left behind either; only the index's lock file (kept: see spectrag.store.index_lock)
+    assert [p.name for p in tmp_path.iterdir()] == [".idx.lock"]
 
 
 def test_failure_during_overwrite_keeps_the_old_index(index_copy, index_config, monkeypatch):
@@ -142,3 +143,44 @@ def test_an_interrupted_llm_stage_resumes_from_the_cache(tmp_path, embed_cache, 
     assert again == failing and not again & asked
     assert index.manifest["llm"]["usage"]["stages"]["openie"]["cached"] == len(asked)
     assert index.manifest["kg"]["source"] == "llm"
+# --- bad corpora caught before the expensive stages (issue 16) ------------------------------
+
+
+def test_duplicate_document_ids_are_refused_with_the_ids(tmp_path, index_config):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "a", "text": "One."}\n{"id": "b", "text": "Two."}\n{"id": "a", "text": "Three."}\n')
+    with pytest.raises(CorpusError, match=r"1 document id\(s\) occur more than once \('a'\)"):
+        build_index(corpus, tmp_path / "out", index_config)
+
+
+def test_a_corpus_without_bm25_terms_fails_before_embedding(tmp_path, index_config):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "a", "text": "To be or not to be."}\n')
+    stages: list[str] = []
+    with pytest.raises(CorpusError, match="no chunk has a term BM25 can index"):
+        build_index(corpus, tmp_path / "out", index_config, on_stage=stages.append)
+    assert "embed" not in stages and not (tmp_path / "out").exists()
+
+
+def test_skip_invalid_counts_and_lists_what_it_left_out(tmp_path, index_config):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.md").write_text("# Alpha\n\nThe Alpha station keeps the lighthouse.\n")
+    (tmp_path / "corpus" / "b.txt").write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(CorpusError, match="b.txt: not UTF-8"):
+        build_index(tmp_path / "corpus", tmp_path / "out", index_config)
+    index = build_index(tmp_path / "corpus", tmp_path / "out", index_config, skip_invalid=True)
+    assert index.manifest["counts"]["skipped_invalid"] == 1 and index.manifest["counts"]["documents"] == 1
+    assert index.manifest["source"]["skipped_invalid"][0][0] == "b.txt"
+
+
+def test_a_broken_model_folder_is_a_config_error(tmp_path, index_config):
+    import dataclasses
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{not json")
+    (model / "modules.json").write_text("[]")
+    (tmp_path / "c.txt").write_text("Some text.")
+    config = dataclasses.replace(index_config, embed=EmbedConfig(model=str(model), cache_dir=""))
+    with pytest.raises(ConfigError, match="is not a loadable sentence-transformers model"):
+        build_index(tmp_path / "c.txt", tmp_path / "out", config)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from spectrag.config import ChunkConfig, EmbedConfig, IndexConfig, load_config
@@ -139,3 +141,47 @@ def test_utility_questions_settings():
     config = with_llm_stages(IndexConfig(), utility_questions=True, kg_source="llm")
     assert config.graph.utility_questions and config.kg.enabled and config.kg.source == "llm"
     assert "hyde" in __import__("spectrag.config", fromlist=["MODES"]).MODES
+
+
+# --- values that once built or ran and silently broke the results (issue 16, item 4) ---------
+
+SILENT = [
+    ("[bm25]\nk1 = nan\n", "bm25.k1 must be a finite number > 0"),  # BM25 returned nothing
+    ("[bm25]\nk1 = inf\n", "bm25.k1 must be a finite number"),
+    ("[graph]\nmin_cos = nan\n", "graph.min_cos must be a finite number"),  # dropped every semantic edge
+    ("[graph]\nentity_top_k = -1\n", "graph.entity_top_k must be an integer >= 1"),  # dropped every entity edge
+    ("[graph.weights]\nentity = nan\n", "graph.weights.entity must be a number in [0, 1]"),
+    ("[seed]\nrrf_k = nan\n", "seed.rrf_k must be an integer >= 0"),  # empty contexts
+    ("[activation]\ntau_a = nan\n", "activation.tau_a must be a finite number"),  # NaN thresholds emptied the output
+    ("[activation]\ntau_d = nan\n", "activation.tau_d must be a finite number"),
+    ("[activation]\ntau_r = nan\n", "activation.tau_r must be a finite number"),
+    ("[propagate]\nt = nan\n", "propagate.t must be a finite number > 0"),
+    ("[propagate]\ntol = nan\n", "propagate.tol must be a finite number > 0"),
+    ("[graph]\nlanczos_tol = nan\n", "graph.lanczos_tol must be a finite number > 0"),
+    ("[chunk]\nchunk_size = 100.5\n", "chunk.chunk_size must be an integer >= 8"),
+    ("[embed]\ndevice = 3\n", "embed.device must be a string"),
+    ("[retriever]\nbudget = 1e400\n", "retriever.budget must be an integer"),
+]
+
+
+@pytest.mark.parametrize("toml, message", SILENT, ids=[t.strip().replace("\n", " ") for t, _ in SILENT])
+def test_values_that_silently_broke_results_are_refused(tmp_path, toml, message):
+    from spectrag.config import load_retriever_config
+
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path)  # the index tables, and the online ones checked on the way
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path) if toml.startswith(("[bm25]", "[graph", "[chunk]", "[embed]")) else load_retriever_config(path)
+
+
+def test_python_api_refuses_the_same_values():
+    from spectrag.config import ActivationConfig, BM25Config, GraphConfig, RetrieverConfig
+
+    for make in (lambda: BM25Config(k1=float("nan")), lambda: GraphConfig(min_cos=float("nan")),
+                 lambda: GraphConfig(entity_top_k=-1), lambda: ActivationConfig(tau_d=float("nan")),
+                 lambda: RetrieverConfig().replace(seed__rrf_k=float("nan")),
+                 lambda: RetrieverConfig().replace(activation__tau_a=float("nan"))):
+        with pytest.raises(ConfigError):
+            make()

@@ -280,7 +280,7 @@ def test_failed_add_leaves_the_old_index(old_copy, synth, monkeypatch, where):
         add_supplied(old_copy, synth[3] / "new.jsonl")
     after = {p.relative_to(old_copy): p.read_bytes() for p in old_copy.rglob("*") if p.is_file()}
     assert after == before
-    assert sorted(p.name for p in old_copy.parent.iterdir()) == ["idx"]  # no temporary folder left
+    assert sorted(p.name for p in old_copy.parent.iterdir()) == [".idx.lock", "idx"]  # no temporary folder left
     assert len(load_index(old_copy)) == len(load_index(synth[0]))
 
 

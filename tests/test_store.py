@@ -1,19 +1,26 @@
 """Reading an index back (spectrag.store): a round trip gives identical search results, and a
 corrupt, truncated or missing file, a wrong format version or a broken manifest is refused with
-the file named."""
+the file named. A damaged index whose manifest checksums were rewritten to match (the audit of
+issue 16) is refused by the structural checks, never loaded into a crash."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+from conftest import reseal
 
 from spectrag import load_index
-from spectrag.errors import IndexFormatError
+from spectrag.errors import IndexFormatError, SpectragError
 from spectrag.store import MANIFEST
 
+CLI = [sys.executable, "-c", "from spectrag.cli import main; main()"]  # the `spectrag` command, in a process
 QUESTIONS = ["In which town was the designer of the Veltra Bridge born?", "Who founded the Greywater Shipping Company?"]
 
 
@@ -61,3 +68,331 @@ def test_version_and_manifest_problems(index_copy, tmp_path):
         load_index(index_copy)
     with pytest.raises(IndexFormatError, match="no such index folder"):
         load_index(tmp_path / "missing")
+
+
+# ----------------------------------------------------------------- hostile indexes (issue 16)
+# The audit's repro cases: the manifest's checksums rewritten to match the damage (conftest.reseal),
+# so only the structural checks stand between the damage and scipy / torch / FAISS.
+
+
+def _poke(path, index, value):
+    """Rewrite one entry of the .npy array at ``path`` (same dtype and shape)."""
+    a = np.load(path)
+    a.reshape(-1)[index] = value
+    np.save(path, a)
+
+
+OUT_OF_RANGE = [
+    ("graph/weights.indices.npy", 0, 10**6, "graph/weights"),
+    ("graph/weights.indices.npy", -1, -3, "graph/weights"),
+    ("graph/relations.indices.npy", 3, 10**9, "graph/relations"),
+    ("bm25/indices.npy", 0, 10**6, "bm25/"),
+    ("bm25/tokens.ids.npy", 0, 10**7, "tokens.ids.npy"),
+    ("graph/signals/semantic.rows.npy", 0, 10**6, "semantic.rows.npy"),
+    ("graph/clusters.npy", 0, 10**6, "clusters.npy"),
+    ("graph/rcm_order.npy", 0, 1, "rcm_order.npy"),  # a repeated node: not a permutation
+]
+
+
+@pytest.mark.parametrize("rel, where, value, named", OUT_OF_RANGE, ids=[f"{r}={v}" for r, _, v, _ in OUT_OF_RANGE])
+def test_out_of_range_ids_with_resealed_checksums_are_refused(index_copy, rel, where, value, named):
+    _poke(index_copy / rel, where, value)
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match=re.escape(named)):
+        load_index(index_copy)
+
+
+BROKEN_ARRAYS = [
+    ("graph/weights.indptr.npy", lambda a: a[::-1].copy(), "indptr"),          # decreasing, wrong ends
+    ("graph/weights.indptr.npy", lambda a: a[:-1].copy(), "shape"),            # one row short
+    ("graph/weights.data.npy", lambda a: np.where(np.arange(a.size) == 0, np.nan, a).astype(a.dtype), "NaN"),
+    ("graph/weights.data.npy", lambda a: -a, r"outside \[0.0"),
+    ("bm25/indptr.npy", lambda a: a + 1, "runs from 1"),
+    ("bm25/data.npy", lambda a: np.full_like(a, np.inf), "NaN or infinite"),
+    ("bm25/indices.npy", lambda a: a.astype(np.float32), "dtype float32"),
+    ("embeddings.npy", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 7, np.nan, a).astype(np.float32), "NaN"),
+    ("embeddings.npy", lambda a: a[:, :-1].copy(), "shape"),
+    ("embeddings.npy", lambda a: a.astype(np.float64), "dtype float64"),
+    ("graph/coordinates.npy", lambda a: a[:-1].copy(), "shape"),
+    ("graph/eigenvalues.npy", lambda a: np.full_like(a, np.nan), "NaN"),
+    ("graph/signals/entity.weights.npy", lambda a: a + 5, r"outside \[0.0"),
+    ("graph/signals/entity.cols.npy", lambda a: a[:-1].copy(), "shape"),
+    ("graph/weights.data.npy", lambda a: a.astype(np.float16), "dtype float16"),
+    ("graph/clusters.npy", lambda a: a.astype(np.uint8), "dtype uint8"),
+]
+
+
+@pytest.mark.parametrize("rel, damage, message", BROKEN_ARRAYS, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(BROKEN_ARRAYS)])
+def test_malformed_arrays_with_resealed_checksums_are_refused(index_copy, rel, damage, message):
+    np.save(index_copy / rel, damage(np.load(index_copy / rel)))
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match=message):
+        load_index(index_copy)
+
+
+def test_unreadable_npy_and_faiss_files_are_refused(index_copy):
+    (index_copy / "graph" / "clusters.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match="clusters.npy: not a readable .npy"):
+        load_index(index_copy)
+
+
+@pytest.mark.parametrize("cut", [10, 200])
+def test_faiss_file_header_and_size_are_checked_before_faiss_reads_it(index_copy, sample_index, cut):
+    data = (sample_index.path / "dense.faiss").read_bytes()
+    (index_copy / "dense.faiss").write_bytes(data[:cut] if cut < 45 else data[:-cut])
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match="dense.faiss"):
+        load_index(index_copy)
+    wrong_count = bytearray(data)
+    wrong_count[8:16] = (10**12).to_bytes(8, "little")  # ntotal
+    (index_copy / "dense.faiss").write_bytes(bytes(wrong_count))
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match="dense.faiss: holds 1000000000000"):
+        load_index(index_copy)
+
+
+def test_damaged_graph_with_resealed_checksums_is_an_error_line_not_a_crash(index_copy):
+    """The audit's segfault (exit 139) / heap corruption (exit 134): ``spectrag retrieve`` on
+    out-of-range graph indices now prints one error line and exits 2."""
+    _poke(index_copy / "graph" / "weights.indices.npy", 5, 10**7)
+    reseal(index_copy)
+    proc = subprocess.run([*CLI, "retrieve", str(index_copy), "-q", "Veltra Bridge"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and "weights" in proc.stderr
+
+
+def test_an_empty_file_list_does_not_switch_checking_off(index_copy):
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    manifest["files"] = {}
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError, match="does not list .* file"):
+        load_index(index_copy)
+    full = _sealed(index_copy)  # a list that leaves out one file is refused as well
+    del full["files"]["bm25/indices.npy"]
+    (index_copy / MANIFEST).write_text(json.dumps(full))
+    with pytest.raises(IndexFormatError, match="bm25/indices.npy"):
+        load_index(index_copy, verify=False)
+
+
+def _sealed(folder):
+    """A fresh manifest listing every file of ``folder`` (as the build writes it)."""
+    from spectrag.store import write_manifest
+
+    manifest = json.loads((folder / MANIFEST).read_text())
+    (folder / MANIFEST).unlink()
+    write_manifest(folder, {k: v for k, v in manifest.items() if k not in ("format", "format_version", "files")})
+    return json.loads((folder / MANIFEST).read_text())
+
+
+def test_unlisted_files_are_never_loaded(index_copy, sample_index):
+    g = index_copy / "graph"
+    for part in ("rows", "cols", "weights"):  # a signal the manifest does not list
+        shutil.copy(g / "signals" / f"semantic.{part}.npy", g / "signals" / f"utility.{part}.npy")
+    loaded = load_index(index_copy)
+    assert "utility" not in loaded.graph["signals"]
+    assert set(loaded.graph["signals"]) == set(sample_index.graph["signals"])
+    # a token-id pair the manifest does not list is not read either
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    for name in ("bm25/tokens.indptr.npy", "bm25/tokens.ids.npy"):
+        del manifest["files"][name]
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    assert load_index(index_copy).bm25.tokens is None
+    del manifest["files"]["graph/relations.data.npy"]  # half of an optional group
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError, match="without graph/relations.data.npy"):
+        load_index(index_copy)
+
+
+@pytest.mark.parametrize("rel", ["../outside.bin", "/etc/hostname", "graph/../../outside.bin", "a\\..\\b", "", "./chunks.jsonl"])
+def test_manifest_paths_stay_inside_the_index_folder(index_copy, rel):
+    (index_copy.parent / "outside.bin").write_bytes(b"secret" * 100)
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    manifest["files"][rel] = {"bytes": 600, "sha256": "0" * 64}
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError, match="not inside the index folder") as err:
+        load_index(index_copy)
+    assert "bytes" not in str(err.value)  # nothing about the file outside is revealed
+
+
+def test_symbolic_links_in_the_index_are_refused(index_copy, tmp_path):
+    outside = tmp_path / "elsewhere.jsonl"
+    shutil.move(index_copy / "chunks.jsonl", outside)
+    (index_copy / "chunks.jsonl").symlink_to(outside)
+    with pytest.raises(IndexFormatError, match="chunks.jsonl is a symbolic link"):
+        load_index(index_copy)
+
+
+MALFORMED_MANIFESTS = [
+    (lambda m: [m], "a JSON list, not an object"),
+    (lambda m: {k: v for k, v in m.items() if k != "config"}, "no 'config'"),
+    (lambda m: {k: v for k, v in m.items() if k != "embedding"}, "no 'embedding'"),
+    (lambda m: {k: v for k, v in m.items() if k != "counts"}, "no 'counts'"),
+    (lambda m: {**m, "counts": {**m["counts"], "chunks": "102"}}, "'chunks' must be an integer"),
+    (lambda m: {**m, "counts": {**m["counts"], "chunks": True}}, "'chunks' must be an integer"),
+    (lambda m: {**m, "embedding": {**m["embedding"], "dim": -1}}, "'dim' must be a positive integer"),
+    (lambda m: {**m, "files": []}, "'files' must be a table"),
+    (lambda m: {**m, "files": {**m["files"], "chunks.jsonl": 5}}, "entry for file 'chunks.jsonl'"),
+    (lambda m: {**m, "graph": {**m["graph"], "nodes": 3}}, "'nodes' must be the chunk count"),
+    (lambda m: {**m, "graph": {k: v for k, v in m["graph"].items() if k != "signal_edges"}}, "no 'signal_edges'"),
+    (lambda m: {**m, "graph": {**m["graph"], "signal_edges": {"gossip": 3}}}, "unknown signal"),
+    (lambda m: {**m, "format_version": True}, "format version True"),
+    (lambda m: {**m, "config": {"chunk": {"chunk_size": 100.5}}}, "chunk.chunk_size must be an integer"),
+    (lambda m: {**m, "seconds": {"embed": None}}, "'seconds' must map stages to numbers"),  # bench/bench_fuzz.py found it
+    (lambda m: {**m, "graph": {**m["graph"], "spectrum": {**m["graph"]["spectrum"], "max_residual": "x"}}},
+     "'max_residual' must be a number"),
+]
+
+
+@pytest.mark.parametrize("edit, message", MALFORMED_MANIFESTS, ids=[m for _, m in MALFORMED_MANIFESTS])
+def test_malformed_manifests_are_named_not_a_key_error(index_copy, edit, message):
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    (index_copy / MANIFEST).write_text(json.dumps(edit(manifest)))
+    with pytest.raises(SpectragError, match=message):
+        load_index(index_copy)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a": ' + "9" * 5000 + "}", '"\\ud800"'])
+def test_hostile_manifest_json_is_a_corrupt_manifest(index_copy, text):
+    (index_copy / MANIFEST).write_text(text)
+    with pytest.raises(IndexFormatError, match="corrupt manifest|not an object"):
+        load_index(index_copy)
+
+
+def test_chunk_table_records_are_checked(index_copy):
+    lines = (index_copy / "chunks.jsonl").read_text().splitlines()
+    row = json.loads(lines[3])
+    for bad in ({**row, "id": 7}, {**row, "n_tokens": "12"}, {**row, "text": row["text"] + "x"},
+                {**row, "section": "History"}, {k: v for k, v in row.items() if k != "url"}):
+        (index_copy / "chunks.jsonl").write_text("\n".join(lines[:3] + [json.dumps(bad)] + lines[4:]) + "\n")
+        reseal(index_copy)
+        with pytest.raises(IndexFormatError, match="bad chunk record on line 4"):
+            load_index(index_copy)
+    (index_copy / "chunks.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # one record short
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match="chunk records, the manifest counts"):
+        load_index(index_copy)
+
+
+def test_the_model_fingerprint_is_compared_when_queries_are_embedded(index_copy):
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    manifest["embedding"]["fingerprint"] = "0123456789abcdef"
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    index = load_index(index_copy)  # loads: vectors given as arrays need no model
+    with pytest.raises(IndexFormatError, match="fingerprint 0123456789abcdef.*would not be comparable"):
+        index.embed_queries(["who designed the bridge?"])
+
+
+def test_damaged_knowledge_graph_with_resealed_checksums_is_refused(kg_index, tmp_path):
+    for rel, where, value in (("kg/relations.subject.npy", 0, 10**6), ("kg/adjacency.indices.npy", 1, -1),
+                              ("kg/incidence.indices.npy", 0, 10**8), ("kg/relations.chunk.npy", 2, 10**5),
+                              ("kg/entity_embeddings.npy", 3, np.nan)):
+        copy = tmp_path / rel.replace("/", "_")
+        shutil.copytree(kg_index.path, copy)
+        _poke(copy / rel, where, value)
+        reseal(copy)
+        with pytest.raises(IndexFormatError, match=re.escape(rel.split("/")[1].split(".")[0])):
+            load_index(copy)
+
+
+# ----------------------------------------------- replacing an index: kills and concurrent adds
+
+WORKER = """
+import sys
+import numpy as np
+from spectrag import build_index
+from spectrag.config import EmbedConfig, GraphConfig, IndexConfig
+from spectrag.incremental import add_documents
+from spectrag.index.chunk import chunk_corpus
+from spectrag.index.load import load_documents
+
+mode, corpus, out, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+config = IndexConfig(embed=EmbedConfig(cache_dir=""), graph=GraphConfig(enabled=False))
+n = len(chunk_corpus(load_documents(corpus), config.chunk))
+v = np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)
+v /= np.linalg.norm(v, axis=1, keepdims=True)
+if mode == "build":
+    build_index(corpus, out, config, overwrite=True, embeddings=v)
+else:
+    add_documents(out, corpus, embeddings=v)
+"""
+
+
+def _corpus(path, first, count):
+    path.write_text("".join(json.dumps({"id": f"d{i}", "text": f"Document {i} is about the harbour of town {i}."}) + "\n"
+                            for i in range(first, first + count)))
+    return path
+
+
+def _worker(mode, corpus, out, seed, kill=None, exchange=True):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("SPECTRAG_KILL_AT", None)
+    if kill:
+        env["SPECTRAG_KILL_AT"] = kill
+    if not exchange:
+        env["SPECTRAG_NO_RENAME_EXCHANGE"] = "1"
+    return subprocess.Popen([sys.executable, "-c", WORKER, mode, str(corpus), str(out), str(seed)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _siblings_left(path):
+    return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}.") and p.is_dir())
+
+
+# the points where a kill once left no index, and one of each other kind; every point of both
+# commands and both swaps is run by bench/bench_fuzz.py (category "kills")
+KILLS = [("build", "swap:exchanged", True), ("build", "swap:between-renames", False),
+         ("build", "swap:renamed-new", False), ("add", "swap:between-renames", False)]
+
+
+def test_a_kill_at_any_point_of_a_swap_leaves_a_loadable_index(tmp_path):
+    """--overwrite and add killed (os._exit, as kill -9) at each point of the swap, both ways of
+    swapping (renameat2 exchange, and three renames): the path loads, as the old or the new
+    version, and the next build removes what the dead process left beside it."""
+    from spectrag.store import clean_stale
+
+    base = _corpus(tmp_path / "base.jsonl", 0, 6)
+    other = _corpus(tmp_path / "other.jsonl", 100, 9)
+    more = _corpus(tmp_path / "more.jsonl", 200, 3)
+    _worker("build", base, tmp_path / "seed-index", 0).wait(timeout=300)
+    runs = []
+    for i, (mode, point, exchange) in enumerate(KILLS):
+        target = tmp_path / f"k{i}" / "idx"
+        target.parent.mkdir()
+        shutil.copytree(tmp_path / "seed-index", target)
+        runs.append((target, mode, point, _worker(mode, other if mode == "build" else more, target, 1, point, exchange)))
+    for target, mode, point, proc in runs:
+        assert proc.wait(timeout=300) == 137, (point, proc.stderr.read())
+        documents = load_index(target, verify=True).manifest["counts"]["documents"]  # recovers when it must
+        assert documents in ((6, 9) if mode == "build" else (6, 9)), (point, documents)
+        clean_stale(target)
+        assert _siblings_left(target) == [], (point, _siblings_left(target))
+
+
+def test_concurrent_adds_run_one_after_the_other(tmp_path):
+    """Three adds started together: every one succeeds (they wait for the index lock) and the
+    index holds every document once; none fails with a traceback."""
+    _worker("build", _corpus(tmp_path / "base.jsonl", 0, 4), tmp_path / "idx", 0).wait(timeout=300)
+    procs = [_worker("add", _corpus(tmp_path / f"add{j}.jsonl", 100 * (j + 1), 2), tmp_path / "idx", j) for j in range(3)]
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    index = load_index(tmp_path / "idx")
+    assert sorted({c.doc_id for c in index.chunks}) == sorted([f"d{i}" for i in range(4)] +
+                                                              [f"d{100 * (j + 1) + k}" for j in range(3) for k in range(2)])
+    assert _siblings_left(tmp_path / "idx") == []
+
+
+def test_stale_siblings_are_cleaned_only_when_ours_and_stale(tmp_path):
+    from spectrag.store import clean_stale
+
+    target = tmp_path / "idx"
+    target.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)  # a process id that has ended
+    for name in (f".idx.tmp-{pid}-0123abcd", f".idx.old-{pid}-89abcdef", f".idx.tmp-{os.getpid()}-00000000",
+                 ".idx.tmp-deadbeef", ".other.tmp-1-00000000", ".idx.backup", f".idx2.tmp-{pid}-01234567"):
+        (tmp_path / name).mkdir()
+    removed = sorted(p.name for p in clean_stale(target))
+    assert removed == [f".idx.old-{pid}-89abcdef", f".idx.tmp-{pid}-0123abcd"]  # not ours, alive, or legacy and recent: kept
+    assert (tmp_path / ".idx.tmp-deadbeef").exists() and (tmp_path / ".idx.backup").exists()

@@ -40,6 +40,18 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _report_skipped(skipped: list[tuple[str, str]], shown: int = 10) -> None:
+    """``--skip-invalid``: how many files or records were left out, and the first few, on stderr."""
+    if not skipped:
+        return
+    click.echo(f"skipped {len(skipped):,} invalid file(s) or record(s) (listed in the manifest's source.skipped_invalid):",
+               err=True)
+    for where, why in skipped[:shown]:
+        click.echo(f"  {where}: {why}", err=True)
+    if len(skipped) > shown:
+        click.echo(f"  ... and {len(skipped) - shown:,} more", err=True)
+
+
 def _table(rows: list[tuple[str, str]]) -> str:
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
@@ -131,12 +143,15 @@ def main() -> None:
                    "LLM (kept as llm/openie.json, a reusable --openie file).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index folder.")
 @click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")
+@click.option("--skip-invalid", is_flag=True, help="Leave out (count and list) files and records that cannot be read "
+              "(not UTF-8, invalid JSON or YAML, unparsable) instead of failing.")
+@click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder (refused by default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @llm_options
 @_friendly
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
               openie_file: Path | None, utility_questions: bool, kg_source: str | None, overwrite: bool,
-              skip_empty: bool, as_json: bool, llm_flags: dict) -> None:
+              skip_empty: bool, skip_invalid: bool, follow_symlinks: bool, as_json: bool, llm_flags: dict) -> None:
     """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
     from spectrag.build import build_index
     from spectrag.config import load_config
@@ -146,7 +161,9 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
         config = with_openie(config, openie_file)
     config = with_llm_stages(config, utility_questions=utility_questions, kg_source=kg_source)
     index = build_index(corpus, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
+                        skip_invalid=skip_invalid, follow_symlinks=follow_symlinks,
                         progress=not as_json and sys.stderr.isatty(), llm=llm_config(config_file, llm_flags))
+    _report_skipped(index.report.skipped_invalid)
     summary = _summary(index.manifest, out_dir)
     summary["seconds"] = index.report.seconds
     if as_json:
@@ -160,14 +177,19 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
 @click.argument("corpus", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]), help="Corpus format.")
 @click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")
+@click.option("--skip-invalid", is_flag=True, help="Leave out (count and list) files and records that cannot be read.")
+@click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @_friendly
-def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, as_json: bool) -> None:
+def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
+            as_json: bool) -> None:
     """Add the documents of CORPUS to the index at INDEX_DIR (no rebuild; the old index stays
-    until the new one is complete)."""
+    until the new one is complete; concurrent adds to one index wait for each other)."""
     from spectrag.incremental import add_documents
 
-    index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, progress=not as_json and sys.stderr.isatty())
+    index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
+                          follow_symlinks=follow_symlinks, progress=not as_json and sys.stderr.isatty())
+    _report_skipped(index.report.skipped_invalid)
     r = index.report
     summary = _summary(index.manifest, index_dir)
     summary["seconds"] = r.seconds

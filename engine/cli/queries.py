@@ -8,21 +8,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from spectrag.errors import CorpusError
-from spectrag.util.io import iter_json_lines, read_json, read_text
+from spectrag.util.io import check_unicode, iter_json_lines, read_json, read_text
 
 TEXT_FIELDS = ("query", "question", "text")
 
 
 def _record(path: Path, where: str, record: object, position: int) -> tuple[str, str]:
     if isinstance(record, str):
-        return str(position), record
+        return str(position), check_unicode(record, f"{path}: {where}")
     if not isinstance(record, dict):
         raise CorpusError(f"{path}: {where} is neither a string nor an object")
     text = next((record[k] for k in TEXT_FIELDS if isinstance(record.get(k), str)), None)
     if text is None:
         raise CorpusError(f"{path}: {where} has no query text (expected one of {', '.join(TEXT_FIELDS)})")
     qid = next((record[k] for k in ("id", "_id", "qid") if k in record), position)
-    return str(qid), text
+    return check_unicode(str(qid), f"{path}: {where} id"), check_unicode(text, f"{path}: {where} query text")
 
 
 def iter_queries(path: str | Path) -> Iterator[tuple[str, str]]:

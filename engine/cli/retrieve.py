@@ -17,6 +17,7 @@ from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever
 from spectrag.store import load_index
 from spectrag.types import Chunk
+from spectrag.util.io import check_unicode
 
 TEXT_HITS = 5  # hits shown per query by --format text when -k is not given
 
@@ -98,7 +99,13 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     for name, value in (("--batch-size", batch_size), ("-k", k), ("--depth", depth)):
         if value is not None and value < 1:
             raise SpectragError(f"{name} must be >= 1, got {value}")
+    for i, text in enumerate(texts):  # argv bytes that are not UTF-8 arrive as lone surrogates
+        check_unicode(text, f"-q argument {i + 1} (bytes that are not UTF-8?)")
+    for option, path in (("-o/--out", out_file), ("--trec", trec_file)):
+        check_output_file(option, path)
     queries = query_ids(texts, list(iter_queries(query_file)) if query_file else [], str(query_file))
+    if not queries:  # an empty query file is an error, found before the index loads
+        raise SpectragError(f"no queries: {query_file} holds none (blank lines are not queries)")
     retriever = Retriever(load_index(index_dir), config, llm=llm if config.mode == "hyde" else None)
     if trec_file is not None:  # the run needs the ranking with scores, depth deep (all of it for documents)
         want = sys.maxsize if level == "doc" else max(depth, k or 0)
@@ -126,3 +133,13 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
         if trec is not None:
             trec.close()
     return done
+
+
+def check_output_file(option: str, path: Path | None) -> None:
+    """An output file can be written: its folder exists and it is not a folder itself."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise SpectragError(f"{option} {path} is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise SpectragError(f"{option} {path}: the folder {path.parent} does not exist")

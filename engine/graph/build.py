@@ -27,7 +27,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from spectrag.config import GraphConfig
-from spectrag.errors import ConfigError
+from spectrag.errors import ConfigError, IndexFormatError
 from spectrag.extract.entities import entity_incidence, extract_entities
 from spectrag.extract.openie import load_openie_entities, openie_entity_keys, openie_extraction
 from spectrag.graph import signals as sig
@@ -38,6 +38,7 @@ from spectrag.graph.relational import relational_graph
 from spectrag.graph.spectrum import Spectrum, spectral_coordinates
 from spectrag.types import Chunk
 from spectrag.util import usage
+from spectrag.util.checks import check_csr, check_floats, check_ints, load_npy
 
 FOLDER = "graph"
 
@@ -241,31 +242,55 @@ def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum, config: Grap
     return {"bandwidth": _bandwidth(w), "rcm_bandwidth": _bandwidth(w[order][:, order])}
 
 
-def load_graph(folder: Path) -> dict[str, Any]:
+def load_graph(folder: Path, *, n: int | None = None, signals: Sequence[str] | None = None,
+               relations: bool | None = None, dim: int | None = None) -> dict[str, Any]:
     """Memory-mapped graph arrays: ``weights`` and ``relations`` (scipy CSR over the maps; the
-    relations are None in an index written before they were stored), coordinates, clusters."""
+    relations are None in an index written before they were stored), coordinates, clusters.
+
+    Every array is checked before use (:mod:`spectrag.util.checks`): CSR parts over ``n`` nodes
+    (default: the stored row pointer's) with indices in ``[0, n)`` and finite, non-negative
+    weights; each signal's edges ``i < j`` in ``[0, n)`` with weights in ``[0, 1]``;
+    coordinates ``[n, dim]`` and eigenvalues ``[dim]`` finite; clusters in ``[0, n)``; the RCM
+    order a permutation. ``signals`` names the stored signals to read (default: those on disk);
+    ``relations`` whether to read the relational graph (default: when present)."""
     src = folder / FOLDER
-    load = lambda name: np.load(src / name, mmap_mode="r")  # noqa: E731
+    load = lambda name: load_npy(src / name)  # noqa: E731
+    if n is None:
+        n = int(load("weights.indptr.npy").shape[0]) - 1
 
     def csr(name: str) -> sp.csr_matrix:
-        indptr = load(f"{name}.indptr.npy")
-        n = len(indptr) - 1
-        return sp.csr_matrix((load(f"{name}.data.npy"), load(f"{name}.indices.npy"), indptr), shape=(n, n))
+        indptr, indices, data = (load(f"{name}.{part}.npy") for part in ("indptr", "indices", "data"))
+        check_csr(indptr, indices, data, f"{src}/{name}.{{indptr,indices,data}}.npy", (n, n), lo=0.0)
+        return sp.csr_matrix((data, indices, indptr), shape=(n, n))
 
     weights = csr("weights")
-    relations = csr("relations") if (src / "relations.indptr.npy").exists() else None
-    signals = {}
-    for path in sorted((src / "signals").glob("*.rows.npy")):
-        name = path.name[: -len(".rows.npy")]
-        signals[name] = (load(f"signals/{name}.rows.npy"), load(f"signals/{name}.cols.npy"),
-                         load(f"signals/{name}.weights.npy"))
+    if relations is None:
+        relations = (src / "relations.indptr.npy").exists()
+    if signals is None:
+        signals = sorted(p.name[: -len(".rows.npy")] for p in (src / "signals").glob("*.rows.npy"))
+    stored = {}
+    for name in signals:
+        where = f"{src}/signals/{name}"
+        rows, cols, w = (load(f"signals/{name}.{part}.npy") for part in ("rows", "cols", "weights"))
+        check_ints(rows, f"{where}.rows.npy", (None,), 0, n)
+        check_ints(cols, f"{where}.cols.npy", (rows.shape[0],), 0, n)
+        check_floats(w, f"{where}.weights.npy", (rows.shape[0],), lo=0.0, hi=1.0 + 1e-4)
+        if rows.shape[0] and bool((np.asarray(rows) >= np.asarray(cols)).any()):
+            raise IndexFormatError(f"{where}.rows/cols.npy: an edge with row >= column (edges are stored once, i < j)")
+        stored[name] = (rows, cols, w)
+    coords = check_floats(load("coordinates.npy"), f"{src}/coordinates.npy", (n, dim))
+    m = coords.shape[1]
+    clusters = check_ints(load("clusters.npy"), f"{src}/clusters.npy", (n,), 0, max(n, 1))
+    order = check_ints(load("rcm_order.npy"), f"{src}/rcm_order.npy", (n,), 0, max(n, 1))
+    if n and not (np.bincount(np.asarray(order), minlength=n) == 1).all():
+        raise IndexFormatError(f"{src}/rcm_order.npy: not a permutation of the {n} nodes")
     return {
         "weights": weights,
-        "relations": relations,
-        "signals": signals,  # name -> (rows, cols, weights): each signal's undirected edges, i < j
-        "coordinates": load("coordinates.npy"),
-        "eigenvalues": load("eigenvalues.npy"),
-        "clusters": load("clusters.npy"),
-        "rcm_order": load("rcm_order.npy"),
-        "questions": load_questions(src),
+        "relations": csr("relations") if relations else None,
+        "signals": stored,  # name -> (rows, cols, weights): each signal's undirected edges, i < j
+        "coordinates": coords,
+        "eigenvalues": check_floats(load("eigenvalues.npy"), f"{src}/eigenvalues.npy", (m,)),
+        "clusters": clusters,
+        "rcm_order": order,
+        "questions": load_questions(src, n=n),
     }

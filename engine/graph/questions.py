@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from spectrag.errors import ConfigError, CorpusError
+from spectrag.util.checks import check_floats, check_ints, load_npy
 
 VECTORS = "questions.vectors.npy"
 OWNERS = "questions.owners.npy"
@@ -87,8 +88,11 @@ def save_questions(folder: Path, questions: QuestionSet) -> None:
     np.save(folder / OWNERS, questions.owners)
 
 
-def load_questions(folder: Path) -> QuestionSet | None:
-    """The stored questions (memory-mapped), or None for an index without them."""
+def load_questions(folder: Path, *, n: int, dim: int | None = None) -> QuestionSet | None:
+    """The stored questions (memory-mapped, checked: owners in ``[0, n)``, vectors ``[Q, dim]``
+    finite), or None for an index without them."""
     if not (folder / VECTORS).exists():
         return None
-    return QuestionSet(np.load(folder / OWNERS, mmap_mode="r"), np.load(folder / VECTORS, mmap_mode="r"))
+    owners = check_ints(load_npy(folder / OWNERS), f"{folder / OWNERS}", (None,), 0, max(n, 1))
+    vectors = check_floats(load_npy(folder / VECTORS), f"{folder / VECTORS}", (owners.shape[0], dim))
+    return QuestionSet(owners, vectors)

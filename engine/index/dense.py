@@ -7,12 +7,13 @@ the order of exactly tied scores.
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from spectrag.errors import ConfigError
+from spectrag.errors import ConfigError, IndexFormatError
 from spectrag.kernels import tiled_topk_ip
 
 BLAS_THRESHOLD = 20  # queries per search from which FAISS uses sgemm (FAISS's historical default)
@@ -28,6 +29,31 @@ def load_faiss():
     # The BLAS path's rounding is absorbed by the float64 re-scoring in ``search``.
     faiss.cvar.distance_compute_blas_threshold = BLAS_THRESHOLD
     return faiss
+
+
+# FAISS's serialization of an IndexFlatIP: fourcc, d (int32), ntotal (int64), two unused int64,
+# is_trained (1 byte), metric (int32; 0 = inner product), the vector count (int64), the vectors
+_FLAT = struct.Struct("<4siqqqbiq")
+
+
+def check_flat_file(path: Path, n: int, d: int) -> None:
+    """The FAISS file at ``path`` is an IndexFlatIP of ``n`` vectors of ``d`` floats: its header
+    and its size are checked before FAISS reads it (a FAISS reader trusts the counts it reads)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(_FLAT.size)
+        size = path.stat().st_size
+    except OSError as exc:
+        raise IndexFormatError(f"{path}: cannot read ({exc.strerror})") from None
+    if len(head) < _FLAT.size:
+        raise IndexFormatError(f"{path}: {len(head)} bytes, too short for a FAISS IndexFlatIP")
+    fourcc, dim, ntotal, _, _, _, metric, count = _FLAT.unpack(head)
+    if fourcc != b"IxFI" or metric != 0:
+        raise IndexFormatError(f"{path}: not a FAISS IndexFlatIP (type {fourcc!r}, metric {metric})")
+    if dim != d or ntotal != n or count not in (n * d, 4 * n * d) or size != _FLAT.size + 4 * n * d:
+        raise IndexFormatError(
+            f"{path}: holds {ntotal} x {dim} vectors in {size} bytes, expected {n} x {d} ({_FLAT.size + 4 * n * d} bytes)"
+        )
 
 
 class DenseIndex:
@@ -123,11 +149,12 @@ class DenseIndex:
     @classmethod
     def load(cls, folder: Path, vectors: np.ndarray, *, backend: str = "auto", device: str = "cpu") -> "DenseIndex":
         index = cls(vectors, backend=backend, device=device)
+        check_flat_file(folder / cls.FILE, len(vectors), index.dim)  # before FAISS parses it
         if index.backend.startswith("faiss"):
             faiss = load_faiss()
             cpu_index = faiss.read_index(str(folder / cls.FILE), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
             if cpu_index.ntotal != len(vectors) or cpu_index.d != index.dim:
-                raise ValueError(
+                raise IndexFormatError(
                     f"{folder / cls.FILE}: holds {cpu_index.ntotal} x {cpu_index.d} vectors, "
                     f"expected {len(vectors)} x {index.dim}"
                 )

@@ -157,7 +157,13 @@ class Embedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder never needs the hub
         from sentence_transformers import SentenceTransformer
 
-        self.model = SentenceTransformer(str(self.model_path), device=self.device, local_files_only=True)
+        try:
+            self.model = SentenceTransformer(str(self.model_path), device=self.device, local_files_only=True)
+        except Exception as exc:  # a broken folder fails in json, safetensors, transformers or torch: one error for all
+            raise ConfigError(
+                f"embed.model {self.config.model!r}: {self.model_path} is not a loadable sentence-transformers model "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
+            ) from None
         self.model.eval()
         if self.device.startswith("cuda"):
             self.model.half()

@@ -25,9 +25,10 @@ import scipy.sparse as sp
 import torch
 
 from spectrag.config import BM25Config
-from spectrag.errors import ConfigError, IndexFormatError
+from spectrag.errors import ConfigError, CorpusError, IndexFormatError
 from spectrag.kernels.csr import torch_csr
 from spectrag.kernels.topk import topk_sparse_rows
+from spectrag.util.checks import check_csr, check_indptr, check_ints, check_strings, load_npy
 
 TOKEN_FILES = ("tokens.indptr.npy", "tokens.ids.npy")  # the tokenized chunks, beside the matrix
 
@@ -88,8 +89,14 @@ class BM25Index:
 
     @classmethod
     def build(cls, texts: list[str], config: BM25Config) -> "BM25Index":
-        """The index of ``texts`` (chunk i is ``texts[i]``): matrix ``[vocab, len(texts)]``."""
+        """The index of ``texts`` (chunk i is ``texts[i]``): matrix ``[vocab, len(texts)]``;
+        :class:`CorpusError` when no text has a single term (only stopwords and punctuation)."""
         ids, indptr, terms = _tokenize_ids(texts, config)
+        if not terms:
+            raise CorpusError(
+                f"no chunk has a term BM25 can index: every word is a stopword ({config.stopwords or 'none'}) or "
+                f"punctuation (e.g. {texts[0][:60]!r}); add text, or set [bm25] stopwords = \"\""
+            )
         return cls._from_ids(config, terms, ids, indptr)
 
     @classmethod
@@ -227,18 +234,37 @@ class BM25Index:
             np.save(out / TOKEN_FILES[1], np.asarray(ids, dtype=np.int32))
 
     @classmethod
-    def load(cls, folder: Path, config: BM25Config) -> "BM25Index":
+    def load(cls, folder: Path, config: BM25Config, *, n_chunks: int | None = None,
+             tokens: bool | None = None) -> "BM25Index":
+        """The index saved under ``folder/bm25``, every array checked before use
+        (:mod:`spectrag.util.checks`): a term x chunk CSR of ``n_chunks`` columns (default: the
+        stored shape's) with indices in range and finite scores, distinct terms, token ids in
+        the vocabulary. ``tokens``: whether to read the stored token ids (default: when present)."""
         src = folder / cls.FOLDER
-        info = json.loads((src / "vocab.json").read_text(encoding="utf-8"))
-        matrix = sp.csr_matrix(
-            (
-                np.load(src / "data.npy", mmap_mode="r"),
-                np.load(src / "indices.npy", mmap_mode="r"),
-                np.load(src / "indptr.npy", mmap_mode="r"),
-            ),
-            shape=tuple(info["shape"]),
-        )
-        return cls(config, {t: i for i, t in enumerate(info["terms"])}, matrix, _load_tokens(src, matrix.shape))
+        where = f"{src}/vocab.json"
+        try:
+            info = json.loads((src / "vocab.json").read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError, OSError) as exc:
+            raise IndexFormatError(f"{where}: unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
+        if not isinstance(info, dict) or set(info) != {"terms", "shape"}:
+            raise IndexFormatError(f"{where}: expected an object {{terms, shape}}")
+        terms = check_strings(info["terms"], f"{where} terms")
+        shape = info["shape"]
+        if not (isinstance(shape, list) and len(shape) == 2 and all(type(v) is int and v >= 0 for v in shape)):
+            raise IndexFormatError(f"{where}: shape must be [terms, chunks], got {shape!r:.80}")
+        if n_chunks is not None and shape[1] != n_chunks:
+            raise IndexFormatError(f"{where}: a matrix over {shape[1]} chunks, the index has {n_chunks}")
+        if shape[0] != len(terms):
+            raise IndexFormatError(f"{where}: {len(terms)} terms for a matrix of {shape[0]} rows")
+        vocab = {t: i for i, t in enumerate(terms)}
+        if len(vocab) != len(terms):
+            raise IndexFormatError(f"{where}: terms repeat")
+        parts = [load_npy(src / f"{name}.npy") for name in ("data", "indices", "indptr")]
+        check_csr(parts[2], parts[1], parts[0], f"{src}/{{data,indices,indptr}}.npy", (shape[0], shape[1]))
+        matrix = sp.csr_matrix(tuple(parts), shape=(shape[0], shape[1]))
+        if tokens is None:
+            tokens = all((src / name).exists() for name in TOKEN_FILES)
+        return cls(config, vocab, matrix, _load_tokens(src, matrix.shape) if tokens else None)
 
 
 def top_k_scores(indptr, cols, vals, k: int):
@@ -288,14 +314,15 @@ def _tokenize_ids(texts: list[str], config: BM25Config) -> tuple[np.ndarray, np.
     return renumber[ids], indptr, [by_id[i] for i in order]
 
 
-def _load_tokens(src: Path, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The stored token ids (memory-mapped), or None for an index written without them."""
-    if not all((src / name).exists() for name in TOKEN_FILES):
-        return None
-    indptr, ids = (np.load(src / name, mmap_mode="r") for name in TOKEN_FILES)
-    if indptr.shape != (shape[1] + 1,) or ids.shape != (int(indptr[-1]),):
+def _load_tokens(src: Path, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The stored token ids (memory-mapped), checked: ``indptr [n + 1]`` a row pointer over
+    ``ids``, every id a row of the ``[vocab, n]`` matrix."""
+    indptr, ids = (load_npy(src / name) for name in TOKEN_FILES)
+    if indptr.ndim != 1 or ids.ndim != 1 or indptr.shape != (shape[1] + 1,) or ids.shape != (int(indptr[-1]),):
         raise IndexFormatError(
-            f"{src}/{TOKEN_FILES[0]}: {indptr.shape[0]} offsets and {ids.shape[0]} token ids do not "
-            f"describe {shape[1]} chunks ({int(indptr[-1]) if indptr.size else '?'} tokens)"
+            f"{src}/{TOKEN_FILES[0]}: {indptr.shape[0] if indptr.ndim else '?'} offsets and {ids.size} token ids do not "
+            f"describe {shape[1]} chunks ({int(indptr[-1]) if indptr.ndim == 1 and indptr.size else '?'} tokens)"
         )
+    check_indptr(indptr, f"{src}/{TOKEN_FILES[0]}", shape[1], ids.shape[0])
+    check_ints(ids, f"{src}/{TOKEN_FILES[1]}", (None,), 0, shape[0])
     return indptr, ids

@@ -3,7 +3,7 @@
 Supported formats (``--format``; ``auto`` detects them):
 
 =============== ==================================================================
-``folder``      a folder (or a single file) of ``.md`` / ``.markdown`` / ``.txt``
+``folder``      a folder (or a single file) of ``.md`` / ``.markdown`` / ``.rst`` / ``.txt``
 ``jsonl``       one JSON record per line with ``text`` (+ ``id``, ``title``, ``url``, ``metadata``)
 ``json``        a JSON list of such records
 ``musique``     MuSiQue / HippoRAG corpus: a JSON list of ``{title, text}`` passages
@@ -16,26 +16,54 @@ Supported formats (``--format``; ``auto`` detects them):
 Benchmark passages (every format but ``folder``/``jsonl``/``json``) are marked
 ``kind="passage"`` so the chunker keeps each one whole when it fits in a chunk.
 Loading is a generator, so large corpora stream through the chunker.
+
+In a folder: Markdown files may open with YAML front matter (``---`` ... ``---``), which is
+taken out of the text into ``metadata["front_matter"]``, its ``title:`` the document's title;
+a title is the first level-1 heading (ATX or setext, never one inside an HTML comment) as
+plain text; reStructuredText files are parsed by docutils, their sections the section paths.
+A symbolic link that leads out of the folder is refused unless ``follow_symlinks=True``.
+With ``skipped`` (a list), a file or record that cannot be read (not UTF-8, invalid JSON or
+YAML, a lone surrogate, unparsable reStructuredText, a link out of the folder) is listed there
+as ``(where, why)`` and the rest is read; without it, the first one is a :class:`CorpusError`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spectrag.errors import CorpusError
 from spectrag.types import Document
-from spectrag.util.io import iter_json_lines, read_json, read_text
+from spectrag.util.io import check_unicode, iter_json_lines, read_json, read_text
+from spectrag.util.markdown import comment_spans, plain_title, split_front_matter
+from spectrag.util.rst import rst_structure
 
 FORMATS = ("folder", "jsonl", "json", "musique", "2wiki", "hotpotqa", "multihop-rag", "beir")
-TEXT_SUFFIXES = (".md", ".markdown", ".txt")
+TEXT_SUFFIXES = (".md", ".markdown", ".txt", ".rst")
 
 
-def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    for lineno, record in iter_json_lines(path):
+@dataclass
+class _Options:
+    skipped: list[tuple[str, str]] | None = None  # None: the first invalid file or record is an error
+    follow_symlinks: bool = False
+
+    def skip(self, where: str, exc: CorpusError) -> None:
+        if self.skipped is None:
+            raise exc
+        self.skipped.append((where, str(exc)))
+
+
+def _iter_jsonl(path: Path, skipped: list[tuple[str, str]] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    for lineno, record in iter_json_lines(path, skipped):
         if not isinstance(record, dict):
-            raise CorpusError(f"{path}: line {lineno} is not a JSON object")
+            error = CorpusError(f"{path}: line {lineno} is not a JSON object")
+            if skipped is None:
+                raise error
+            skipped.append((f"{path} line {lineno}", str(error)))
+            continue
         yield lineno, record
 
 
@@ -82,8 +110,12 @@ def detect_format(path: str | Path) -> str:
     )
 
 
-def iter_documents(path: str | Path, fmt: str = "auto") -> Iterator[Document]:
-    """Yield the documents of the corpus at ``path`` in a stable order."""
+def iter_documents(path: str | Path, fmt: str = "auto", *, skipped: list[tuple[str, str]] | None = None,
+                   follow_symlinks: bool = False) -> Iterator[Document]:
+    """Yield the documents of the corpus at ``path`` in a stable order. ``skipped``: a list
+    that collects ``(where, why)`` of each file or record that cannot be read, instead of the
+    first one raising :class:`CorpusError`. ``follow_symlinks``: read links that lead out of a
+    corpus folder (refused by default)."""
     path = Path(path)
     if fmt == "auto":
         fmt = detect_format(path)
@@ -92,12 +124,13 @@ def iter_documents(path: str | Path, fmt: str = "auto") -> Iterator[Document]:
     if not path.exists():
         raise CorpusError(f"{path}: no such file or folder")
     reader = _READERS[fmt]
-    yield from reader(path)
+    yield from reader(path, _Options(skipped, follow_symlinks))
 
 
-def load_documents(path: str | Path, fmt: str = "auto") -> list[Document]:
-    """All documents of a corpus; :class:`CorpusError` if it holds none."""
-    docs = list(iter_documents(path, fmt))
+def load_documents(path: str | Path, fmt: str = "auto", **options: Any) -> list[Document]:
+    """All documents of a corpus; :class:`CorpusError` if it holds none. ``options``: those of
+    :func:`iter_documents`."""
+    docs = list(iter_documents(path, fmt, **options))
     if not docs:
         raise CorpusError(f"{path}: empty corpus (no documents)")
     return docs
@@ -107,9 +140,23 @@ def load_documents(path: str | Path, fmt: str = "auto") -> list[Document]:
 
 
 def _markdown_title(text: str) -> str | None:
-    for line in text.splitlines():
-        if line.startswith("# "):
-            return line[2:].strip()
+    """The first level-1 heading (``# Title`` or ``Title`` over ``===``) outside HTML comments,
+    as plain text."""
+    hidden = comment_spans(text) if "<!--" in text else []
+    pos, k = 0, 0
+    previous = ""
+    for line in text.splitlines(keepends=True):
+        while k < len(hidden) and hidden[k][1] <= pos:
+            k += 1
+        inside = k < len(hidden) and hidden[k][0] <= pos < hidden[k][1]
+        bare = line.rstrip("\r\n")
+        if not inside:
+            if bare.startswith("# "):
+                return plain_title(bare[2:].strip().rstrip("#").strip() or bare[2:].strip())
+            if previous.strip() and bare.strip() and set(bare.strip()) == {"="} and len(bare.strip()) >= 3:
+                return plain_title(previous.strip())
+        previous = "" if inside else bare
+        pos += len(line)
     return None
 
 
@@ -121,40 +168,98 @@ def _text_title(text: str) -> str | None:
     return None
 
 
-def _read_folder(path: Path) -> Iterator[Document]:
+def _folder_files(path: Path, options: _Options) -> list[Path]:
+    """The text files under ``path``, sorted; a link out of the folder is refused (listed in
+    ``options.skipped`` when skipping) unless ``options.follow_symlinks``."""
+    root = path.resolve()
+    files, seen = [], set()
+    for folder, dirs, names in os.walk(path, followlinks=options.follow_symlinks):
+        here = Path(folder)
+        real = here.resolve()
+        if real in seen:  # a link cycle, followed
+            dirs[:] = []
+            continue
+        seen.add(real)
+        for name in sorted(dirs) + sorted(names):
+            entry = here / name
+            if not entry.is_symlink() or options.follow_symlinks:
+                continue
+            target = entry.resolve()
+            if not target.is_relative_to(root) and (name in dirs or entry.suffix.lower() in TEXT_SUFFIXES):
+                options.skip(entry.relative_to(path).as_posix(), CorpusError(
+                    f"{entry} is a symbolic link to {target}, outside the corpus folder {path}; "
+                    "pass --follow-symlinks (follow_symlinks=True) to read it"))
+                if name in names:
+                    names.remove(name)
+        files += [here / n for n in names if n.lower().endswith(TEXT_SUFFIXES) and (here / n).is_file()]
+    return sorted(files)
+
+
+def _read_file(file: Path, root: Path) -> Document:
+    text = read_text(file)
+    doc_id = file.relative_to(root).as_posix()
+    suffix = file.suffix.lower()
+    stem = file.stem.replace("_", " ")
+    if suffix == ".rst":
+        try:
+            title, headings = rst_structure(text, str(file))
+        except ValueError as exc:
+            raise CorpusError(f"{file}: {exc}") from None
+        return Document(doc_id=doc_id, title=title or stem, text=text, markup="rst", headings=headings)
+    if suffix in (".md", ".markdown"):
+        try:
+            front, body = split_front_matter(text)
+        except ValueError as exc:
+            raise CorpusError(f"{file}: {exc}") from None
+        metadata = {}
+        if front is not None:
+            text, metadata = text[body:], {"front_matter": front}
+        title = front.get("title") if front else None
+        title = plain_title(title) if isinstance(title, str) and title.strip() else _markdown_title(text)
+        return Document(doc_id=doc_id, title=title or stem, text=text, markup="markdown", metadata=metadata)
+    return Document(doc_id=doc_id, title=_text_title(text) or stem, text=text, markup="text")
+
+
+def _read_folder(path: Path, options: _Options) -> Iterator[Document]:
     if path.is_file():
         files, root = [path], path.parent
     else:
-        files = sorted(
-            p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES
-        )
-        root = path
+        files, root = _folder_files(path, options), path
         if not files:
-            raise CorpusError(f"{path}: folder holds no .md, .markdown or .txt files")
+            raise CorpusError(f"{path}: folder holds no .md, .markdown, .rst or .txt files")
     for file in files:
-        text = read_text(file)
-        markdown = file.suffix.lower() in (".md", ".markdown")
-        title = (_markdown_title(text) if markdown else _text_title(text)) or file.stem.replace("_", " ")
-        yield Document(
-            doc_id=file.relative_to(root).as_posix(),
-            title=title,
-            text=text,
-            markup="markdown" if markdown else "text",
-        )
+        try:
+            yield _read_file(file, root)
+        except CorpusError as exc:
+            options.skip(file.relative_to(root).as_posix(), exc)
 
 
 def _record(path: Path, where: str, record: Any, *, text_key: str = "text") -> dict[str, Any]:
     if not isinstance(record, dict):
         raise CorpusError(f"{path}: {where} is not a JSON object")
     if text_key not in record:
-        raise CorpusError(f"{path}: {where} has no '{text_key}' field (keys: {sorted(record)})")
+        raise CorpusError(f"{path}: {where} has no '{text_key}' field (keys: {sorted(record)[:20]})")
     if not isinstance(record[text_key], str):
         raise CorpusError(f"{path}: {where} field '{text_key}' is not a string")
+    for key in (text_key, "title", "id", "_id", "url"):
+        if isinstance(record.get(key), str):
+            check_unicode(record[key], f"{path}: {where} field '{key}'")
     return record
 
 
-def _generic(path: Path, items: Iterator[tuple[str, Any]]) -> Iterator[Document]:
+def _each(path: Path, items: Iterator[tuple[str, Any]], options: _Options, make) -> Iterator[Document]:
+    """``make(where, raw)`` for each record, a bad one skipped (and listed) or raised."""
     for where, raw in items:
+        try:
+            doc = make(where, raw)
+        except CorpusError as exc:
+            options.skip(f"{path} {where}", exc)
+            continue
+        yield doc
+
+
+def _generic(path: Path, items: Iterator[tuple[str, Any]], options: _Options) -> Iterator[Document]:
+    def make(where: str, raw: Any) -> Document:
         record = _record(path, where, raw)
         doc_id = str(record.get("id", record.get("_id", where.split()[-1])))
         title = str(record.get("title") or "")
@@ -163,11 +268,13 @@ def _generic(path: Path, items: Iterator[tuple[str, Any]]) -> Iterator[Document]
             raise CorpusError(f"{path}: {where} field 'metadata' is not an object")
         text = record["text"]
         markup = "markdown" if _markdown_title(text) is not None or "\n## " in text else "text"
-        yield Document(doc_id, title, text, str(record.get("url") or ""), markup, "document", metadata)
+        return Document(doc_id, title, text, str(record.get("url") or ""), markup, "document", metadata)
+
+    yield from _each(path, items, options, make)
 
 
-def _read_jsonl(path: Path) -> Iterator[Document]:
-    yield from _generic(path, ((f"line {n}", r) for n, r in _iter_jsonl(path)))
+def _read_jsonl(path: Path, options: _Options) -> Iterator[Document]:
+    yield from _generic(path, ((f"line {n}", r) for n, r in _iter_jsonl(path, options.skipped)), options)
 
 
 def _json_list(path: Path) -> list[Any]:
@@ -177,50 +284,62 @@ def _json_list(path: Path) -> list[Any]:
     return data
 
 
-def _read_json_records(path: Path) -> Iterator[Document]:
-    yield from _generic(path, ((f"record {i}", r) for i, r in enumerate(_json_list(path))))
+def _read_json_records(path: Path, options: _Options) -> Iterator[Document]:
+    yield from _generic(path, ((f"record {i}", r) for i, r in enumerate(_json_list(path))), options)
 
 
-def _read_passages(path: Path) -> Iterator[Document]:
+def _read_passages(path: Path, options: _Options) -> Iterator[Document]:
     """MuSiQue / HippoRAG / 2Wiki: ``[{title, text}]``; ids are list positions (titles repeat)."""
-    for i, raw in enumerate(_json_list(path)):
-        record = _record(path, f"record {i}", raw)
+
+    def make(where: str, raw: Any) -> Document:
+        record = _record(path, where, raw)
         title = record.get("title")
         if not isinstance(title, str):
-            raise CorpusError(f"{path}: record {i} has no string 'title' (expected {{title, text}})")
-        yield Document(str(i), title, record["text"], kind="passage")
+            raise CorpusError(f"{path}: {where} has no string 'title' (expected {{title, text}})")
+        return Document(where.split()[-1], title, record["text"], kind="passage")
+
+    yield from _each(path, ((f"record {i}", r) for i, r in enumerate(_json_list(path))), options, make)
 
 
-def _read_hotpotqa(path: Path) -> Iterator[Document]:
+def _read_hotpotqa(path: Path, options: _Options) -> Iterator[Document]:
     data = read_json(path)
     if not isinstance(data, dict):
         raise CorpusError(f"{path}: expected HotpotQA's JSON object title -> [sentences]")
-    for title, sentences in data.items():
+
+    def make(where: str, item: tuple[str, Any]) -> Document:
+        title, sentences = item
         if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
-            raise CorpusError(f"{path}: entry {title!r} is not a list of sentence strings")
-        yield Document(title, title, "".join(sentences), kind="passage")
+            raise CorpusError(f"{path}: entry {title[:200]!r} is not a list of sentence strings")
+        text = check_unicode("".join(sentences), f"{path}: entry {title[:200]!r}")
+        return Document(check_unicode(title, f"{path}: a title"), title, text, kind="passage")
+
+    yield from _each(path, ((f"entry {i}", item) for i, item in enumerate(data.items())), options, make)
 
 
-def _read_multihop_rag(path: Path) -> Iterator[Document]:
-    for i, raw in enumerate(_json_list(path)):
-        record = _record(path, f"record {i}", raw, text_key="body")
+def _read_multihop_rag(path: Path, options: _Options) -> Iterator[Document]:
+    def make(where: str, raw: Any) -> Document:
+        record = _record(path, where, raw, text_key="body")
         metadata = {k: record[k] for k in ("source", "published_at", "category", "author") if k in record}
-        yield Document(
-            str(i), str(record.get("title") or ""), record["body"], str(record.get("url") or ""),
+        return Document(
+            where.split()[-1], str(record.get("title") or ""), record["body"], str(record.get("url") or ""),
             kind="passage", metadata=metadata,
         )
 
+    yield from _each(path, ((f"record {i}", r) for i, r in enumerate(_json_list(path))), options, make)
 
-def _read_beir(path: Path) -> Iterator[Document]:
-    for lineno, raw in _iter_jsonl(path):
-        record = _record(path, f"line {lineno}", raw)
+
+def _read_beir(path: Path, options: _Options) -> Iterator[Document]:
+    def make(where: str, raw: Any) -> Document:
+        record = _record(path, where, raw)
         if "_id" not in record:
-            raise CorpusError(f"{path}: line {lineno} has no '_id' field (BEIR corpus.jsonl)")
+            raise CorpusError(f"{path}: {where} has no '_id' field (BEIR corpus.jsonl)")
         metadata = record.get("metadata") or {}
-        yield Document(
+        return Document(
             str(record["_id"]), str(record.get("title") or ""), record["text"],
             kind="passage", metadata=metadata if isinstance(metadata, dict) else {},
         )
+
+    yield from _each(path, ((f"line {n}", r) for n, r in _iter_jsonl(path, options.skipped)), options, make)
 
 
 _READERS = {

@@ -24,23 +24,49 @@ def read_text(path: Path) -> str:
         ) from None
 
 
+def _not_json(exc: BaseException) -> str:
+    """Why :func:`json.loads` refused a text: a syntax error, nesting too deep for the parser, or
+    an integer past Python's 4,300-digit conversion limit."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"at line {exc.lineno} column {exc.colno}: {exc.msg}"
+    if isinstance(exc, RecursionError):
+        return "(nested too deeply to parse)"
+    return f"({str(exc).split(';')[0]})"  # Exceeds the limit (4300 digits) for integer string conversion
+
+
 def read_json(path: Path) -> Any:
     """Parsed JSON of ``path``; :class:`CorpusError` names the file, line and column when invalid."""
     try:
         return json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise CorpusError(
-            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise CorpusError(f"{path}: invalid JSON {_not_json(exc)}") from None
 
 
-def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+def iter_json_lines(path: Path, skipped: list[tuple[str, str]] | None = None) -> Iterator[tuple[int, Any]]:
     """``(line number, parsed value)`` of each non-blank line; :class:`CorpusError` names the
-    file and line of invalid JSON."""
+    file and line of invalid JSON (with ``skipped``, the line is listed there instead)."""
     for lineno, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            yield lineno, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CorpusError(f"{path}: invalid JSON on line {lineno}: {exc.msg}") from None
+            value = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            why = f": {exc.msg}" if isinstance(exc, json.JSONDecodeError) else f" {_not_json(exc)}"
+            message = f"{path}: invalid JSON on line {lineno}{why}"
+            if skipped is None:
+                raise CorpusError(message) from None
+            skipped.append((f"{path} line {lineno}", message))
+            continue
+        yield lineno, value
+
+
+def check_unicode(value: str, where: str) -> str:
+    """``value`` unless it holds a lone surrogate (JSON's ``"\\ud800"``): such a string is not
+    Unicode text, and every later stage (tokenizer, UTF-8 files) would fail on it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CorpusError(
+            f"{where} holds a lone surrogate {value[exc.start]!r} at offset {exc.start} (not valid Unicode text)"
+        ) from None
+    return value

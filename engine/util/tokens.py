@@ -27,6 +27,6 @@ def get_encoding() -> tiktoken.Encoding:
 def count_tokens(texts: list[str]) -> list[int]:
     """cl100k_base token counts of ``texts`` (special-token markers count as plain text)."""
     enc = get_encoding()
-    if len(texts) < 256:  # the batch call starts a thread pool per call: 50x dearer for a few texts
-        return [len(enc.encode_ordinary(t)) for t in texts]
-    return [len(ids) for ids in enc.encode_ordinary_batch(texts, num_threads=2)]
+    # one call per text: tiktoken's batch call submits each text to a thread pool, which cost
+    # 30x the encoding itself for sentence-sized texts (bench/results/chunk_adversarial_cpu.md)
+    return [len(enc.encode_ordinary(t)) for t in texts]

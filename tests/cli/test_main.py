@@ -92,7 +92,12 @@ def test_debug_shows_the_exception(run, tmp_path):
     assert type(result.exception).__name__ == "IndexFormatError"
 
 
-def test_demo_retrieves_for_every_sample_question(run):
+def test_demo_retrieves_for_every_sample_question(run, sample_index):
+    """The demo shows the engine's method (spectral, through the Retriever) beside the hybrid
+    baseline, each with gold markers and its count of gold documents."""
+    from spectrag.config import RetrieverConfig
+    from spectrag.retriever import Retriever
+
     result = run("demo", "--json", "-k", "5")
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)
@@ -100,6 +105,72 @@ def test_demo_retrieves_for_every_sample_question(run):
     assert all(len(r["hits"]) == 5 for r in results)
     found = sum(len(r["gold_found"]) for r in results)
     assert found >= 12  # at least one gold document per question on average
+    assert all(set(r["methods"]) == {"spectral", "hybrid"} for r in results)
+    assert all(r["methods"]["hybrid"]["hits"] == r["hits"] for r in results)
+    contexts = Retriever(sample_index, RetrieverConfig(mode="spectral")).retrieve([r["question"] for r in results])
+    for r, ctx in zip(results, contexts):
+        hits = r["methods"]["spectral"]["hits"]
+        assert [h["chunk"] for h in hits] == ctx.ranking[:5]
+        assert all(h["gold"] == (h["doc_id"] in r["gold_docs"]) for h in hits)
+        assert r["methods"]["spectral"]["gold_found"] == sorted({h["doc_id"] for h in hits if h["gold"]})
+    from click.testing import CliRunner
+
+    from spectrag.cli.demo import _print
+
+    with CliRunner().isolation() as streams:
+        _print(results, 5)
+        text = streams[0].getvalue().decode()
+    assert "spectral (this engine)" in text and "hybrid (dense+BM25)" in text and "Gold documents in the top 5" in text
+
+
+# --- every bad input the audit of issue 16 found is one error line (exit 2), not a traceback ---
+
+
+def _model_folder(t):
+    model = t / "broken-model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{not json")
+    (model / "modules.json").write_text("[]")
+    return model
+
+
+AUDIT_CASES = [
+    ("deeply nested JSON", lambda t: ["index", _bad(t, "n.json", b"[" * 100_000), "-o", t / "o"], "nested too deeply"),
+    ("lone surrogate", lambda t: ["index", _bad(t, "s.jsonl", b'{"id": "a", "text": "x \\ud800 y"}\n'), "-o", t / "o"],
+     "lone surrogate"),
+    ("huge integer id", lambda t: ["index", _bad(t, "h.jsonl", b'{"id": ' + b"9" * 5000 + b', "text": "x"}\n'), "-o", t / "o"],
+     "4300 digits"),
+    ("no BM25 term", lambda t: ["index", _bad(t, "b.jsonl", b'{"id": "a", "text": "To be or not to be."}\n'), "-o", t / "o"],
+     "no chunk has a term BM25 can index"),
+    ("fractional chunk size", lambda t: ["index", FOLDER, "-o", t / "o", "--config", _bad(t, "c.toml", b"[chunk]\nchunk_size = 100.5\n")],
+     "chunk.chunk_size must be an integer"),
+    ("numeric device", lambda t: ["index", FOLDER, "-o", t / "o", "--config", _bad(t, "d.toml", b"[embed]\ndevice = 3\n")],
+     "embed.device must be a string"),
+    ("NaN tolerance", lambda t: ["index", FOLDER, "-o", t / "o", "--config", _bad(t, "t.toml", b"[graph]\nlanczos_tol = nan\n")],
+     "graph.lanczos_tol must be a finite number"),
+    ("broken model folder", lambda t: ["index", FOLDER, "-o", t / "o", "--config",
+                                       _bad(t, "m.toml", f"[embed]\nmodel = '{_model_folder(t)}'\n".encode())],
+     "is not a loadable sentence-transformers model"),
+    ("duplicate ids", lambda t: ["index", _bad(t, "d.jsonl", b'{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n'), "-o", t / "o"],
+     "occur more than once ('a')"),
+    ("invalid UTF-8 in -q", lambda t: ["retrieve", t, "-q", "caf\udce9"], "-q argument 1"),
+    ("lone surrogate in the query file", lambda t: ["retrieve", t, "--queries", _bad(t, "q.jsonl", b'{"query": "a \\udc00"}\n')],
+     "lone surrogate"),
+    ("-o into a missing folder", lambda t: ["retrieve", t, "-q", "x", "-o", t / "missing" / "out.jsonl"], "does not exist"),
+    ("-o onto a folder", lambda t: ["retrieve", t, "-q", "x", "-o", t], "is a folder"),
+    ("--trec onto a folder", lambda t: ["retrieve", t, "-q", "x", "--trec", t], "--trec"),
+    ("empty query file", lambda t: ["retrieve", t, "--queries", _bad(t, "e.txt", b"\n\n  \n")], "holds none"),
+    ("NaN in a retriever table", lambda t: ["retrieve", t, "-q", "x", "--config", _bad(t, "r.toml", b"[seed]\nrrf_k = nan\n")],
+     "seed.rrf_k must be an integer"),
+]
+
+
+@pytest.mark.parametrize("make_args, message", [c[1:] for c in AUDIT_CASES], ids=[c[0] for c in AUDIT_CASES])
+def test_audit_inputs_are_one_clear_line(run, tmp_path, make_args, message):
+    result = run(*make_args(tmp_path))
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.output
 
 
 # --- the LLM stages (against the deterministic test server, tests/fake_llm.py) ----------------

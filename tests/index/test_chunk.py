@@ -170,3 +170,109 @@ def test_chunk_corpus_in_a_pool_equals_serial():
     serial = chunking.chunk_corpus(docs, ChunkConfig(), workers=1)
     assert chunking.chunk_corpus(docs, ChunkConfig(), workers=2) == serial
     assert serial == [c for d in docs for c in chunking.chunk_document(d, ChunkConfig())]
+
+
+# --- pathological and real-world Markdown (issue 16) ----------------------------------------
+
+ADVERSARIAL = {  # the audit's two quadratic cases and their neighbours, about 100 KB each
+    "a line of '# '": "# " * 50_000 + "x",
+    "a deep heading line": "###### " + "# " * 50_000 + "x",
+    "unclosed fences": "```x\n" * 20_000,
+    "paired fences": "```\n```\n" * 12_500,
+    "tiny sections": "# h\nA b.\n" * 11_000,
+    "one run of dots": "." * 100_000,
+}
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_pathological_markdown_chunks_in_linear_time(name):
+    """Each 100 KB case takes at most ten times as long as 100 KB of ordinary prose (plus
+    0.5 s): the quadratic patterns took 29.6 s (a line of '# ') and 2.3 s (unclosed fences)."""
+    import time
+
+    config = ChunkConfig(chunk_size=256, overlap=64)
+    prose = "\n\n".join(d.text for d in load_documents(sample_corpus()))
+    prose = (prose * (100_000 // len(prose) + 1))[:100_000]
+    chunk_document(Document("p.md", "P", prose, markup="markdown"), config)  # warm the tokenizer
+    t0 = time.perf_counter()
+    chunk_document(Document("p.md", "P", prose, markup="markdown"), config)
+    reference = time.perf_counter() - t0
+    doc = Document("a.md", "A", ADVERSARIAL[name], markup="markdown")
+    t0 = time.perf_counter()
+    chunks = chunk_document(doc, config)
+    took = time.perf_counter() - t0
+    assert took <= 10 * reference + 0.5, f"{name}: {took:.2f} s against {reference:.2f} s for prose"
+    covered = bytearray(len(doc.text))
+    for c in chunks:
+        assert c.text == doc.text[c.start : c.end] and c.text.strip()
+        covered[c.start : c.end] = b"\x01" * (c.end - c.start)
+        assert all(len(s) <= 200 for s in c.section)  # a 100 KB heading line is cut, not copied per chunk
+    assert all(covered[i] or ch.isspace() for i, ch in enumerate(doc.text))
+
+
+def test_fences_pair_like_the_former_pattern():
+    """The fence scan finds what ``^(```|~~~)[^\\n]*\\n.*?^\\1[ \\t]*$`` (re.M | re.S) found."""
+    old = re.compile(r"^(```|~~~)[^\n]*\n.*?^\1[ \t]*$", re.M | re.S)
+    rng = random.Random(11)
+    pieces = ["```", "```py", "~~~", "````", "``` ", "text", "", "  ```", "~~~ x", "```\t"]
+    for _ in range(2_000):
+        text = "\n".join(rng.choice(pieces) for _ in range(rng.randint(1, 14)))
+        assert chunking._fence_spans(text) == [m.span() for m in old.finditer(text)], repr(text)
+
+
+def test_merged_token_counts_are_exact():
+    """A merge recounts only from the earlier chunk's last line: cl100k_base never joins text
+    before a newline with a line that starts with text or with blanks other than newlines."""
+    rng = random.Random(12)
+    alphabet = ["\n", " ", ".", "a", "#", "1", "é", "'", "s", "\t", "\r", "|", "`", "A", "-", "\U0001F600",
+                "\u3000", "\x85", "\u2028", "\n\n", "word "]
+    for _ in range(20_000):
+        x = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) + "\n"
+        y = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        lead = re.match(r"\s*", y).group(0)
+        if len(lead) == len(y) or "\n" in lead or "\r" in lead:
+            continue
+        assert count_tokens([x + y])[0] == sum(count_tokens([x, y])), (x, y)
+
+
+def test_setext_headings_are_sections():
+    text = ("Guide\n=====\n\n" + "Intro words that are long enough to be a chunk. " * 3 + "\n\nUsage\n-----\n\n"
+            + "How to use it, in a few sentences of their own. " * 3 + "\n\n---\n\n" + "After a rule. " * 3)
+    doc = Document("s.md", "Guide", text, markup="markdown")
+    paths = [c.section for c in chunk_document(doc, ChunkConfig(chunk_size=40, overlap=0, min_tokens=0))]
+    assert ("Guide",) in paths and ("Guide", "Usage") in paths
+    assert all(p[-1] != "" for p in paths if p)  # the thematic break after a blank line is no heading
+    lists = "- item one\n---\n\n* two\n===\n"
+    assert chunking._setext_headings(lists) == []  # under a list item a rule is no heading
+
+
+def test_html_comments_never_become_sections():
+    text = "<!--\n# Draft notes\nnot a title\n-->\n# Real\n\n" + "Body sentence here. " * 10 + "\n<!-- # inline -->\n"
+    doc = Document("c.md", "C", text, markup="markdown")
+    assert {c.section for c in chunk_document(doc, ChunkConfig(chunk_size=200, overlap=0))} == {("Real",)}
+    unclosed = Document("u.md", "U", "# Kept\n\nText one.\n<!-- open\n# Hidden\n\nText two.\n", markup="markdown")
+    assert all("Hidden" not in c.section for c in chunk_document(unclosed, ChunkConfig(chunk_size=8, overlap=0, min_tokens=0)))
+
+
+def test_section_titles_are_plain_text():
+    text = "# The [Veltra](veltra.md) *Bridge* &amp; `co` #\n\n" + "Body of the section. " * 5
+    (chunk,) = chunk_document(Document("t.md", "T", text, markup="markdown"), ChunkConfig())
+    assert chunk.section == ("The Veltra Bridge & co",)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_tiny_chunk_sizes_give_no_blank_and_no_oversized_chunks(seed):
+    """At chunk sizes down to 8 tokens, no chunk is blank and none is over the limit except one
+    that is a single table or code fence (never split, documented)."""
+    rng = random.Random(seed)
+    alphabet = ["a", "b ", "The ", ". ", "\n", "\n\n", " ", "  ", "\t", "# ", "## x\n", "|a|b|\n", "```\n", "é",
+                "\U0001F600", "1. ", "word ", "\u3000", "\r\n", "<!--", "-->", "===\n", "---\n", "    "]
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 150)))
+        config = ChunkConfig(chunk_size=rng.randint(8, 20), overlap=rng.randint(0, 7), min_tokens=rng.randint(0, 8))
+        doc = Document("d", "t", text, markup=rng.choice(["markdown", "text"]), kind=rng.choice(["document", "passage"]))
+        spans = chunking._protected_spans(text)
+        for c in chunk_document(doc, config):
+            assert c.text.strip() and c.text == text[c.start : c.end]
+            assert c.n_tokens == count_tokens([c.text])[0]
+            assert c.n_tokens <= config.chunk_size or spans.covers(c.start, c.end), (text, config, c)

@@ -123,7 +123,7 @@ def test_missing_path_and_unknown_format(tmp_path):
 
 def test_folder_without_text_files(tmp_path):
     (tmp_path / "x.csv").write_text("a")
-    with pytest.raises(CorpusError, match="holds no .md, .markdown or .txt files"):
+    with pytest.raises(CorpusError, match="holds no .md, .markdown, .rst or .txt files"):
         load_documents(tmp_path)
 
 
@@ -131,3 +131,114 @@ def test_wrong_explicit_format_names_the_expectation(tmp_path):
     path = _write(tmp_path, "h.json", json.dumps({"t": ["s."]}))
     with pytest.raises(CorpusError, match="expected a JSON list of records"):
         load_documents(path, "musique")
+
+
+# --- real-world documents (issue 16) ---------------------------------------------------------
+
+RST = """\
+=============
+ Veltra Guide
+=============
+
+The guide to the *Veltra* bridge, written in reStructuredText.
+
+History
+=======
+
+Built in 1901 by `the council <https://example.org>`_.
+
+Early years
+-----------
+
+A ferry ran before the bridge.
+
+Repairs
+=======
+
+.. note:: A directive with text.
+
+Repaired in 1950.
+"""
+
+
+def test_rst_files_are_read_with_their_sections(tmp_path):
+    from spectrag.config import ChunkConfig
+    from spectrag.index.chunk import chunk_document
+
+    (tmp_path / "guide.rst").write_text(RST)
+    (tmp_path / "notes.md").write_text("# Notes\n\nPlain notes.\n")
+    docs = load_documents(tmp_path)
+    assert [d.doc_id for d in docs] == ["guide.rst", "notes.md"]  # .rst is no longer skipped in a mixed folder
+    rst = docs[0]
+    assert rst.markup == "rst" and rst.title == "Veltra Guide" and rst.text == RST
+    assert [(depth, title) for _, depth, title, _ in rst.headings] == [
+        (1, "Veltra Guide"), (2, "History"), (3, "Early years"), (2, "Repairs")]
+    sections = [c.section for c in chunk_document(rst, ChunkConfig(chunk_size=24, overlap=0, min_tokens=0))]
+    assert ("Veltra Guide", "History", "Early years") in sections and ("Veltra Guide", "Repairs") in sections
+
+
+def test_front_matter_is_metadata_and_gives_the_title(tmp_path):
+    (tmp_path / "a.md").write_text("---\ntitle: The *Grey* Harbour\ntags: [port, history]\n---\n# Other heading\n\nBody.\n")
+    (tmp_path / "b.md").write_text("---\nauthor: x\n---\nBody only.\n")
+    (tmp_path / "c.md").write_text("---\n\nA thematic break, not front matter.\n")
+    a, b, c = load_documents(tmp_path)
+    assert a.title == "The Grey Harbour" and a.text == "# Other heading\n\nBody.\n"
+    assert a.metadata == {"front_matter": {"title": "The *Grey* Harbour", "tags": ["port", "history"]}}
+    assert b.title == "b" and b.text == "Body only.\n"
+    assert c.text.startswith("---") and c.metadata == {}
+
+
+def test_titles_skip_html_comments_and_read_setext_and_markup(tmp_path):
+    (tmp_path / "a.md").write_text("<!--\n# Draft title\n-->\n# Real [Title](x.md) &amp; more\n")
+    (tmp_path / "b.md").write_text("Setext Title\n============\n\ntext\n")
+    (tmp_path / "c.md").write_text("<!-- # nope -->\nno heading here\n")
+    assert [d.title for d in load_documents(tmp_path)] == ["Real Title & more", "Setext Title", "c"]
+
+
+def test_invalid_files_fail_or_are_skipped_and_listed(tmp_path):
+    (tmp_path / "good.md").write_text("# Good\n\nFine text.\n")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    (tmp_path / "bad.md").write_text("---\ntitle: [unclosed\n---\nBody.\n")
+    with pytest.raises(CorpusError, match="bad.md: invalid YAML front matter"):
+        load_documents(tmp_path)
+    skipped: list = []
+    docs = load_documents(tmp_path, skipped=skipped)
+    assert [d.doc_id for d in docs] == ["good.md"]
+    assert [where for where, _ in skipped] == ["bad.md", "latin1.txt"]
+    assert "not UTF-8" in skipped[1][1]
+    lines = tmp_path / "c.jsonl"
+    lines.write_text('{"id": "a", "text": "one"}\n{oops\n[1]\n{"id": "b", "text": "\\ud800"}\n{"id": "c", "text": "two"}\n')
+    skipped = []
+    assert [d.doc_id for d in load_documents(lines, skipped=skipped)] == ["a", "c"]
+    assert len(skipped) == 3 and "lone surrogate" in skipped[2][1]
+
+
+def test_symlinks_out_of_the_corpus_are_refused_unless_followed(tmp_path):
+    corpus, outside = tmp_path / "corpus", tmp_path / "outside"
+    corpus.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("Not part of the corpus.\n")
+    (corpus / "own.md").write_text("# Own\n\ntext\n")
+    (corpus / "link.txt").symlink_to(outside / "secret.txt")
+    (corpus / "inside.md").symlink_to(corpus / "own.md")  # a link within the folder is fine
+    with pytest.raises(CorpusError, match="link.txt is a symbolic link to .*outside the corpus folder"):
+        load_documents(corpus)
+    assert [d.doc_id for d in load_documents(corpus, follow_symlinks=True)] == ["inside.md", "link.txt", "own.md"]
+    (corpus / "link.txt").unlink()
+    (corpus / "dir").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(CorpusError, match="dir is a symbolic link"):
+        load_documents(corpus)
+    assert "dir/secret.txt" in [d.doc_id for d in load_documents(corpus, follow_symlinks=True)]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[" * 100_000, "nested too deeply"),
+    ('[{"id": ' + "7" * 5000 + ', "text": "x"}]', "4300 digits"),
+    ('[{"text": "a \\udc00 b"}]', "lone surrogate"),
+    ('[{"title": "\\ud800", "text": "b"}]', "field 'title' holds a lone surrogate"),
+])
+def test_hostile_json_is_a_corpus_error(tmp_path, content, message):
+    path = tmp_path / "c.json"
+    path.write_text(content)
+    with pytest.raises(CorpusError, match=message):
+        load_documents(path, "json")
