@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from spectrag.errors import CorpusError
+from spectrag.errors import CorpusError, IndexFormatError
 from spectrag.graph.questions import embed_questions, load_questions, read_questions_file, save_questions
 
 
@@ -28,9 +28,14 @@ def test_file_embed_sums_and_storage(tmp_path):
     np.testing.assert_allclose(sums[2], qs.vectors[1] + qs.vectors[2], rtol=1e-6)
     assert has.tolist() == [True, False, True] and not sums[1].any()
     save_questions(tmp_path, qs)
-    back = load_questions(tmp_path)
+    back = load_questions(tmp_path, n=3)
     assert back.owners.tolist() == [0, 2, 2] and np.array_equal(back.vectors, qs.vectors)
-    assert load_questions(tmp_path / "none") is None
+    assert load_questions(tmp_path / "none", n=3) is None
+    with pytest.raises(IndexFormatError, match="questions.owners.npy"):  # an owner past the chunk table
+        load_questions(tmp_path, n=2)
+    np.save(tmp_path / "questions.vectors.npy", np.full((3, qs.vectors.shape[1]), np.nan, dtype=np.float32))
+    with pytest.raises(IndexFormatError, match="questions.vectors.npy"):
+        load_questions(tmp_path, n=3)
 
 
 @pytest.mark.parametrize("content, match", [
