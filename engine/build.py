@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +75,22 @@ def embedding_text(chunk: Chunk, include_title: bool) -> str:
     return chunk.text
 
 
+@dataclass(frozen=True)
+class BuildStages:
+    """How the chunk, embed and graph steps of :func:`build_index` run: in this process (the
+    defaults) or on a cluster (:func:`spectrag.distributed.build_index_ray` passes its own).
+    ``chunk(docs, config, progress) -> chunks``; ``embedder(config)``: an object with
+    :class:`~spectrag.index.embed.Embedder`'s ``encode``, ``last_cache_hits``, ``fingerprint``,
+    ``dim`` and ``close``; ``graph``: :func:`~spectrag.graph.build.build_graph`'s signature;
+    ``facts``: a ``distributed`` entry for the manifest (None: none)."""
+
+    chunk: Callable[[list[Document], Any, bool], list[Chunk]] = lambda docs, config, progress: chunk_corpus(
+        docs, config, progress=progress)  # a process pool for large corpora
+    embedder: Callable[[Any], Any] = Embedder
+    graph: Callable[..., Any] = build_graph
+    facts: dict[str, Any] | None = None
+
+
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in PACKAGES:
@@ -117,6 +134,7 @@ def build_index(
     progress: bool = False,
     on_stage: Callable[[str], None] | None = None,
     embeddings: np.ndarray | None = None,
+    stages: BuildStages | None = None,
 ) -> Index:
     """Build an index of the corpus at ``source`` into ``out_dir`` and return it loaded.
 
@@ -124,9 +142,11 @@ def build_index(
     when the build has finished (atomic rename); an existing one is replaced only with
     ``overwrite=True``. ``embeddings`` (float32 ``[n_chunks, d]``, L2-normalized) supplies
     precomputed chunk vectors instead of running the model (synthetic benchmarks, external
-    embedders); queries must then be given as vectors too.
+    embedders); queries must then be given as vectors too. ``stages``: where the chunk, embed and
+    graph steps run (:class:`BuildStages`; default: this process).
     """
     config = config or IndexConfig()
+    stages = stages or BuildStages()
     source, out_dir = Path(source), Path(out_dir)
     refuse_existing(out_dir, overwrite=overwrite)  # before any work, not only at the end
     _check_inputs(config, embeddings_supplied=embeddings is not None)
@@ -138,7 +158,7 @@ def build_index(
     report.documents = len(docs)
     stage("load")
 
-    chunks = chunk_corpus(docs, config.chunk, progress=progress)  # a process pool for large corpora
+    chunks = stages.chunk(docs, config.chunk, progress)
     del docs  # chunk texts are copies: the documents are no longer needed
     report.chunks = len(chunks)
     report.tokens = sum(c.n_tokens for c in chunks)
@@ -147,7 +167,7 @@ def build_index(
     texts = [embedding_text(c, config.embed.include_title) for c in chunks]
     embedder = None
     if embeddings is None:
-        embedder = Embedder(config.embed)
+        embedder = stages.embedder(config.embed)
         vectors = embedder.encode(texts, show_progress=progress)
         report.cache_hits = embedder.last_cache_hits
         fingerprint, dim = embedder.fingerprint, embedder.dim
@@ -161,7 +181,7 @@ def build_index(
     graph = None
     if config.graph.enabled:
 
-        graph = build_graph(chunks, vectors, config.graph, encode=embedder.encode if embedder else None)
+        graph = stages.graph(chunks, vectors, config.graph, encode=embedder.encode if embedder else None)
         stage("graph")
     kg = None
     if config.kg.enabled:  # offline step 7, before the embedder closes: it embeds names and relations
@@ -215,6 +235,7 @@ def build_index(
                 "graph": graph_facts,
                 "kg": kg[1] if kg is not None else None,
                 "versions": _versions(),
+                **({"distributed": stages.facts} if stages.facts is not None else {}),
             },
         )
         stage("write")

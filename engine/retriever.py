@@ -26,6 +26,17 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
+def check_queries(queries) -> list[str]:
+    """``queries`` as a list, or a :class:`SpectragError` naming the first empty one."""
+    queries = list(queries)
+    if not queries:
+        raise SpectragError("no queries given")
+    for i, q in enumerate(queries):
+        if not isinstance(q, str) or not q.strip():
+            raise SpectragError(f"query {i} is empty; every query needs some text")
+    return queries
+
+
 class Retriever:
     """Batched retrieval over one index: ``Retriever(index).retrieve(queries) -> [Context]``.
 
@@ -50,12 +61,7 @@ class Retriever:
     def encode(self, queries: list[str], qvecs: torch.Tensor | None = None) -> QueryBatch:
         """The pipeline's view of query texts: their embeddings (``qvecs [B, d]`` when given)
         and their BM25 term counts."""
-        queries = list(queries)
-        if not queries:
-            raise SpectragError("no queries given")
-        for i, q in enumerate(queries):
-            if not isinstance(q, str) or not q.strip():
-                raise SpectragError(f"query {i} is empty; every query needs some text")
+        queries = check_queries(queries)
         vectors = self.embed(queries) if qvecs is None else qvecs
         if vectors.shape[0] != len(queries):
             raise SpectragError(f"{len(queries)} queries but {vectors.shape[0]} query vectors")

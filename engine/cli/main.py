@@ -105,6 +105,15 @@ def main() -> None:
     """SpectRAG: batched graph retrieval (spectral diffusion, PPR, spreading activation)."""
 
 
+def _ray_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--ray [ADDRESS]`` and ``--workers N``: run the command on a Ray cluster (spectrag.distributed)."""
+    fn = click.option("--workers", default=0, show_default=True, type=click.IntRange(min=0),
+                      help="With --ray: workers (actors, task fan-out); 0 = one per cluster CPU (per GPU when present).")(fn)
+    return click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+                        help="Run on Ray: alone, a local cluster of this machine's CPUs; 'auto' or ray://host:port, an "
+                             "existing cluster. Same output as without. Needs: pip install 'spectrag[ray]'.")(fn)
+
+
 @main.command("index")
 @click.argument("corpus", type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Index folder to create.")
@@ -117,9 +126,11 @@ def main() -> None:
 @click.option("--overwrite", is_flag=True, help="Replace an existing index folder.")
 @click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_ray_options
 @_friendly
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
-              openie_file: Path | None, overwrite: bool, skip_empty: bool, as_json: bool) -> None:
+              openie_file: Path | None, overwrite: bool, skip_empty: bool, as_json: bool, ray_address: str | None,
+              workers: int) -> None:
     """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
     from spectrag.build import build_index
     from spectrag.config import load_config
@@ -127,8 +138,13 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
     config = load_config(config_file, preset=preset)
     if openie_file is not None:
         config = with_openie(config, openie_file)
-    index = build_index(corpus, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
-                        progress=not as_json and sys.stderr.isatty())
+    build = build_index
+    if ray_address is not None:
+        from spectrag.distributed.build import build_index_ray  # optional dependency (Ray)
+
+        build = functools.partial(build_index_ray, address=ray_address, workers=workers)
+    index = build(corpus, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
+                  progress=not as_json and sys.stderr.isatty())
     summary = _summary(index.manifest, out_dir)
     summary["seconds"] = index.report.seconds
     if as_json:
@@ -191,10 +207,11 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 @click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="JSONL results (default: stdout).")
 @click.option("--trec", "trec_file", type=click.Path(path_type=Path), help="Also write the ranking as a TREC run file.")
 @click.option("--no-text", is_flag=True, help="Leave chunk texts out of the JSONL.")
+@_ray_options
 @_friendly
 def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None,
                  config_file: Path | None, budget: int | None, batch_size: int, out_file: Path | None,
-                 trec_file: Path | None, no_text: bool) -> None:
+                 trec_file: Path | None, no_text: bool, ray_address: str | None, workers: int) -> None:
     """Retrieve a token-budgeted context for every query, in batches."""
     from spectrag.cli.retrieve import (
         run_queries,  # imported on use: `spectrag --help` stays fast
@@ -203,7 +220,7 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 
     config = load_retriever_config(config_file, **({"mode": mode} if mode else {}))
     run_queries(index_dir, query_file, list(texts), config=config, budget=budget, batch_size=batch_size,
-                out_file=out_file, trec_file=trec_file, with_text=not no_text)
+                out_file=out_file, trec_file=trec_file, with_text=not no_text, ray=ray_address, workers=workers)
 
 
 @main.command("demo")

@@ -18,8 +18,10 @@ from spectrag.store import load_index
 
 def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, config: RetrieverConfig,
                 budget: int | None, batch_size: int, out_file: Path | None, trec_file: Path | None,
-                with_text: bool) -> int:
-    """Write one JSON line per query (and optionally a TREC run); returns the number of queries."""
+                with_text: bool, ray: str | None = None, workers: int = 0) -> int:
+    """Write one JSON line per query (and optionally a TREC run); returns the number of queries.
+    ``ray``: score on a Ray cluster at that address (``local``, ``auto``, ``ray://host:port``)
+    with ``workers`` actors (:mod:`spectrag.distributed`); the output is the same."""
     mode = config.mode
 
     if not texts and query_file is None:
@@ -27,16 +29,22 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     if batch_size < 1:
         raise SpectragError(f"--batch-size must be >= 1, got {batch_size}")
     queries = itertools.chain(((str(i), t) for i, t in enumerate(texts)), iter_queries(query_file) if query_file else ())
-    retriever = Retriever(load_index(index_dir), config)
+    batches = iter(lambda: list(itertools.islice(queries, batch_size)), [])
+    if ray is None:
+        retriever = Retriever(load_index(index_dir), config)
+        scored = ((b, retriever.retrieve([t for _, t in b], budget=budget)) for b in batches)
+    else:
+        from spectrag.distributed.score import scored_batches  # optional dependency (Ray)
+
+        scored = scored_batches(index_dir, config, batches, budget=budget, address=ray, workers=workers)
     out = out_file.open("w", encoding="utf-8") if out_file else sys.stdout
     trec = trec_file.open("w", encoding="utf-8") if trec_file else None
     progress = out_file is not None and sys.stderr.isatty()
     done = 0
     try:
         with click.progressbar(length=0, label="queries", file=sys.stderr) if progress else _null() as bar:
-            while batch := list(itertools.islice(queries, batch_size)):
-                ids, batch_texts = zip(*batch)
-                for qid, ctx in zip(ids, retriever.retrieve(list(batch_texts), budget=budget)):
+            for batch, contexts in scored:
+                for (qid, _), ctx in zip(batch, contexts):
                     row = {"id": qid, **ctx.to_json()}
                     if not with_text:
                         for c in row["chunks"]:
