@@ -17,8 +17,12 @@ from spectrag.distributed.cluster import LOCAL, quiet_data_context, ray_cluster,
 from spectrag.distributed.embed import RayEmbedder
 from spectrag.distributed.graph import RayGraph
 from spectrag.index.chunk import chunk_document
-from spectrag.store import Index
+from spectrag.store import MANIFEST, Index
 from spectrag.types import Chunk, Document
+
+#: manifest fields that differ between two builds of one corpus: when, how long, how much memory, where
+TIMING_FIELDS = ("created", "seconds", "cpu_seconds", "memory", "distributed", "graph.seconds", "graph.cpu_seconds",
+                 "graph.peak_rss_mib", "graph.spectrum.seconds")
 
 #: documents per Ray Data block of the chunk stage
 CHUNK_DOCS = 2_048
@@ -95,3 +99,23 @@ def build_index_ray(
         stages = ray_stages(cluster, cluster.workers(workers), graph_tasks=graph_tasks)
         return build_index(source, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
                            progress=progress, embeddings=embeddings, stages=stages)
+
+
+def index_differences(a: str | Path, b: str | Path) -> list[str]:
+    """What differs between the index folders ``a`` and ``b``: files present in one only,
+    files whose bytes differ, and manifest fields that differ apart from :data:`TIMING_FIELDS`
+    (an empty list: the same index, as a distributed and a single-process build should be)."""
+    a, b = Path(a), Path(b)
+    files = lambda root: {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}  # noqa: E731
+    fa, fb = files(a), files(b)
+    out = [f"only in {a}: {f}" for f in sorted(fa - fb)] + [f"only in {b}: {f}" for f in sorted(fb - fa)]
+    out += [f"bytes differ: {f}" for f in sorted(fa & fb - {MANIFEST}) if (a / f).read_bytes() != (b / f).read_bytes()]
+    ma, mb = (json.loads((root / MANIFEST).read_text(encoding="utf-8")) for root in (a, b))
+    for field in TIMING_FIELDS:
+        *parents, last = field.split(".")
+        for m in (ma, mb):
+            for key in parents:
+                m = m.get(key) or {}
+            m.pop(last, None)
+    out += [f"manifest differs: {key}" for key in sorted(set(ma) | set(mb)) if ma.get(key) != mb.get(key)]
+    return out

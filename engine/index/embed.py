@@ -139,7 +139,9 @@ class Embedder:
     * ``backend="onnx"`` runs the transformer in ONNX Runtime (an optional dependency) on a copy
       exported once into the cache folder, and checks it against torch before using it.
 
-    On CUDA the model runs in half precision through ``SentenceTransformer.encode``.
+    On CUDA the model runs in half precision through ``SentenceTransformer.encode``. On both
+    paths the uncached texts are embedded in windows of ``_WINDOW`` texts (:meth:`windows`),
+    each on its own: a distributed build sends exactly these windows to its actors.
     """
 
     _WINDOW = 4096  # texts tokenized and sorted together; bounds memory on large builds
