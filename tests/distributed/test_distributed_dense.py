@@ -17,8 +17,8 @@ def _vectors_with_ties(n: int = 600, d: int = 32, seed: int = 0) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-@pytest.mark.parametrize("shards", [2, 3])
-def test_sharded_search_equals_unsharded_with_ties(ray_local, shards, tmp_path):
+@pytest.mark.parametrize(("shards", "source"), [(2, "file"), (3, "array")])
+def test_sharded_search_equals_unsharded_with_ties(ray_local, shards, source, tmp_path):
     from spectrag.distributed import RayDenseShards
 
     x = _vectors_with_ties()
@@ -27,9 +27,9 @@ def test_sharded_search_equals_unsharded_with_ties(ray_local, shards, tmp_path):
     # the 87 equal vectors tie for the top 20 of x[3]: the engine takes the smallest ids
     assert want_i[0].tolist() == sorted({3, *range(0, 600, 7)})[:20]
     np.save(tmp_path / "embeddings.npy", x)
-    for source in (x, tmp_path / "embeddings.npy"):
-        got_s, got_i = RayDenseShards(source, shards=shards).search(xq, 20)
-        np.testing.assert_array_equal(got_i, want_i)
-        np.testing.assert_array_equal(got_s, want_s)
+    shards_ = RayDenseShards(tmp_path if source == "file" else x, shards=shards)  # an index folder, or an array
+    got_s, got_i = shards_.search(xq, 20)
+    np.testing.assert_array_equal(got_i, want_i)
+    np.testing.assert_array_equal(got_s, want_s)
     with pytest.raises(SpectragError, match="shards must be"):
         RayDenseShards(x, shards=0)
