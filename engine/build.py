@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -87,6 +88,22 @@ def embedding_text(chunk: Chunk, include_title: bool) -> str:
     if include_title and chunk.title and not chunk.text.lstrip("# ").startswith(chunk.title):
         return f"{chunk.title}\n{chunk.text}"
     return chunk.text
+
+
+@dataclass(frozen=True)
+class BuildStages:
+    """How the chunk, embed and graph steps of :func:`build_index` run: in this process (the
+    defaults) or on a cluster (:func:`spectrag.distributed.build_index_ray` passes its own).
+    ``chunk(docs, config, progress) -> chunks``; ``embedder(config)``: an object with
+    :class:`~spectrag.index.embed.Embedder`'s ``encode``, ``last_cache_hits``, ``fingerprint``,
+    ``dim`` and ``close``; ``graph``: :func:`~spectrag.graph.build.build_graph`'s signature;
+    ``facts``: a ``distributed`` entry for the manifest (None: none)."""
+
+    chunk: Callable[[list[Document], Any, bool], list[Chunk]] = lambda docs, config, progress: chunk_corpus(
+        docs, config, progress=progress)  # a process pool for large corpora
+    embedder: Callable[[Any], Any] = Embedder
+    graph: Callable[..., Any] = build_graph
+    facts: dict[str, Any] | None = None
 
 
 def _versions() -> dict[str, str]:
@@ -192,6 +209,7 @@ def build_index(
     llm: LLMConfig | LLMClient | None = None,
     skip_invalid: bool = False,
     follow_symlinks: bool = False,
+    stages: BuildStages | None = None,
 ) -> Index:
     """Build an index of the corpus at ``source`` into ``out_dir`` and return it loaded.
 
@@ -204,19 +222,23 @@ def build_index(
     into the manifest's ``llm`` entry and ``index.report.llm``. ``skip_invalid``: leave out (and
     list in the report and the manifest) files and records that cannot be read, instead of
     failing; ``follow_symlinks``: read symbolic links that lead out of a corpus folder.
+    ``stages``: where the chunk, embed and graph steps run (:class:`BuildStages`; default: this
+    process).
     """
     config = config or IndexConfig()
+    stages = stages or BuildStages()
     source, out_dir = Path(source), Path(out_dir)
     with index_lock(out_dir, what="built"):  # one build or add of this index at a time
         clean_stale(out_dir)  # an interrupted swap put right, dead builds' temporary folders removed
         return _build(source, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty, progress=progress,
                       on_stage=on_stage, embeddings=embeddings, llm=llm, skip_invalid=skip_invalid,
-                      follow_symlinks=follow_symlinks)
+                      follow_symlinks=follow_symlinks, stages=stages)
 
 
 def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwrite: bool, skip_empty: bool,
            progress: bool, on_stage: Callable[[str], None] | None, embeddings: np.ndarray | None,
-           llm: LLMConfig | LLMClient | None, skip_invalid: bool, follow_symlinks: bool) -> Index:
+           llm: LLMConfig | LLMClient | None, skip_invalid: bool, follow_symlinks: bool,
+           stages: BuildStages) -> Index:
     refuse_existing(out_dir, overwrite=overwrite)  # before any work, not only at the end
     client = make_client(llm) if uses_llm(config) else None
     _check_inputs(config, embeddings_supplied=embeddings is not None, has_llm=client is not None)
@@ -228,7 +250,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
     report.documents = len(docs)
     stage("load")
 
-    chunks = chunk_corpus(docs, config.chunk, progress=progress)  # a process pool for large corpora
+    chunks = stages.chunk(docs, config.chunk, progress)
     del docs  # chunk texts are copies: the documents are no longer needed
     report.chunks = len(chunks)
     report.tokens = sum(c.n_tokens for c in chunks)
@@ -248,7 +270,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
     stage("bm25")
     embedder = None
     if embeddings is None:
-        embedder = Embedder(config.embed)
+        embedder = stages.embedder(config.embed)
         vectors = embedder.encode(texts, show_progress=progress)
         report.cache_hits = embedder.last_cache_hits
         fingerprint, dim = embedder.fingerprint, embedder.dim
@@ -266,8 +288,8 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
             questions = embed_questions(llm_questions, len(chunks), encode)
         else:
             questions = file_questions(chunks, config.graph, encode)
-        graph = build_graph(chunks, vectors, config.graph, encode=encode, questions=questions,
-                            openie_docs=openie_docs if config.kg.source == "llm" else None)
+        graph = stages.graph(chunks, vectors, config.graph, encode=encode, questions=questions,
+                             openie_docs=openie_docs if config.kg.source == "llm" else None)
         stage("graph")
     kg = None
     if config.kg.enabled:  # offline step 7, before the embedder closes: it embeds names and relations
@@ -327,6 +349,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
                 "kg": kg[1] if kg is not None else None,
                 "llm": llm_facts,
                 "versions": _versions(),
+                **({"distributed": stages.facts} if stages.facts is not None else {}),
             },
         )
         stage("write")

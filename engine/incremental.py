@@ -352,13 +352,14 @@ def semantic_update(
         index = knn_index(vectors, "exact", tile=tile)
     old = top_k_per_row(old_sym, k).tocoo()  # each old row's own list
     rows, cols, weights = [old.row.astype(np.int64)], [old.col.astype(np.int64)], [old.data]
-    r, c, w = knn_rows(index, vectors[n_old:], min(k + 1, n), first=n_old, min_cos=min_cos, tile=tile)
+    r, c, w = knn_rows(index, vectors[n_old:], min(k + 1, n), first=n_old, min_cos=min_cos, tile=tile, base=vectors)
     rows += r
     cols += c
     weights += w
     if n_old:
         new_index = knn_index(vectors[n_old:], "exact", tile=tile)
-        r, c, w = knn_rows(new_index, vectors[:n_old], min(k, n - n_old), offset=n_old, min_cos=min_cos, tile=tile)
+        r, c, w = knn_rows(new_index, vectors[:n_old], min(k, n - n_old), offset=n_old, min_cos=min_cos, tile=tile,
+                           base=vectors[n_old:])
         rows += r
         cols += c
         weights += w

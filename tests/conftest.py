@@ -114,6 +114,53 @@ def kg_index(sample_index, tmp_path_factory, embed_cache):
     return build_index(sample_corpus(), tmp_path_factory.mktemp("kg") / "sample-kg", config)
 
 
+@pytest.fixture(scope="session")
+def ray_local():
+    """A local Ray cluster of 2 CPUs for tests/distributed/, started once per session (about
+    10 s) and shut down at its end; ``spectrag.distributed`` uses it rather than starting its own."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'spectrag[ray]'")
+    pytest.importorskip("ray.data", reason="Ray Data is not installed: pip install 'ray[data]'")
+    if ray.is_initialized():
+        yield ray
+        return
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
+             object_store_memory=300 * 2**20)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def kill_once(name: str, *, after: float = 0.0, timeout: float = 120.0):
+    """Start a thread that SIGKILLs the first process whose command line holds ``name`` (a Ray
+    actor: ``ray::MapWorker(MapBatches(<class>))``) once it has run ``after`` seconds; returns
+    the thread, whose ``killed`` list gets the pid."""
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    def hunt() -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not thread.killed:
+            for proc in psutil.process_iter(["pid", "cmdline", "create_time"]):
+                cmd = " ".join(proc.info["cmdline"] or [])
+                if name in cmd and time.time() - proc.info["create_time"] >= after:
+                    try:
+                        os.kill(proc.info["pid"], signal.SIGKILL)
+                    except ProcessLookupError:
+                        continue
+                    thread.killed.append(proc.info["pid"])
+                    return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=hunt, daemon=True)
+    thread.killed = []
+    thread.start()
+    return thread
+
+
 def shared_file(*parts: str) -> Path:
     """A file under ../shared/data, or skip the test with the reason."""
     path = SHARED_DATA.joinpath(*parts)

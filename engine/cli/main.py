@@ -126,6 +126,15 @@ def main() -> None:
     """SpectRAG: batched graph retrieval (spectral diffusion, PPR, spreading activation)."""
 
 
+def _ray_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--ray [ADDRESS]`` and ``--workers N``: run the command on a Ray cluster (spectrag.distributed)."""
+    fn = click.option("--workers", default=0, show_default=True, type=click.IntRange(min=0),
+                      help="With --ray: workers (actors, task fan-out); 0 = one per cluster CPU (per GPU when present).")(fn)
+    return click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+                        help="Run on Ray: alone, a local cluster of this machine's CPUs; 'auto' or ray://host:port, an "
+                             "existing cluster. Same output as without. Needs: pip install 'spectrag[ray]'.")(fn)
+
+
 @main.command("index")
 @click.argument("corpus", type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Index folder to create.")
@@ -148,10 +157,12 @@ def main() -> None:
 @click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder (refused by default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @llm_options
+@_ray_options
 @_friendly
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
               openie_file: Path | None, utility_questions: bool, kg_source: str | None, overwrite: bool,
-              skip_empty: bool, skip_invalid: bool, follow_symlinks: bool, as_json: bool, llm_flags: dict) -> None:
+              skip_empty: bool, skip_invalid: bool, follow_symlinks: bool, as_json: bool, llm_flags: dict,
+              ray_address: str | None, workers: int) -> None:
     """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
     from spectrag.build import build_index
     from spectrag.config import load_config
@@ -160,9 +171,14 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
     if openie_file is not None:
         config = with_openie(config, openie_file)
     config = with_llm_stages(config, utility_questions=utility_questions, kg_source=kg_source)
-    index = build_index(corpus, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
-                        skip_invalid=skip_invalid, follow_symlinks=follow_symlinks,
-                        progress=not as_json and sys.stderr.isatty(), llm=llm_config(config_file, llm_flags))
+    build = build_index
+    if ray_address is not None:
+        from spectrag.distributed.build import build_index_ray  # optional dependency (Ray)
+
+        build = functools.partial(build_index_ray, address=ray_address, workers=workers)
+    index = build(corpus, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
+                  skip_invalid=skip_invalid, follow_symlinks=follow_symlinks,
+                  progress=not as_json and sys.stderr.isatty(), llm=llm_config(config_file, llm_flags))
     _report_skipped(index.report.skipped_invalid)
     summary = _summary(index.manifest, out_dir)
     summary["seconds"] = index.report.seconds
@@ -242,11 +258,12 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
               help="TREC docno: the chunk id, or the document id at its best chunk's score (max-passage).")
 @click.option("--no-text", is_flag=True, help="Leave chunk texts out of the JSONL.")
 @llm_options
+@_ray_options
 @_friendly
 def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None,
                  config_file: Path | None, device: str | None, budget: int | None, top_k: int | None, fmt: str,
                  batch_size: int, out_file: Path | None, trec_file: Path | None, depth: int, level: str,
-                 no_text: bool, llm_flags: dict) -> None:
+                 no_text: bool, llm_flags: dict, ray_address: str | None, workers: int) -> None:
     """Retrieve a token-budgeted context (and the top-k) for every query, in batches."""
     from spectrag.cli.retrieve import (
         run_queries,  # imported on use: `spectrag --help` stays fast
@@ -257,7 +274,7 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
     config = load_retriever_config(config_file, **overrides)
     run_queries(index_dir, query_file, list(texts), config=config, budget=budget, batch_size=batch_size,
                 out_file=out_file, trec_file=trec_file, with_text=not no_text, k=top_k, fmt=fmt, depth=depth,
-                level=level, llm=llm_config(config_file, llm_flags))
+                level=level, llm=llm_config(config_file, llm_flags), ray=ray_address, workers=workers)
 
 
 @main.command("serve")

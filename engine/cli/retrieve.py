@@ -88,10 +88,12 @@ def _json_row(qid: str, ctx: Context, k: int | None, with_text: bool) -> str:
 def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, config: RetrieverConfig,
                 budget: int | None, batch_size: int, out_file: Path | None, trec_file: Path | None,
                 with_text: bool, k: int | None = None, fmt: str = "jsonl", depth: int = 1000, level: str = "chunk",
-                progress: bool | None = None, llm=None) -> int:
+                progress: bool | None = None, llm=None, ray: str | None = None, workers: int = 0) -> int:
     """Write one JSON line (or a text block) per query, and optionally a TREC run; returns the
     number of queries. ``progress`` (default: when stderr is a terminal) counts queries as their
-    batch is written."""
+    batch is written. ``ray``: score on a Ray cluster at that address (``local``, ``auto``,
+    ``ray://host:port``) with ``workers`` actors (:mod:`spectrag.distributed`); the output is the
+    same."""
     from tqdm import tqdm  # a dependency; imported here with the rest of the command
 
     if not texts and query_file is None:
@@ -106,11 +108,24 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     queries = query_ids(texts, list(iter_queries(query_file)) if query_file else [], str(query_file))
     if not queries:  # an empty query file is an error, found before the index loads
         raise SpectragError(f"no queries: {query_file} holds none (blank lines are not queries)")
-    retriever = Retriever(load_index(index_dir), config, llm=llm if config.mode == "hyde" else None)
+    if ray is not None and config.mode == "hyde":
+        raise SpectragError("--ray does not run mode 'hyde' (its LLM calls are made by one process)")
     if trec_file is not None:  # the run needs the ranking with scores, depth deep (all of it for documents)
         want = sys.maxsize if level == "doc" else max(depth, k or 0)
     else:
         want = k or (TEXT_HITS if fmt == "text" else None)
+    texts_only = [t for _, t in queries]
+    if ray is None:
+        retriever = Retriever(load_index(index_dir), config, llm=llm if config.mode == "hyde" else None)
+        table = retriever.index.chunks
+        batches = retriever.batches(texts_only, k=want, budget=budget, batch_size=batch_size)
+    else:
+        from spectrag.distributed.score import scored_batches  # optional dependency (Ray)
+
+        table = load_index(index_dir).chunks if fmt == "text" else None
+        parts = [queries[lo : lo + batch_size] for lo in range(0, len(queries), batch_size)]
+        batches = (contexts for _, contexts in scored_batches(index_dir, config, parts, k=want, budget=budget,
+                                                               address=ray, workers=workers))
     out: IO[str] = out_file.open("w", encoding="utf-8") if out_file else sys.stdout
     trec = trec_file.open("w", encoding="utf-8") if trec_file else None
     tag = f"spectrag-{config.mode}"
@@ -118,10 +133,9 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     try:
         with tqdm(total=len(queries), unit="q", desc="queries", file=sys.stderr,
                   disable=not (sys.stderr.isatty() if progress is None else progress)) as bar:
-            batches = retriever.batches([t for _, t in queries], k=want, budget=budget, batch_size=batch_size)
             for contexts in batches:
                 for (qid, _), ctx in zip(queries[done : done + len(contexts)], contexts):
-                    out.write(_text_block(qid, ctx, k or TEXT_HITS, retriever.index.chunks) if fmt == "text" else _json_row(qid, ctx, k, with_text))
+                    out.write(_text_block(qid, ctx, k or TEXT_HITS, table) if fmt == "text" else _json_row(qid, ctx, k, with_text))
                     if trec is not None:
                         trec.writelines(line + "\n" for line in trec_lines(qid, ctx, depth=depth, level=level, tag=tag))
                 done += len(contexts)

@@ -48,10 +48,10 @@ def _doc_codes(chunks: Sequence[Chunk]) -> np.ndarray:
     return np.fromiter((codes.setdefault(c.doc_id, len(codes)) for c in chunks), dtype=np.int64, count=len(chunks))
 
 
-def _entities(chunks: Sequence[Chunk], config: GraphConfig,
-              openie_docs: list[dict] | None = None) -> tuple[list[list[str]], dict[str, Any]]:
+def _entities(chunks: Sequence[Chunk], config: GraphConfig, openie_docs: list[dict] | None = None,
+              extract=extract_entities) -> tuple[list[list[str]], dict[str, Any]]:
     """Entity keys per chunk: ``graph.entities_file``, else the LLM's OpenIE records (when the
-    build made them), else the built-in extractor."""
+    build made them), else ``extract`` (the built-in extractor, or a distributed build's)."""
     texts = [c.text for c in chunks]
     if config.entities_file:
         path = Path(config.entities_file)
@@ -63,7 +63,7 @@ def _entities(chunks: Sequence[Chunk], config: GraphConfig,
         ext = openie_extraction(openie_docs, texts, [c.title for c in chunks], source="llm")
         return openie_entity_keys(ext), {"source": "llm OpenIE", "unmatched_records": ext.facts["unmatched_records"]}
     titles = sorted({c.title for c in chunks if c.title})
-    return extract_entities(texts, titles), {"source": "built-in extractor"}
+    return extract(texts, titles), {"source": "built-in extractor"}
 
 
 def file_questions(chunks: Sequence[Chunk], config: GraphConfig,
@@ -77,6 +77,11 @@ def file_questions(chunks: Sequence[Chunk], config: GraphConfig,
     return embed_questions(read_questions_file(config.questions_file, len(chunks)), len(chunks), encode)
 
 
+def knn_method(n: int, config: GraphConfig) -> str:
+    """The semantic kNN search for ``n`` chunks: ``graph.knn``, with ``auto`` resolved by size."""
+    return config.knn if config.knn != "auto" else ("exact" if n <= config.knn_exact_max_n else "ivf")
+
+
 def build_signals(
     chunks: Sequence[Chunk],
     embeddings: np.ndarray,
@@ -88,8 +93,10 @@ def build_signals(
     openie_docs: list[dict] | None = None,
 ) -> tuple[dict[str, sp.csr_matrix], dict[str, Any]]:
     """Every enabled edge signal as a directed sparse ``[n, n]`` matrix, and build facts.
-    ``makers``: signals built another way (an incremental add updates the stored ones), timed
-    and ordered like the others. ``questions``: embedded utility questions (default: those of
+    ``makers``: signals built another way (an incremental add updates the stored ones; a
+    distributed build gathers them from its workers), timed and ordered like the others; a
+    maker may return ``(signal, facts)``, the facts stored as the built-in maker's are
+    (:data:`FACTS`). ``questions``: embedded utility questions (default: those of
     ``graph.questions_file``, if any); ``openie_docs``: the LLM's OpenIE records, for the
     entity signal when ``graph.entities_file`` is not set."""
 
@@ -99,14 +106,17 @@ def build_signals(
     info: dict[str, Any] = {"seconds": {}, "cpu_seconds": {}, "peak_rss_mib": {}}
     out: dict[str, sp.csr_matrix] = {}
 
-    def timed(name: str, make: Callable[[], sp.csr_matrix]) -> None:
+    def timed(name: str, make: Callable[[], sp.csr_matrix | tuple[sp.csr_matrix, dict[str, Any]]]) -> None:
         if weights.get(name, 0) <= 0:
             return
         mark = usage.begin()
-        out[name] = makers.get(name, make)()
+        made = makers.get(name, make)()
+        if isinstance(made, tuple):  # (signal, its facts for the manifest)
+            made, info[FACTS[name]] = made
+        out[name] = made
         _record(info, name, mark)
 
-    knn = config.knn if config.knn != "auto" else ("exact" if n <= config.knn_exact_max_n else "ivf")
+    knn = knn_method(n, config)
     info["knn"] = {"method": knn}
     if knn == "ivf":
         info["knn"].update(nlist=config.knn_nlist or sig.ivf_nlist(n), nprobe=config.knn_nprobe)
@@ -116,22 +126,8 @@ def build_signals(
     timed("adjacency", lambda: sig.adjacency_edges(_doc_codes(chunks)))
     timed("section", lambda: sig.section_edges([c.doc_id for c in chunks], [c.section for c in chunks], band=config.section_band))
 
-    def entity() -> sp.csr_matrix:
-        lists, facts = _entities(chunks, config, openie_docs)
-        inc = entity_incidence(lists, max_df=config.entity_max_df, max_count=config.entity_max_count or None)
-        info["entities"] = {**facts, "kept": len(inc.vocab), "dropped_frequent": inc.dropped_frequent,
-                            "mentions": int(inc.matrix.nnz)}
-        return sig.entity_edges(inc.matrix, inc.idf, top_k=config.entity_top_k)
-
-    timed("entity", entity)
-
-    def citation() -> sp.csr_matrix:
-        edges = citation_edges(list(chunks), max_targets_per_doc=config.citation_max_targets,
-                               title_mentions=config.title_mentions)
-        info["citations"] = {k: int(v) for k, v in edges.counts.items()}
-        return sig.coo(edges.rows, edges.cols, edges.weights, n)
-
-    timed("citation", citation)
+    timed("entity", lambda: entity_signal(chunks, config, openie_docs=openie_docs))
+    timed("citation", lambda: citation_signal(chunks, config))
     if questions is None:
         questions = file_questions(chunks, config, encode)
     if questions is not None and weights.get("utility", 0) > 0:
@@ -139,6 +135,36 @@ def build_signals(
         timed("utility", lambda: sig.utility_edges(q_sums, has, config.k_semantic))
         info["questions"] = {"questions": int(len(questions.owners)), "chunks": int(has.sum())}
     return out, info
+
+
+#: the manifest key of the facts a signal's maker may return beside it (see :func:`build_signals`)
+FACTS = {"entity": "entities", "citation": "citations"}
+
+
+def entity_signal(
+    chunks: Sequence[Chunk],
+    config: GraphConfig,
+    *,
+    openie_docs: list[dict] | None = None,
+    extract: Callable[[list[str], list[str]], list[list[str]]] = extract_entities,
+    edges: Callable[..., sp.csr_matrix] = sig.entity_edges,
+) -> tuple[sp.csr_matrix, dict[str, Any]]:
+    """The entity signal ``[n, n]`` and its manifest facts. ``openie_docs``: the LLM's OpenIE
+    records (see :func:`_entities`); ``extract(texts, titles)`` (the built-in extractor's entity
+    lists) and ``edges(incidence, idf, top_k=)`` are
+    :func:`spectrag.extract.entities.extract_entities` and :func:`spectrag.graph.signals.entity_edges`
+    unless a distributed build runs them on its workers."""
+    lists, facts = _entities(chunks, config, openie_docs, extract)
+    inc = entity_incidence(lists, max_df=config.entity_max_df, max_count=config.entity_max_count or None)
+    facts = {**facts, "kept": len(inc.vocab), "dropped_frequent": inc.dropped_frequent, "mentions": int(inc.matrix.nnz)}
+    return edges(inc.matrix, inc.idf, top_k=config.entity_top_k), facts
+
+
+def citation_signal(chunks: Sequence[Chunk], config: GraphConfig) -> tuple[sp.csr_matrix, dict[str, Any]]:
+    """The citation signal ``[n, n]`` and its manifest facts (counts by kind)."""
+    edges = citation_edges(list(chunks), max_targets_per_doc=config.citation_max_targets,
+                           title_mentions=config.title_mentions)
+    return sig.coo(edges.rows, edges.cols, edges.weights, len(chunks)), {k: int(v) for k, v in edges.counts.items()}
 
 
 def _record(info: dict[str, Any], name: str, mark: usage.Mark) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from spectrag.index.dense import load_faiss
+from spectrag.index.dense import exact_search, load_faiss
 
 
 def coo(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, n: int) -> sp.csr_matrix:
@@ -131,24 +131,46 @@ def semantic_edges(
     each query scanning its ``nprobe`` nearest lists: about ``n * nprobe / nlist`` vectors per
     row instead of ``n``, approximate (recall measured in ``bench/bench_scale.py``).
     Memory: the index (one float32 copy of the vectors) plus one tile of results.
+    Each row's candidates are re-scored in float64 (:data:`KNN_MARGIN` extra), so the edges
+    do not depend on the tiling, FAISS's BLAS kernel or its thread count: a build split into
+    row ranges (:mod:`spectrag.distributed`) gives the same graph.
     """
     n = embeddings.shape[0]
     index = knn_index(embeddings, method, nlist=nlist, nprobe=nprobe, seed=seed, tile=tile)
-    rows, cols, weights = knn_rows(index, embeddings, min(k + 1, n), min_cos=min_cos, tile=tile)  # k + 1: self
-    return top_k_per_row(coo(np.concatenate(rows), np.concatenate(cols), np.concatenate(weights), n), k)
+    parts = knn_rows(index, embeddings, min(k + 1, n), min_cos=min_cos, tile=tile, base=embeddings)  # k + 1: self
+    return knn_graph(*parts, n, k)
+
+
+def knn_graph(rows: list[np.ndarray], cols: list[np.ndarray], weights: list[np.ndarray], n: int, k: int) -> sp.csr_matrix:
+    """The kNN signal ``[n, n]`` from :func:`knn_rows`' edge arrays (of any row ranges, in
+    any order): duplicates merged, the ``k`` strongest per row (ties: smaller column)."""
+    cat = lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype)  # noqa: E731
+    return top_k_per_row(coo(cat(rows, np.int64), cat(cols, np.int64), cat(weights, np.float32), n), k)
+
+
+#: extra candidates per row that :func:`knn_rows` re-scores in float64 when given ``base``
+KNN_MARGIN = 8
 
 
 def knn_rows(
-    index, queries: np.ndarray, k: int, *, first: int = 0, offset: int = 0, min_cos: float = 0.0, tile: int = 16_384
+    index, queries: np.ndarray, k: int, *, first: int = 0, offset: int = 0, min_cos: float = 0.0, tile: int = 16_384,
+    base: np.ndarray | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
     """Edges (row, col, weight), one array per tile, of the ``k`` nearest entries of ``index`` to
     each query row, queried in tiles: no self-edge, cosine above ``min_cos`` (and 0), at most 1.
     Query ``i`` is row ``first + i``; result ids are shifted by ``offset`` (``spectrag add``
-    searches the new rows against all and the old rows against the new ones)."""
+    searches the new rows against all and the old rows against the new ones). With ``base``
+    (the vectors ``index`` holds, ``[N, d]``) each row's ``k`` are the exact top-``k`` by float64
+    score, then smaller id (:func:`spectrag.index.dense.exact_search`, ``KNN_MARGIN`` extra
+    hits), rounded to float32."""
     rows, cols, weights = [], [], []
     for lo in range(0, len(queries), tile):
         block = np.ascontiguousarray(queries[lo : lo + tile], dtype=np.float32)
-        scores, ids = index.search(block, k)  # (tile, k)
+        if base is None:
+            scores, ids = index.search(block, k)  # (tile, k)
+        else:
+            exact, ids = exact_search(index, base, block, k, margin=KNN_MARGIN)  # (tile, k)
+            scores = exact.astype(np.float32)
         r = np.repeat(np.arange(first + lo, first + lo + len(block)), k)
         c, w = ids.ravel().astype(np.int64), scores.ravel()
         keep = (c >= 0) & (c + offset != r) & (w > max(min_cos, 0.0))
@@ -214,6 +236,16 @@ def entity_edges(
     the total, ``sum_e df(e)^2``, is what the entity document-frequency cap bounds: at most
     ``cap * nnz(C)``). Shapes: incidence ``[n, V]``, idf ``[V]`` -> ``[n, n]``.
     """
+    x, xt, bounds = entity_tiles(incidence, idf, row_tile=row_tile, max_products=max_products)
+    return stack_entity_tiles([entity_tile(x, xt, lo, hi, top_k) for lo, hi in bounds], x.shape[0])
+
+
+def entity_tiles(
+    incidence: sp.csr_matrix, idf: np.ndarray, *, row_tile: int = 50_000, max_products: int = 20_000_000
+) -> tuple[sp.csr_matrix, sp.csr_matrix, list[tuple[int, int]]]:
+    """The operands of :func:`entity_edges` and its row tiles: ``X [n, V]``, ``X^T`` (CSR) and
+    the ``[lo, hi)`` bounds, each tile independent of the others (a distributed build runs them
+    as separate tasks)."""
     x = (incidence @ sp.diags(idf.astype(np.float32))).tocsr()
     norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
     x = (sp.diags(np.where(norms > 0, 1.0 / np.maximum(norms, 1e-30), 0.0).astype(np.float32)) @ x).tocsr()
@@ -223,17 +255,27 @@ def entity_edges(
     row_work = np.bincount(np.repeat(np.arange(n), np.diff(x.indptr)), weights=df[x.indices], minlength=n)
     work = np.zeros(n + 1, dtype=np.int64)  # products of rows 0 .. i-1
     np.cumsum(row_work.astype(np.int64), out=work[1:])
-    parts = []
+    bounds = []
     lo = 0
     while lo < n:
         hi = int(np.searchsorted(work, work[lo] + max_products, side="right")) - 1
         hi = min(n, max(hi, lo + 1), lo + row_tile)
-        block = (x[lo:hi] @ xt).tocoo()  # (tile, n)
-        keep = block.row + lo != block.col  # no self-loops
-        parts.append(top_k_per_row(
-            sp.csr_matrix((block.data[keep], (block.row[keep], block.col[keep])), shape=(hi - lo, n)), top_k
-        ))
+        bounds.append((lo, hi))
         lo = hi
+    return x, xt, bounds
+
+
+def entity_tile(x: sp.csr_matrix, xt: sp.csr_matrix, lo: int, hi: int, top_k: int) -> sp.csr_matrix:
+    """Rows ``[lo, hi)`` of the entity signal: ``X[lo:hi] X^T`` without self-loops, the
+    ``top_k`` strongest per row. Shapes: -> ``[hi - lo, n]``."""
+    n = x.shape[0]
+    block = (x[lo:hi] @ xt).tocoo()  # (tile, n)
+    keep = block.row + lo != block.col  # no self-loops
+    return top_k_per_row(sp.csr_matrix((block.data[keep], (block.row[keep], block.col[keep])), shape=(hi - lo, n)), top_k)
+
+
+def stack_entity_tiles(parts: list[sp.csr_matrix], n: int) -> sp.csr_matrix:
+    """The entity signal ``[n, n]`` from its row tiles in row order, weights capped at 1."""
     out = sp.vstack(parts, format="csr") if parts else sp.csr_matrix((n, n), dtype=np.float32)
     out.data = np.minimum(out.data, 1.0)
     return out

@@ -54,6 +54,66 @@ def check_flat_file(path: Path, n: int, d: int) -> None:
         raise IndexFormatError(
             f"{path}: holds {ntotal} x {dim} vectors in {size} bytes, expected {n} x {d} ({_FLAT.size + 4 * n * d} bytes)"
         )
+RESCORE_BLOCK = 1 << 22  # float64 elements gathered per block of rows by :func:`rescore` (32 MiB)
+
+
+def rescore(vectors: np.ndarray, xq: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact float64 inner products of queries ``xq [B, d]`` with their candidate rows ``ids
+    [B, m]`` of ``vectors [n, d]`` (id -1: no candidate, score -inf), sorted by score, then by
+    smaller id, cut to ``k``: the order does not depend on how the candidates were found
+    (FAISS's BLAS kernel, its tiling or thread count). Rows are gathered in blocks of at most
+    :data:`RESCORE_BLOCK` elements. Shapes: -> float64 scores, int64 ids ``[B, min(k, m)]``."""
+    n_q, m = ids.shape
+    d = xq.shape[1]
+    exact = np.empty((n_q, m), dtype=np.float64)
+    step = max(1, RESCORE_BLOCK // max(1, m * d))
+    for lo in range(0, n_q, step):
+        part = ids[lo : lo + step]
+        safe = np.where(part >= 0, part, 0)
+        vecs = np.asarray(vectors)[safe.ravel()].reshape(*safe.shape, d).astype(np.float64)  # (b, m, d)
+        exact[lo : lo + step] = np.einsum("bmd,bd->bm", vecs, xq[lo : lo + step].astype(np.float64))
+    exact[ids < 0] = -np.inf
+    order = np.lexsort((ids, -exact), axis=1)[:, :k]
+    return np.take_along_axis(exact, order, 1), np.take_along_axis(ids, order, 1)
+
+
+#: a FAISS score this far below the k-th exact score cannot belong to a chunk that ties or beats it
+#: (float32 inner products of unit vectors err by ~1e-6)
+TIE_TOL = 1e-4
+
+
+def exact_search(index, vectors: np.ndarray, xq: np.ndarray, k: int, margin: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top-``k`` of ``xq [B, d]`` among the rows of ``vectors`` that the FAISS
+    ``index`` holds, by float64 score, then smaller id, whatever FAISS's own rounding and tie
+    order: ``k + margin`` FAISS hits are re-scored (:func:`rescore`), and a row whose last hit
+    scores within :data:`TIE_TOL` of its ``k``-th exact score (ties, e.g. duplicate chunks,
+    may continue past the hits) is searched again with twice the hits until they do not.
+    Shapes: -> float64 scores, int64 ids ``[B, min(k, n)]``."""
+    n = index.ntotal
+    k = min(k, n)
+    m = min(k + margin, n)
+    found, ids = index.search(xq, m)
+    exact, top = rescore(vectors, xq, ids.astype(np.int64), k)
+    todo = np.flatnonzero(found[:, -1] >= exact[:, -1] - TIE_TOL) if 0 < k and m < n else np.zeros(0, np.int64)
+    while todo.size:
+        m = min(2 * m, n)
+        found, ids = index.search(xq[todo], m)
+        exact[todo], top[todo] = rescore(vectors, xq[todo], ids.astype(np.int64), k)
+        todo = todo[found[:, -1] >= exact[todo, -1] - TIE_TOL] if m < n else todo[:0]
+    return exact, top
+
+
+def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top-``k`` over shards from each shard's own: ``parts`` are ``(float64 scores,
+    global ids)`` ``[B, k_s]`` (:meth:`DenseIndex.candidates` of a shard, ids offset to the
+    whole index), merged by score, then by smaller id, as :meth:`DenseIndex.search` orders one
+    index. Equal to the unsharded search: a chunk in the global top-``k`` is in its shard's
+    top-``k``, and its float64 score does not depend on the shard. Shapes: -> float32 scores,
+    int64 ids ``[B, min(k, sum k_s)]``."""
+    scores = np.concatenate([p[0] for p in parts], axis=1)
+    ids = np.concatenate([p[1] for p in parts], axis=1)
+    order = np.lexsort((ids, -scores), axis=1)[:, :k]
+    return np.take_along_axis(scores, order, 1).astype(np.float32), np.take_along_axis(ids, order, 1)
 
 
 class DenseIndex:
@@ -110,11 +170,10 @@ class DenseIndex:
             return s.cpu().numpy(), i.cpu().numpy()
         k = min(k, len(self.vectors))
         # FAISS switches to a BLAS kernel for large batches, whose rounding can swap near-equal
-        # scores; re-scoring a few extra hits in float64 and sorting by (score, id) makes the
-        # result independent of the batch size
-        extra = min(k + 16, len(self.vectors))
-        _, ids = self._index().search(xq, extra)
-        return self._rescore(xq, ids.astype(np.int64), k)
+        # scores, and orders ties its own way; re-scoring extra hits in float64 and sorting by
+        # (score, id) (exact_search) makes the result independent of the batch size and of FAISS
+        exact, ids = self.candidates(xq, k)
+        return exact.astype(np.float32), ids
 
     def search_tensors(self, xq: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`search` for a query tensor, results on its device; the torch backend never
@@ -130,14 +189,13 @@ class DenseIndex:
             self._torch_db = torch.tensor(np.asarray(self.vectors), device=xq.device)  # copy off the read-only map
         return tiled_topk_ip(xq.to(torch.float32), self._torch_db, k)
 
-    def _rescore(self, xq: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exact float64 scores of candidate ``ids [B, m]``, sorted by score then id, cut to ``k``."""
-        safe = np.where(ids >= 0, ids, 0)
-        vecs = np.asarray(self.vectors)[safe.ravel()].reshape(*safe.shape, self.dim).astype(np.float64)
-        exact = np.einsum("bmd,bd->bm", vecs, xq.astype(np.float64))
-        exact[ids < 0] = -np.inf
-        order = np.lexsort((ids, -exact), axis=1)[:, :k]
-        return np.take_along_axis(exact, order, 1).astype(np.float32), np.take_along_axis(ids, order, 1)
+    def candidates(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` before its scores are rounded to float32: float64 scores and ids
+        ``[B, min(k, n)]``, what a shard contributes to :func:`merge_topk`."""
+        xq = np.ascontiguousarray(xq, dtype=np.float32)
+        if self.backend == "torch":
+            raise ConfigError("DenseIndex.candidates needs a FAISS backend (the torch scan has no float64 re-scoring)")
+        return exact_search(self._index(), self.vectors, xq, k)
 
     def save(self, folder: Path) -> None:
         faiss = load_faiss()

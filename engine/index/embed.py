@@ -140,7 +140,9 @@ class Embedder:
     * ``backend="onnx"`` runs the transformer in ONNX Runtime (an optional dependency) on a copy
       exported once into the cache folder, and checks it against torch before using it.
 
-    On CUDA the model runs in half precision through ``SentenceTransformer.encode``.
+    On CUDA the model runs in half precision through ``SentenceTransformer.encode``. On both
+    paths the uncached texts are embedded in windows of ``_WINDOW`` texts (:meth:`windows`),
+    each on its own: a distributed build sends exactly these windows to its actors.
     """
 
     _WINDOW = 4096  # texts tokenized and sorted together; bounds memory on large builds
@@ -195,6 +197,15 @@ class Embedder:
     # ----------------------------------------------------------------------------- encoding
     def encode(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
         """Embeddings of ``texts``; cached texts are looked up, the rest are embedded and stored."""
+        out, todo, hashes = self.lookup(texts)
+        if todo:
+            self.store(out, todo, hashes, self._encode_uncached([texts[i] for i in todo], show_progress))
+        return out
+
+    def lookup(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int], list[bytes]]:
+        """The cached part of :meth:`encode`: ``[len(texts), dim]`` with the cached rows filled,
+        the positions still to embed (in order) and the texts' hashes (empty without a cache).
+        Those texts are embedded in :meth:`windows` of their own list, then given to :meth:`store`."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         todo = list(range(len(texts)))
         hashes: list[bytes] = []
@@ -206,15 +217,37 @@ class Embedder:
                 if h in found:
                     out[i] = found[h]
         self.last_cache_hits = len(texts) - len(todo)
-        if todo:
-            vectors = self._encode_uncached([texts[i] for i in todo], show_progress)
-            out[todo] = vectors
-            if self.cache is not None:
-                self.cache.put([hashes[i] for i in todo], vectors)
-        return out
+        return out, todo, hashes
+
+    def store(self, out: np.ndarray, todo: list[int], hashes: list[bytes], vectors: np.ndarray) -> None:
+        """Rows ``todo`` of ``out`` set to ``vectors`` and cached (see :meth:`lookup`)."""
+        out[todo] = vectors
+        if self.cache is not None:
+            self.cache.put([hashes[i] for i in todo], vectors)
+
+    @classmethod
+    def windows(cls, n: int) -> list[tuple[int, int]]:
+        """The ``[lo, hi)`` windows :meth:`encode` embeds ``n`` uncached texts in, each on its own
+        (:meth:`encode_window`): a vector depends on the texts batched with it (padding, at float32
+        rounding), so a distributed build embeds exactly these windows to get the same vectors."""
+        return [(lo, min(n, lo + cls._WINDOW)) for lo in range(0, n, cls._WINDOW)]
 
     def _encode_uncached(self, texts: list[str], show_progress: bool) -> np.ndarray:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        bar = tqdm(total=len(texts), desc="embed", unit="text", disable=not show_progress)
+        try:
+            for lo, hi in self.windows(len(texts)):
+                out[lo:hi] = self.encode_window(texts[lo:hi], bar=bar)
+        finally:
+            bar.close()
+        return out
 
+    def encode_window(self, texts: Sequence[str], *, bar=None) -> np.ndarray:
+        """Vectors of one window (at most ``_WINDOW`` texts), no cache: tokenized and sorted
+        together, cut into batches (module docstring). Shapes: ``[W]`` -> float32 ``[W, dim]``."""
+        texts = list(texts)
+        if len(texts) > self._WINDOW:
+            raise ValueError(f"a window holds at most {self._WINDOW} texts, got {len(texts)}")
         if not self._fast:
             with torch.inference_mode():
                 vectors = self.model.encode(
@@ -222,25 +255,23 @@ class Embedder:
                     batch_size=self.config.batch_size,
                     convert_to_numpy=True,
                     normalize_embeddings=True,
-                    show_progress_bar=show_progress,
+                    show_progress_bar=False,
                 )
-            return np.ascontiguousarray(vectors, dtype=np.float32)
-
+            if bar is not None:
+                bar.update(len(texts))
+            return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
 
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         threads = torch.get_num_threads()
-        bar = tqdm(total=len(texts), desc="embed", unit="text", disable=not show_progress)
         try:
             with torch.inference_mode():
-                for lo in range(0, len(texts), self._WINDOW):
-                    window = texts[lo : lo + self._WINDOW]
-                    features = self._preprocess(window)
-                    for rows, batch, tokens in self._batches(features, len(window)):
-                        out[lo + rows] = self._forward(batch, tokens)
+                features = self._preprocess(texts)
+                for rows, batch, tokens in self._batches(features, len(texts)):
+                    out[rows] = self._forward(batch, tokens)
+                    if bar is not None:
                         bar.update(len(rows))
         finally:
             torch.set_num_threads(threads)
-            bar.close()
         return out
 
     def _preprocess(self, texts: list[str]) -> dict:

@@ -155,3 +155,27 @@ def test_entity_edges_equal_dense_cosine_top_k_whatever_the_tiling():
         got = entity_edges(inc, idf, top_k=4, **kwargs)
         assert got.shape == (150, 150)
         np.testing.assert_allclose(got.toarray(), np.minimum(want.toarray(), 1.0), atol=1e-6)
+
+
+def test_semantic_edges_do_not_depend_on_tiling_or_faiss_threads():
+    """FAISS's float32 scores change with the query block and its thread count (BLAS kernels);
+    the float64 re-scoring makes the kNN signal bit-identical whatever the split, which is what
+    lets a distributed build search row ranges on separate workers (spectrag.distributed.graph)."""
+    from spectrag.graph.signals import knn_graph, knn_index, knn_rows
+    from spectrag.index.dense import load_faiss
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3000, 48)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    want = semantic_edges(x, 8)
+    index = knn_index(x)
+    faiss = load_faiss()
+    threads = faiss.omp_get_max_threads()
+    try:
+        faiss.omp_set_num_threads(1)
+        parts = [knn_rows(index, x[lo : lo + 700], 9, first=lo, base=x) for lo in range(2800, -1, -700)]
+    finally:
+        faiss.omp_set_num_threads(threads)
+    got = knn_graph(*[sum((p[i] for p in parts), []) for i in range(3)], 3000, 8)
+    for field in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(want, field))

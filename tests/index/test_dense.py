@@ -42,3 +42,22 @@ def test_dense_results_do_not_depend_on_batch_size():
     _, one = index.search(queries[:1], 12)
     assert (big == one[0]).all()
     assert one[0][:2].tolist() == [3, 7]
+
+
+def test_merged_shard_candidates_equal_the_unsharded_search_with_ties():
+    from spectrag.index.dense import merge_topk
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((500, 16)).astype(np.float32)
+    x[::9] = x[4]  # 56 identical vectors in every shard
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    xq = np.concatenate([x[[4, 5]], rng.standard_normal((40, 16)).astype(np.float32)])
+    want = DenseIndex(x).search(xq, 25)
+    for bounds in ([0, 250, 500], [0, 7, 333, 500], [0, 500]):
+        parts = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            scores, ids = DenseIndex(x[lo:hi]).candidates(xq, 25)
+            parts.append((scores, ids + lo))
+        got = merge_topk(parts, 25)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0], want[0])

@@ -143,3 +143,15 @@ def test_onnx_backend_equals_torch(reference, tmp_path):
         assert_close(again._encode_uncached(TEXTS, False), reference)
     finally:
         again.close()
+
+
+def test_encode_is_its_windows_each_embedded_alone(embedder, monkeypatch):
+    """``encode`` embeds uncached texts window by window (what a distributed build farms out to
+    its actors): equal, bit for bit, to ``encode_window`` on each of ``Embedder.windows``."""
+    monkeypatch.setattr(Embedder, "_WINDOW", 5)
+    texts = TEXTS[:13]
+    assert Embedder.windows(len(texts)) == [(0, 5), (5, 10), (10, 13)]
+    want = np.concatenate([embedder.encode_window(texts[lo:hi]) for lo, hi in Embedder.windows(len(texts))])
+    np.testing.assert_array_equal(embedder.encode(texts), want)
+    with pytest.raises(ValueError, match="at most 5 texts"):
+        embedder.encode_window(texts)
