@@ -224,6 +224,31 @@ def same_rows(a: torch.Tensor, b: torch.Tensor) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
+def array_ppr(xp, xsp, A, X, *, damping: float = 0.85, tol: float = 1e-8, max_iter: int = 200):
+    """Personalized PageRank by power iteration written against the numpy / scipy.sparse API, so
+    that CuPy (``cupy``, ``cupyx.scipy.sparse``: the same API on the GPU) runs it as a second
+    opinion independent of torch and of ``kernels.pagerank``; networkx's model: dangling mass
+    goes to the restart, a column stops when its L1 change is below ``n * tol``.
+    Shapes: ``A [n, n]`` (scipy CSR, ``A[i, j]`` = weight of ``i -> j``), ``X [n, C]`` -> ``[n, C]``."""
+    A = xsp.csr_matrix(A)
+    n = A.shape[0]
+    deg = xp.asarray(A.sum(axis=1)).ravel()
+    inv = xp.where(deg > 0, 1.0 / xp.where(deg > 0, deg, 1.0), 0.0)
+    walk = (xsp.diags(inv) @ A).T.tocsr()  # x -> P^T x with P = D^-1 A
+    dangling = (deg == 0).astype(xp.float64)
+    p = X / X.sum(axis=0, keepdims=True)
+    x = xp.full(X.shape, 1.0 / n)
+    done = xp.zeros(X.shape[1], dtype=bool)
+    for _ in range(max_iter):
+        xn = damping * (walk @ x + (dangling @ x)[None, :] * p) + (1.0 - damping) * p
+        err = xp.abs(xn - x).sum(axis=0)
+        x = xp.where(done[None, :], x, xn)
+        done = done | (err < n * tol)
+        if bool(done.all()):
+            break
+    return x
+
+
 def kernel_checks(dev: torch.device, check) -> None:
     """Every kernel on the device against the same kernel on the CPU (float64 where it has one)."""
     g = torch.Generator().manual_seed(0)
@@ -253,6 +278,24 @@ def kernel_checks(dev: torch.device, check) -> None:
 
     def ppr():
         return rel(personalized_pagerank(A.to(dev), X.to(dev)).scores, personalized_pagerank(A, X).scores), "float64 on both"
+
+    A_sp = random_graph(2000, 8, 1).astype(np.float64)
+
+    def cupy_ppr():
+        import cupy
+        import cupyx.scipy.sparse as cusp
+
+        ours = personalized_pagerank(A.to(dev), X.to(dev)).scores
+        theirs = array_ppr(cupy, cusp, A_sp, cupy.asarray(X.numpy()))
+        return rel(ours, torch.from_numpy(cupy.asnumpy(theirs))), "kernels.pagerank on the device vs a CuPy power iteration"
+
+    def cupy_spmm():
+        import cupy
+        import cupyx.scipy.sparse as cusp
+
+        ours = torch.sparse.mm(A.to(dev), X.to(dev))
+        theirs = cusp.csr_matrix(A_sp) @ cupy.asarray(X.numpy())
+        return rel(ours, torch.from_numpy(cupy.asnumpy(theirs))), "torch CSR product vs cupyx.scipy.sparse"
 
     Bb, Pb = 16, 50
     blk = torch.rand(Bb, Pb, Pb, generator=g, dtype=torch.float64) * (torch.rand(Bb, Pb, Pb, generator=g) < 0.2)
@@ -315,6 +358,11 @@ def kernel_checks(dev: torch.device, check) -> None:
         else:
             check(f"chebyshev_heat (CSR) {dt} state", None, 5e-2, "skipped: torch has no half-precision CSR product on the CPU")
     check("personalized_pagerank (CSR)", ppr, 1e-4)
+    if dev.type == "cuda" and importlib.util.find_spec("cupy") is not None:
+        check("CuPy cross-check: CSR product", cupy_spmm, 1e-10)
+        check("CuPy cross-check: personalized_pagerank", cupy_ppr, 1e-6)
+    else:
+        check("CuPy cross-check", None, 0.0, "skipped: needs CUDA and cupy (array_ppr is checked against numpy / scipy here)")
     check("chebyshev_heat_dense_batched", dense_heat, 1e-5)
     check("personalized_pagerank_dense_batched", dense_ppr, 1e-4)
     check("edge_propagate torch", ep("torch", False), 1e-5)
