@@ -26,7 +26,6 @@ def test_fusion_is_weighted_sum_symmetric_thresholded_and_degree_capped():
     assert got[(0, 1)] == pytest.approx(0.1 + 0.15) and got[(1, 2)] == pytest.approx(0.1)
     assert (3, 4) not in got  # 0.3 * 0.1 = 0.03 < tau
     assert fused.signal_edges == {"adjacency": 2, "semantic": 2}
-    rng = np.random.default_rng(1)
     dense = sp.random(60, 60, density=0.5, random_state=2, format="csr")
     capped = fuse_signals({"semantic": dense}, {"semantic": 1.0}, tau=0.0, max_degree=3).weights
     assert abs(capped - capped.T).max() == 0

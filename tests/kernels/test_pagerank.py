@@ -271,7 +271,6 @@ def test_bad_inputs(problem):
 
 
 def padded_blocks(sizes, P, C, seed):
-    rng = np.random.default_rng(seed)
     junk = np.random.default_rng(seed + 99)
     B = len(sizes)
     A = junk.random((B, P, P)) * 3 - 1  # garbage (even negative) in padding: must be masked
