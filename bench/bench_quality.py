@@ -53,6 +53,8 @@ ROWS = [
     ("core 3, no backfill floor (before)", "spectral", {"select.core_size": 3, "select.backfill_floor": 0.0}),
     ("- PPR / spectral proximity (alpha 0)", "spectral", {"propagate.alpha": 0.0}),
     ("everything above off (the engine before)", "spectral", BEFORE),
+    ("+ lexical relevance 0.1 (off by default)", "spectral", {"seed.lexical_weight": 0.1}),
+    ("+ lexical relevance 0.3 (off by default)", "spectral", {"seed.lexical_weight": 0.3}),
     ("heat", "heat", {}), ("ppr", "ppr", {}),
     ("activation", "activation", {}), ("combined", "combined", {}),
 ]

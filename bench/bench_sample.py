@@ -5,7 +5,8 @@ Builds the sample index (the demo's default config) in a temporary folder and co
 method and per variant of the default ``spectral`` pipeline, the gold documents among the
 top 5 chunks of each of the 12 questions (the demo's own measure): the baselines; spectral with
 the named-document protection, its bridging sources, bridging itself, or bridging's
-same-document edges (adjacency, section) switched off.
+same-document edges (adjacency, section) switched off, and with lexical relevance
+(``seed.lexical_weight``) switched on.
 
     python bench/bench_sample.py
 
@@ -49,8 +50,9 @@ def main() -> None:
         index = spectrag.build_index(sample_corpus(), f"{tmp}/index", spectrag.load_config())
         signals, alpha = index.graph["signals"], index.config.graph.weights
 
-        def spectral(drop: tuple[str, ...] = (), **bridge) -> list[int]:
-            config = RetrieverConfig().replace(**{f"bridge__{k}": v for k, v in bridge.items()})
+        def spectral(drop: tuple[str, ...] = (), lexical: float = 0.0, **bridge) -> list[int]:
+            config = RetrieverConfig().replace(seed__lexical_weight=lexical,
+                                               **{f"bridge__{k}": v for k, v in bridge.items()})
             retriever = spectrag.Retriever(index, config)
             if drop:  # the relational graph without the dropped signals, as the build would store it
                 kept = {name: edges for name, edges in signals.items() if name not in drop}
@@ -65,6 +67,9 @@ def main() -> None:
             {"method": "spectral, named chunks not bridging's sources", "per": spectral(named_sources=False)},
             {"method": "spectral, no bridging", "per": spectral(rounds=0)},
             {"method": "spectral, bridging without adjacency and section edges", "per": spectral(drop=("adjacency", "section"))},
+            {"method": "spectral, lexical relevance 0.3 (seed.lexical_weight)", "per": spectral(lexical=0.3)},
+            {"method": "spectral, lexical relevance 1.0", "per": spectral(lexical=1.0)},
+            {"method": "spectral, lexical relevance 1.0, no bridging", "per": spectral(lexical=1.0, rounds=0)},
         ]
     total = sum(len(g) for g in golds)
     for r in rows:

@@ -406,6 +406,11 @@ class SeedConfig(_Checked):
     k_utility: depth of the utility-question list (SpectRAG Algorithm 1, line 2: the chunks whose
         questions best match the query), a third RRF list in every mode that fuses lists except
         ``hybrid``, when the index has utility questions; 0 leaves it out (default: 50).
+    lexical_weight: graph modes add this times each candidate's BM25 score (divided by its
+        query's best) to its relevance ``r``, so that the words a question shares with a passage
+        reach the ranking, not only the seeds (:mod:`spectrag.seed.lexical`); 0 keeps ``r`` the
+        cosine. It helped 2Wiki and the bundled sample and lowered MuSiQue's Recall@5
+        (bench/results/quality.md), so it is off by default (default: 0.0).
     """
 
     SECTION = "seed"
@@ -414,6 +419,7 @@ class SeedConfig(_Checked):
     rrf_k: int = opt(60, lo=0)
     k_named: int = opt(10, lo=0)
     k_utility: int = opt(50, lo=0)
+    lexical_weight: float = opt(0.0, lo=0)
 
 
 @dataclass(frozen=True)

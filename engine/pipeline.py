@@ -35,6 +35,7 @@ from spectrag.kernels.gather import gathered_dot
 from spectrag.propagate.activation import ActivationBatch, activate
 from spectrag.propagate.proximity import pool_proximity
 from spectrag.rescore.bridge import bridge_relevance, protect_named
+from spectrag.seed.lexical import lexical_relevance
 from spectrag.seed.seed import seed
 from spectrag.select.select import select_context
 from spectrag.state import QueryState
@@ -170,6 +171,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         candidates = seeds[:, : ec.max_candidates]
     mask = candidates >= 0
     relevance = gathered_dot(state.embeddings, candidates, q)  # r = cos(q, c), (B, P); 0 on padding
+    if mode in PROPAGATION_MODES and sc.lexical_weight > 0 and batch.terms is not None and state.bm25 is not None:
+        relevance = relevance + sc.lexical_weight * lexical_relevance(state.bm25, batch.terms, candidates)
     proximity = torch.zeros_like(relevance)
     if mode in PROPAGATION_MODES:
         pc, bc = config.propagate, config.bridge

@@ -291,3 +291,17 @@ def test_utility_question_seeding_changes_the_seeds(llm_index):
     a = on.score_batch(QUESTIONS, mode="spectral", qvecs=qvecs)
     b = off.score_batch(QUESTIONS, mode="spectral", qvecs=qvecs)
     assert not torch.equal(a.candidates, b.candidates), "the utility list changed no pool: the test would be vacuous"
+
+
+def test_sample_index_lexical_relevance_matches_reference(sample_retriever, sample_qvecs):
+    """``seed.lexical_weight`` adds w * BM25 / best BM25 to the graph modes' relevance: held to
+    the per-query reference, and it does change the relevance (the check can fail)."""
+    texts, qvecs = QUESTIONS, sample_qvecs
+    lexical = Retriever(sample_retriever.index, sample_retriever.config.replace(seed__lexical_weight=0.3))
+    for mode in ("spectral", "heat"):
+        check_batch(lexical, texts, qvecs, mode, 4000)
+    plain = sample_retriever.score_batch(texts, qvecs=qvecs)
+    with_lex = lexical.score_batch(texts, qvecs=qvecs)
+    assert torch.equal(plain.candidates, with_lex.candidates)  # the seeds and pools are unchanged
+    assert float((with_lex.relevance - plain.relevance).max()) > 0.1
+    assert bool(((with_lex.relevance - plain.relevance) >= -1e-6).all())

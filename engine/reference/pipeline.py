@@ -17,6 +17,8 @@ expand       Python BFS over the CSR rows of ``index.graph["weights"]`` with dic
              ``F1 = s W``, ``F2 = F1 W``, priority ``2 + w`` for seeds, ``(F1 + 0.5 F2) / max``
              for the rest (``hops`` general: ``sum_h 0.5**h F_{h+1}``); top ``P`` by priority
              (ties: smaller id)
+relevance    ``cos(q, c)`` in float64; with ``seed.lexical_weight`` plus that times the BM25 row's
+             value at ``c`` over the row's maximum
 subgraph     a ``networkx.Graph`` on the pool with the ``W`` edges between pool members
 ppr          ``networkx.pagerank(G, alpha=damping, personalization=seed weights, tol=1e-8)``
 heat         ``scipy.linalg.expm(-t L) r+`` with ``L`` the normalized Laplacian of the subgraph
@@ -381,6 +383,12 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
     # relevance r = cos(q, c), float64 over the float32 vectors
     q64 = q.astype(np.float64)
     relevance = {c: float(np.dot(ref.embeddings[c].astype(np.float64), q64)) for c in pool}
+    if mode in GRAPH_MODES and cfg.seed.lexical_weight > 0 and index.bm25 is not None:
+        # + w * BM25 / the query's best BM25 (spectrag.seed.lexical)
+        row = index.bm25.score([query_text]).toarray()[0].astype(np.float64)
+        best = float(row.max()) if len(row) else 0.0
+        if best > 0:
+            relevance = {c: r + cfg.seed.lexical_weight * (float(row[c]) / best) for c, r in relevance.items()}
     proximity = {c: 0.0 for c in pool}
     if mode in GRAPH_MODES:
         G = subgraph(ref, pool)

@@ -1,0 +1,36 @@
+"""Lexical evidence at the candidates: each candidate's BM25 score for its query, divided by the
+query's best BM25 score, for graph modes that add it to the embedding relevance
+(``seed.lexical_weight``). Seeding uses BM25 only to choose the seeds; with this the words a
+question shares with a passage also reach the ranking (bench/results/quality.md measures it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from spectrag.index.lexical import BM25Index
+
+
+def lexical_relevance(bm25: BM25Index, terms: sp.csr_matrix, candidates: torch.Tensor) -> torch.Tensor:
+    """``bm25(q, c) / max_c' bm25(q, c')`` in [0, 1] (0 where the query matches no chunk, and on
+    padding). Shapes: ``terms [B, vocab]`` (query term counts), ``candidates [B, P]`` (-1
+    padded) -> ``[B, P]`` float32 on the candidates' device."""
+    scores = (terms @ bm25.matrix).tocsr()  # [B, n]: only the chunks sharing a term are stored
+    scores.sum_duplicates()
+    scores.sort_indices()
+    batch, width = candidates.shape
+    n = scores.shape[1]
+    peak = np.zeros(batch, dtype=np.float64)
+    if scores.nnz:
+        peak = scores.max(axis=1).toarray().ravel().astype(np.float64)
+    rows = np.repeat(np.arange(batch, dtype=np.int64), np.diff(scores.indptr))
+    keys = rows * n + scores.indices.astype(np.int64)  # sorted: CSR rows in order, columns sorted
+    cand = candidates.cpu().numpy().astype(np.int64)
+    want = (np.arange(batch, dtype=np.int64)[:, None] * n + np.maximum(cand, 0)).ravel()
+    at = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
+    hit = (keys[at] == want) if len(keys) else np.zeros(want.shape, dtype=bool)
+    hit &= (cand >= 0).ravel()
+    value = np.where(hit, scores.data[at] if len(keys) else 0.0, 0.0).reshape(batch, width).astype(np.float64)
+    out = np.divide(value, peak[:, None], out=np.zeros_like(value), where=peak[:, None] > 0)
+    return torch.from_numpy(out.astype(np.float32)).to(candidates.device)
