@@ -71,6 +71,15 @@ class Context:
         data["hits"] = [h._asdict() for h in self.hits]
         return data
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Context":
+        """The inverse of :meth:`to_json` (equal fields, floats exact): how contexts travel between
+        processes as plain data (``spectrag.distributed``) instead of pickles."""
+        chunks = [ContextChunk(**{**c, "section": tuple(c["section"])}) for c in data["chunks"]]
+        hits = [Hit(**h) for h in data.get("hits", [])]
+        return cls(data["query"], data["mode"], data["budget"], data["used_tokens"], chunks, list(data["ranking"]),
+                   list(data.get("relations", [])), hits)
+
 
 def ranked_scores(result, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``k`` (default: all) of :meth:`BatchResult.ranking` and their final scores.

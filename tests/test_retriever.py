@@ -143,3 +143,13 @@ def test_bad_k_batch_size_and_device(sample_index, retriever, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SpectragError, match="CUDA is not available"):
         Retriever(sample_index, device="cuda")
+
+
+def test_context_json_round_trip_is_exact(retriever):
+    """Context.from_json(json of to_json) gives back an equal Context (how Ray actors send them)."""
+    from spectrag.contexts import Context
+
+    for ctx in retriever.retrieve(QUESTIONS[:4], k=5, budget=1500):
+        back = Context.from_json(json.loads(json.dumps(ctx.to_json())))
+        assert back == ctx and back.hits and back.chunks
+        assert isinstance(back.chunks[0].section, tuple) and back.hits[0].score == ctx.hits[0].score

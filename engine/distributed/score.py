@@ -4,7 +4,7 @@ of queries through Ray Data; results come back in batch order."""
 
 from __future__ import annotations
 
-import pickle
+import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,10 +42,9 @@ class ScoreBatches:
                 qvecs = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(self.retriever.state.device)
                 result = self.retriever.score_batch(texts, budget=self.budget, mode=self.mode, qvecs=qvecs)
                 contexts.append(build_contexts(self.retriever.index, texts, result, k=self.k))
-        # Context objects travel as pickled bytes (a binary column; Arrow has no type for them):
-        # between this cluster's processes only, never to disk
+        # contexts travel as JSON text (Context.to_json / from_json: plain data, no pickle)
         return {"b": np.asarray(batch["b"], dtype=np.int64),
-                "contexts": np.array([pickle.dumps(c) for c in contexts], dtype=object)}
+                "contexts": np.array([json.dumps([c.to_json() for c in part]) for part in contexts], dtype=object)}
 
 
 class RayRetriever:
@@ -99,7 +98,7 @@ class RayRetriever:
         expected = 0
         for out in ds.iter_batches(batch_format="numpy", batch_size=None):
             for b, contexts in zip(out["b"], out["contexts"]):
-                pending[int(b)] = pickle.loads(contexts)
+                pending[int(b)] = [Context.from_json(c) for c in json.loads(contexts)]
             while expected in pending:  # in order, whatever order Ray finishes them in
                 yield pending.pop(expected)
                 expected += 1
