@@ -13,24 +13,7 @@ from spectrag.expand.blocks import candidate_blocks
 from spectrag.expand.pool import expand
 from spectrag.kernels.csr import TorchCSR
 
-
-def _graph(rng, n: int, density: float, dyadic: bool) -> sp.csr_matrix:
-    m = sp.random(n, n, density=density, random_state=int(rng.integers(1 << 30)), format="csr", dtype=np.float32)
-    if dyadic:  # multiples of 1/8: every sum below is exact in float32, so no summation-order effect
-        m.data = (np.ceil(m.data * 8) / 8).astype(np.float32)
-    m = (m + m.T).tocsr()
-    m.setdiag(0)
-    m.eliminate_zeros()
-    m.sort_indices()
-    return m
-
-
-def _seeds(rng, batch: int, n: int, width: int, dyadic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.from_numpy(rng.integers(-1, n, size=(batch, width)))  # -1 = empty slot; repeats allowed
-    w = rng.random((batch, width)).astype(np.float32)
-    if dyadic:
-        w = np.ceil(w * 8) / 8
-    return ids, torch.from_numpy(w.astype(np.float32))
+from random_pools import random_graph, random_seeds
 
 
 def sliced(pools: torch.Tensor, g: sp.csr_matrix) -> torch.Tensor:
@@ -51,8 +34,8 @@ def test_blocks_equal_the_scipy_submatrices(device, table, monkeypatch):
         monkeypatch.setattr(kb, "POSITION_TABLE_MAX", 0)
     rng = np.random.default_rng(7)
     n = 250
-    graphs = [_graph(rng, n, 0.03, dyadic=False), _graph(rng, n, 0.01, dyadic=False)]
-    ids, w = _seeds(rng, 6, n, 5, dyadic=False)
+    graphs = [random_graph(rng, n, 0.03, dyadic=False), random_graph(rng, n, 0.01, dyadic=False)]
+    ids, w = random_seeds(rng, 6, n, 5, dyadic=False)
     pools, _ = expand(ids, w, graphs[0], max_candidates=40)
     pools[2, -5:] = -1  # padding inside the pool
     want = [sliced(pools, g) for g in graphs]

@@ -15,24 +15,7 @@ import torch
 from spectrag.expand.pool import _top_per_row, expand, expand_torch
 from spectrag.kernels.csr import TorchCSR
 
-
-def _graph(rng, n: int, density: float, dyadic: bool, symmetric: bool = True) -> sp.csr_matrix:
-    m = sp.random(n, n, density=density, random_state=int(rng.integers(1 << 30)), format="csr", dtype=np.float32)
-    if dyadic:  # multiples of 1/8: every sum below is exact in float32, so no summation-order effect
-        m.data = (np.ceil(m.data * 8) / 8).astype(np.float32)
-    m = (m + m.T).tocsr() if symmetric else m.tocsr()
-    m.setdiag(0)
-    m.eliminate_zeros()
-    m.sort_indices()
-    return m
-
-
-def _seeds(rng, batch: int, n: int, width: int, dyadic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.from_numpy(rng.integers(-1, n, size=(batch, width)))  # -1 = empty slot; repeats allowed
-    w = rng.random((batch, width)).astype(np.float32)
-    if dyadic:
-        w = np.ceil(w * 8) / 8
-    return ids, torch.from_numpy(w.astype(np.float32))
+from random_pools import random_graph, random_seeds
 
 
 # --- the scipy path's cut --------------------------------------------------------------------------
@@ -65,8 +48,8 @@ def test_top_per_row_empty_matrix():
 def test_expand_equals_scipy_exactly_when_sums_are_exact(trial, device):
     rng = np.random.default_rng(trial)
     n = int(rng.integers(5, 300))
-    graph = _graph(rng, n, float(rng.choice([0.005, 0.02, 0.1])), dyadic=True)
-    ids, w = _seeds(rng, int(rng.integers(1, 7)), n, int(rng.integers(1, 6)), dyadic=True)
+    graph = random_graph(rng, n, float(rng.choice([0.005, 0.02, 0.1])), dyadic=True)
+    ids, w = random_seeds(rng, int(rng.integers(1, 7)), n, int(rng.integers(1, 6)), dyadic=True)
     p, hops = int(rng.integers(1, 60)), int(rng.integers(0, 4))
     want_ids, want_pri = expand(ids, w, graph, max_candidates=p, hops=hops)
     got_ids, got_pri = expand_torch(ids.to(device), w.to(device), TorchCSR.from_scipy(graph, device), max_candidates=p, hops=hops)
@@ -79,8 +62,8 @@ def test_expand_equals_scipy_exactly_when_sums_are_exact(trial, device):
 def test_expand_matches_scipy_up_to_rounding_at_the_cut(trial, device):
     rng = np.random.default_rng(100 + trial)
     n = 400
-    graph = _graph(rng, n, 0.02, dyadic=False)
-    ids, w = _seeds(rng, 5, n, 8, dyadic=False)
+    graph = random_graph(rng, n, 0.02, dyadic=False)
+    ids, w = random_seeds(rng, 5, n, 8, dyadic=False)
     want_ids, want_pri = expand(ids, w, graph, max_candidates=50)
     got_ids, got_pri = expand_torch(ids.to(device), w.to(device), TorchCSR.from_scipy(graph, device), max_candidates=50)
     got_ids, got_pri = got_ids.cpu(), got_pri.cpu()
@@ -94,7 +77,7 @@ def test_expand_matches_scipy_up_to_rounding_at_the_cut(trial, device):
 
 
 def test_rows_without_seeds_are_empty(device):
-    graph = _graph(np.random.default_rng(3), 30, 0.1, dyadic=True)
+    graph = random_graph(np.random.default_rng(3), 30, 0.1, dyadic=True)
     ids = torch.tensor([[-1, -1], [4, -1]], device=device)
     got_ids, got_pri = expand_torch(ids, torch.ones(2, 2, device=device), TorchCSR.from_scipy(graph, device), max_candidates=10)
     assert (got_ids[0] == -1).all() and (got_pri[0] == 0).all()
@@ -113,8 +96,8 @@ def test_dense_and_sparse_cpu_paths_agree(trial, monkeypatch):
     rng = np.random.default_rng(300 + trial)
     n = int(rng.integers(5, 300))
     # odd trials: a directed graph (the walk pushes along rows, F W, whatever W's symmetry)
-    graph = _graph(rng, n, float(rng.choice([0.005, 0.02, 0.1])), dyadic=True, symmetric=trial % 2 == 0)
-    ids, w = _seeds(rng, int(rng.integers(1, 7)), n, int(rng.integers(1, 6)), dyadic=True)
+    graph = random_graph(rng, n, float(rng.choice([0.005, 0.02, 0.1])), dyadic=True, symmetric=trial % 2 == 0)
+    ids, w = random_seeds(rng, int(rng.integers(1, 7)), n, int(rng.integers(1, 6)), dyadic=True)
     if trial % 3 == 0:  # seeds of negative weight (a negative cosine): negative walk mass, ranked last
         w = -w
     p, hops = int(rng.integers(1, 60)), int(rng.integers(0, 4))
