@@ -152,10 +152,10 @@ def reference_check(index, texts, qvecs, config: RetrieverConfig, n: int, budget
     r = Retriever(index, config.replace(threads=1))
     batch = r.score_batch(texts[:n], qvecs=qvecs[:n])
     same, t0 = 0, time.perf_counter()
-    ranking = batch.ranking()
+    ranking, selected = batch.ranking(), batch.selected_ids()
     for b in range(n):
         ref = reference_retrieve(index, qvecs[b].numpy(), texts[b], config, budget)
-        got_sel = [int(c) for c in batch.selected_ids()[b].tolist() if c >= 0]
+        got_sel = [int(c) for c in selected[b].tolist() if c >= 0]
         got_rank = [int(c) for c in ranking[b].tolist() if c >= 0]
         same += got_sel == ref["selected"] and got_rank[:20] == ref["ranking"][:20]
     sec = time.perf_counter() - t0
