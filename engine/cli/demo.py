@@ -17,6 +17,7 @@ import click
 import torch
 
 from spectrag.build import build_index
+from spectrag.contexts import ranked_scores
 from spectrag.seed.rrf import reciprocal_rank_fusion
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample"
@@ -41,13 +42,15 @@ def hybrid_search(index, queries: list[str], k: int, depth: int = 20) -> tuple[t
 METHODS = ("spectral", "hybrid")  # the engine's method first, then the baseline
 
 
-def _hits(index, ids: list[int], scores: list[float] | None, gold: list[str]) -> list[dict[str, Any]]:
+def _hits(index, ids: list[int], scores: list[float], gold: list[str]) -> list[dict[str, Any]]:
+    """The chunks of one ranked list (-1 padding skipped) with their scores and gold marks."""
     out = []
-    for rank, i in enumerate(ids):
-        c = index.chunks[i]
-        out.append({"chunk": i, "doc_id": c.doc_id, "title": c.title, "section": list(c.section),
-                    "score": round(scores[rank], 5) if scores is not None else None,
-                    "gold": c.doc_id in gold, "text": c.text})
+    for i, score in zip(ids, scores):
+        if i < 0:
+            continue
+        c = index.chunks[int(i)]
+        out.append({"chunk": int(i), "doc_id": c.doc_id, "title": c.title, "section": list(c.section),
+                    "score": round(score, 5), "gold": c.doc_id in gold, "text": c.text})
     return out
 
 
@@ -68,18 +71,12 @@ def run_demo(out_dir: Path | None, *, top_k: int = 5, as_json: bool = False) -> 
         queries = [q["question"] for q in questions]
         retriever = Retriever(index, RetrieverConfig(mode="spectral"))
         result = retriever.score_batch(queries)  # one batch through spectrag.pipeline.run
-        ranking = result.ranking().cpu()
-        pools, final = result.candidates.cpu().tolist(), result.scores.cpu().tolist()  # [B, P]
+        top_ids, top_scores = ranked_scores(result, top_k)  # the ranking's first k and their final scores
         hybrid_scores, hybrid_ids = hybrid_search(index, queries, top_k)
         results = []
         for b, q in enumerate(questions):
-            ids = [int(i) for i in ranking[b].tolist() if i >= 0][:top_k]
-            score_of = dict(zip(pools[b], final[b]))
-            methods = {
-                "spectral": _hits(index, ids, [score_of[i] for i in ids], q["gold_docs"]),
-                "hybrid": _hits(index, [i for i in hybrid_ids[b].tolist() if i >= 0],
-                                [s for s, i in zip(hybrid_scores[b].tolist(), hybrid_ids[b].tolist()) if i >= 0], q["gold_docs"]),
-            }
+            methods = {m: _hits(index, ids[b].tolist(), scores[b].tolist(), q["gold_docs"])
+                       for m, ids, scores in (("spectral", top_ids, top_scores), ("hybrid", hybrid_ids, hybrid_scores))}
             found = {m: sorted({h["doc_id"] for h in hits if h["gold"]}) for m, hits in methods.items()}
             results.append({"id": q["id"], "question": q["question"], "answer": q["answer"], "gold_docs": q["gold_docs"],
                             "methods": {m: {"hits": methods[m], "gold_found": found[m]} for m in METHODS},

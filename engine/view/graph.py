@@ -14,12 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from spectrag.config import GRAPH_MODES, RetrieverConfig
+from spectrag.config import RetrieverConfig
 from spectrag.interop.pyg import fused_edges
 from spectrag.retriever import Retriever
 from spectrag.view.layout import force_layout, spectral_start
-
-PROPAGATING = GRAPH_MODES + ("combined",)  # modes that expand from seeds over the graph
 
 
 @dataclass
