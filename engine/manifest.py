@@ -136,6 +136,7 @@ def format_files(manifest: dict[str, Any]) -> tuple[set[str], list[tuple[str, ..
         required |= {f"{GRAPH}/{n}.npy" for n in ("coordinates", "eigenvalues", "clusters", "rcm_order")}
         required |= {f"{GRAPH}/signals/{s}.{p}.npy" for s in graph["signal_edges"] for p in ("rows", "cols", "weights")}
         optional.append(tuple(f"{GRAPH}/relations.{p}.npy" for p in ("indptr", "indices", "data")))
+        optional.append((f"{GRAPH}/questions.vectors.npy", f"{GRAPH}/questions.owners.npy"))  # utility questions
     if manifest.get("kg"):
         required |= {f"{KG}/entities.json", f"{KG}/relations.json", f"{KG}/incidence.indptr.npy", f"{KG}/incidence.indices.npy",
                      f"{KG}/entity_embeddings.npy", f"{KG}/text_embeddings.npy"}

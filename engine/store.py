@@ -363,7 +363,8 @@ class Index:
         if manifest.get("graph"):
             self.graph = load_graph(self.path, n=n, signals=list(manifest["graph"]["signal_edges"]),
                                     relations="graph/relations.indptr.npy" in files,
-                                    dim=manifest["graph"]["spectrum"]["dim"])
+                                    dim=manifest["graph"]["spectrum"]["dim"],
+                                    questions="graph/questions.vectors.npy" in files, embedding_dim=dim)
             if self.graph["relations"] is None:  # an index written before the relational graph was stored
                 warnings.warn(f"note: {self.path} was built before graph/relations.* were stored; the relational "
                               "graph is computed from the stored signals once per load (rebuild the index to store it)",

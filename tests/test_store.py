@@ -190,9 +190,13 @@ def test_unlisted_files_are_never_loaded(index_copy, sample_index):
     g = index_copy / "graph"
     for part in ("rows", "cols", "weights"):  # a signal the manifest does not list
         shutil.copy(g / "signals" / f"semantic.{part}.npy", g / "signals" / f"utility.{part}.npy")
+    # utility-question files the manifest does not list (they would feed the utility seed list)
+    np.save(g / "questions.vectors.npy", np.asarray(sample_index.embeddings[:3], dtype=np.float32))
+    np.save(g / "questions.owners.npy", np.arange(3, dtype=np.int64))
     loaded = load_index(index_copy)
     assert "utility" not in loaded.graph["signals"]
     assert set(loaded.graph["signals"]) == set(sample_index.graph["signals"])
+    assert loaded.graph["questions"] is None
     # a token-id pair the manifest does not list is not read either
     manifest = json.loads((index_copy / MANIFEST).read_text())
     for name in ("bm25/tokens.indptr.npy", "bm25/tokens.ids.npy"):

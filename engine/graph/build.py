@@ -269,7 +269,8 @@ def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum, config: Grap
 
 
 def load_graph(folder: Path, *, n: int | None = None, signals: Sequence[str] | None = None,
-               relations: bool | None = None, dim: int | None = None) -> dict[str, Any]:
+               relations: bool | None = None, dim: int | None = None, questions: bool | None = None,
+               embedding_dim: int | None = None) -> dict[str, Any]:
     """Memory-mapped graph arrays: ``weights`` and ``relations`` (scipy CSR over the maps; the
     relations are None in an index written before they were stored), coordinates, clusters.
 
@@ -278,7 +279,8 @@ def load_graph(folder: Path, *, n: int | None = None, signals: Sequence[str] | N
     weights; each signal's edges ``i < j`` in ``[0, n)`` with weights in ``[0, 1]``;
     coordinates ``[n, dim]`` and eigenvalues ``[dim]`` finite; clusters in ``[0, n)``; the RCM
     order a permutation. ``signals`` names the stored signals to read (default: those on disk);
-    ``relations`` whether to read the relational graph (default: when present)."""
+    ``relations`` whether to read the relational graph, ``questions`` the utility questions
+    (default: when present; their vectors ``[Q, embedding_dim]`` when it is given)."""
     src = folder / FOLDER
     load = lambda name: load_npy(src / name)  # noqa: E731
     if n is None:
@@ -318,5 +320,5 @@ def load_graph(folder: Path, *, n: int | None = None, signals: Sequence[str] | N
         "eigenvalues": check_floats(load("eigenvalues.npy"), f"{src}/eigenvalues.npy", (m,)),
         "clusters": clusters,
         "rcm_order": order,
-        "questions": load_questions(src, n=n),
+        "questions": load_questions(src, n=n, dim=embedding_dim) if questions is not False else None,
     }
