@@ -185,8 +185,9 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         walk = state.ppr_solver(pc.damping) if pc.scope == "graph" and mode != "heat" else None
         proximity = pool_proximity(mode, blocks, candidates, top, weight, relevance, mask, state.coords,
                                    t=pc.t, damping=pc.damping, tol=pc.tol, dense=dense, walk=walk)
-        if sa is not None:  # combined: (ppr + spectral + activation) / 3
-            proximity = (2 * proximity + sa.proximity(candidates)) / 3
+        activation = sa.proximity(candidates) if sa is not None else None  # combined: the chunk activation
+        if activation is not None:  # (ppr + spectral + activation) / 3
+            proximity = (2 * proximity + activation) / 3
         stage("propagate")
         protect = bc.protect_named and batch.named is not None and batch.named.nnz > 0
         named_mask = named_in(batch.named, candidates) if protect else None
@@ -199,8 +200,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
                                        gamma=bc.gamma, rounds=bc.rounds, start=start)
             stage("bridge")
         scores = (1 - pc.alpha) * bridged + pc.alpha * proximity
-        if sa is not None and config.activation.beta > 0:  # combined: the activation as its own term
-            scores = scores + config.activation.beta * sa.proximity(candidates)
+        if activation is not None and config.activation.beta > 0:  # combined: the activation as its own term
+            scores = scores + config.activation.beta * activation
         if protect:
             scores = protect_named(scores, relevance, named_mask, candidates, floor=bc.named_floor)
     elif mode == "activation":

@@ -29,7 +29,7 @@ from spectrag.contexts import Context, build_contexts
 from spectrag.errors import ConfigError, SpectragError
 from spectrag.llm import LLMClient, make_client
 from spectrag.llm.tasks import hyde_passages
-from spectrag.pipeline import BatchResult, QueryBatch, run
+from spectrag.pipeline import PROPAGATION_MODES, BatchResult, QueryBatch, run
 from spectrag.state import QueryState
 from spectrag.store import Index, load_index
 from spectrag.util.threads import ThreadChooser, intra_op_threads
@@ -126,14 +126,15 @@ class Retriever:
         """Query vectors ``[B, d]`` on the state's device."""
         return torch.from_numpy(self.index.embed_queries(queries)).to(self.state.device)
 
-    def encode(self, queries: list[str], qvecs: torch.Tensor | None = None) -> QueryBatch:
-        """The pipeline's view of query texts: their embeddings (``qvecs [B, d]`` when given)
-        and their BM25 term counts."""
+    def encode(self, queries: list[str], qvecs: torch.Tensor | None = None, *, named: bool = True) -> QueryBatch:
+        """The pipeline's view of query texts: their embeddings (``qvecs [B, d]`` when given),
+        their BM25 term counts and (``named``: the graph modes read them) the chunks of the
+        documents they name."""
         queries = check_queries(queries)
         vectors = self.embed(queries) if qvecs is None else qvecs
         if vectors.shape[0] != len(queries):
             raise SpectragError(f"{len(queries)} queries but {vectors.shape[0]} query vectors")
-        titles = self.state.titles
+        titles = self.state.titles if named else None
         return QueryBatch(vectors, self.index.bm25.query_matrix(queries), titles.named(queries) if titles else None,
                           queries)
 
@@ -154,7 +155,7 @@ class Retriever:
         with intra_op_threads(threads):
             if config.mode == "hyde" and qvecs is None:
                 qvecs = self.hyde_vectors(check_queries(queries))  # empty queries refused before any LLM call
-            batch = self.encode(queries, qvecs)
+            batch = self.encode(queries, qvecs, named=config.mode in PROPAGATION_MODES)
             encoded = time.perf_counter()
             result = run(self.state, batch, config, budget=budget)
         self.threads.record(threads, len(queries), time.perf_counter() - start)

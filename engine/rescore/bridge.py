@@ -72,11 +72,11 @@ def bridge_relevance(
         order = positions_by_score_then_id(key, candidates, m)  # (B, m)
         source = (rows + order)[mask.gather(1, order)]  # flat slots of the real sources
         owner, pos = csr_entries(relations.crow, source)  # their edges, in CSR order
-        w = weight[pos]
-        via = (1.0 - lam) * x.reshape(-1)[source][owner] + target[relations.col[pos]] - gamma * (1.0 - w)
+        w, col = weight[pos], relations.col[pos]
+        via = (1.0 - lam) * x.reshape(-1)[source][owner] + target[col] - gamma * (1.0 - w)
         via = via.masked_fill(~(w > 0), float("-inf"))
         best = torch.full((batch * p,), float("-inf"), dtype=x.dtype, device=x.device)
-        best = best.scatter_reduce(0, relations.col[pos], via, reduce="amax", include_self=True).reshape(batch, p)
+        best = best.scatter_reduce(0, col, via, reduce="amax", include_self=True).reshape(batch, p)
         x = torch.where(mask, torch.maximum(x, best), x)
     return x
 
