@@ -15,9 +15,15 @@ from typing import Any, Callable
 import click
 
 from spectrag.cli.llm_options import llm_config, llm_options
-from spectrag.config import KG_SOURCES, MODES, with_llm_stages, with_openie
+from spectrag.config import KG_SOURCES, MODES, load_retriever_config, with_llm_stages, with_openie
 from spectrag.errors import SpectragError
 from spectrag.index.load import FORMATS
+
+
+def _retriever_config(config_file: Path | None, mode: str | None, device: str | None = None):
+    """The online config from ``--config`` with the ``--mode`` / ``--device`` flags given on top."""
+    overrides = {**({"mode": mode} if mode else {}), **({"device": device} if device else {})}
+    return load_retriever_config(config_file, **overrides)
 
 
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -268,10 +274,7 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
     from spectrag.cli.retrieve import (
         run_queries,  # imported on use: `spectrag --help` stays fast
     )
-    from spectrag.config import load_retriever_config
-
-    overrides = {**({"mode": mode} if mode else {}), **({"device": device} if device else {})}
-    config = load_retriever_config(config_file, **overrides)
+    config = _retriever_config(config_file, mode, device)
     run_queries(index_dir, query_file, list(texts), config=config, budget=budget, batch_size=batch_size,
                 out_file=out_file, trec_file=trec_file, with_text=not no_text, k=top_k, fmt=fmt, depth=depth,
                 level=level, llm=llm_config(config_file, llm_flags), ray=ray_address, workers=workers)
@@ -296,7 +299,6 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
               max_batch: int, max_wait_ms: float, no_batching: bool, max_k: int, max_body_bytes: int,
               graceful_s: float, log_level: str) -> None:
     """Serve retrieval over HTTP (POST /retrieve, GET /healthz, GET /info), batching concurrent requests."""
-    from spectrag.config import load_retriever_config
     from spectrag.retriever import Retriever
     from spectrag.serve.app import ServeSettings, serve  # the `serve` extra
     from spectrag.store import load_index
@@ -304,8 +306,7 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
     for name, value in (("--max-batch", max_batch), ("--max-k", max_k), ("--max-body-bytes", max_body_bytes)):
         if value < 1:
             raise SpectragError(f"{name} must be >= 1, got {value}")
-    overrides = {**({"mode": mode} if mode else {}), **({"device": device} if device else {})}
-    retriever = Retriever(load_index(index_dir), load_retriever_config(config_file, **overrides))
+    retriever = Retriever(load_index(index_dir), _retriever_config(config_file, mode, device))
     retriever.retrieve("warm-up")  # load the model and touch the state before the first request
     settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching, max_k=max_k,
                              max_body_bytes=max_body_bytes)
@@ -327,7 +328,6 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
 def view_cmd(index_dir: Path, out_file: Path, query: str | None, mode: str | None, budget: int | None,
              config_file: Path | None, max_nodes: int, seed: int) -> None:
     """Write a self-contained HTML page of the chunk graph (no network needed to open it)."""
-    from spectrag.config import load_retriever_config
     from spectrag.store import load_index
     from spectrag.view import write_view
 
@@ -340,7 +340,7 @@ def view_cmd(index_dir: Path, out_file: Path, query: str | None, mode: str | Non
     index = load_index(index_dir)
     if index.graph is None:
         raise SpectragError(f"{index_dir}: the index has no chunk graph to draw (built with graph.enabled = false)")
-    config = load_retriever_config(config_file, **({"mode": mode} if mode else {}))
+    config = _retriever_config(config_file, mode)
     summary = write_view(index, out_file, query=query, config=config, budget=budget, max_nodes=max_nodes, seed=seed)
     click.echo(f"wrote {summary['path']}: {summary['nodes']:,} of {summary['total_nodes']:,} chunks, "
                f"{summary['edges']:,} edges ({summary['bytes'] / 1e6:.1f} MB)")
@@ -364,9 +364,8 @@ def answer_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...],
                budget: int | None, rounds: int, batch_size: int, out_file: Path | None, as_json: bool, llm_flags: dict) -> None:
     """Answer questions from the retrieved context with the LLM, citing chunk ids."""
     from spectrag.cli.answer import run_answers
-    from spectrag.config import load_retriever_config
 
-    config = load_retriever_config(config_file, **({"mode": mode} if mode else {}))
+    config = _retriever_config(config_file, mode)
     run_answers(index_dir, query_file, list(texts), config=config, llm=llm_config(config_file, llm_flags), budget=budget,
                 rounds=rounds, batch_size=batch_size, out_file=out_file, as_json=as_json)
 
@@ -415,7 +414,7 @@ def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: s
     """Evaluate retrieval methods on DATASET: Recall@k, MRR, nDCG@10 and context P/R/F1."""
     import shlex
 
-    from spectrag.config import load_config, load_retriever_config
+    from spectrag.config import load_config
     from spectrag.eval import evaluate
     from spectrag.eval.report import markdown
     from spectrag.eval.run import progress_bars

@@ -28,7 +28,7 @@ from spectrag.eval.report import write_outputs
 from spectrag.eval.run import Run, run_method
 from spectrag.eval.score import make_scorer
 from spectrag.eval.variants import run_ablations, run_sweep
-from spectrag.index.embed import default_cache_dir
+from spectrag.util.io import default_cache_dir
 from spectrag.llm import make_client
 from spectrag.retriever import Retriever
 from spectrag.store import Index, load_index
@@ -76,17 +76,18 @@ def resolve_index(ds: Dataset, index=None, config: IndexConfig | None = None, ca
             raise SpectragError(f"--index {path}: no such index folder")
         return load_index(path), {"path": str(path), "built": False}
     config = config or IndexConfig()
-    if uses_llm(config) and llm is None:
+    with_llm = uses_llm(config)
+    if with_llm and llm is None:
         raise ConfigError("this index configuration runs the LLM stage (utility questions or kg.source = 'llm'): "
                           "pass --llm-base-url URL")
-    folder = cache_folder(ds, config, cache_dir, llm.model if uses_llm(config) else "")
+    folder = cache_folder(ds, config, cache_dir, llm.model if with_llm else "")
     if (folder / "manifest.json").is_file():
         log(f"reusing index {folder}")
         return load_index(folder), {"path": str(folder), "built": False}
     log(f"building index of {ds.corpus} into {folder}")
     folder.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    built = build_index(ds.corpus, folder, config, fmt=ds.fmt, llm=llm if uses_llm(config) else None)
+    built = build_index(ds.corpus, folder, config, fmt=ds.fmt, llm=llm if with_llm else None)
     return built, {"path": str(folder), "built": True, "seconds": round(time.perf_counter() - start, 1)}
 
 

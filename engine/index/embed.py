@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from spectrag.config import DEFAULT_MODEL, EmbedConfig
 from spectrag.errors import ConfigError
+from spectrag.util.io import default_cache_dir
 from spectrag.util.threads import ThreadChooser
 
 
@@ -74,10 +75,6 @@ def model_fingerprint(path: Path) -> str:
         with file.open("rb") as fh:
             digest.update(fh.read(1 << 16))
     return digest.hexdigest()[:16]
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("SPECTRAG_CACHE_DIR", Path.home() / ".cache" / "spectrag"))
 
 
 class EmbeddingCache:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -22,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from spectrag.errors import ConfigError
+from spectrag.util.io import default_cache_dir
 
 FILE = "responses.sqlite"
 
 
 def default_llm_cache_dir() -> Path:
     """``$SPECTRAG_CACHE_DIR/llm``, else ``~/.cache/spectrag/llm`` (the embedding cache's root)."""
-    return Path(os.environ.get("SPECTRAG_CACHE_DIR", Path.home() / ".cache" / "spectrag")) / "llm"
+    return default_cache_dir() / "llm"
 
 
 def request_key(request: dict[str, Any]) -> str:

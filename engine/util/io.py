@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from spectrag.errors import CorpusError
+
+
+def default_cache_dir() -> Path:
+    """The root of the project's caches (embeddings, LLM responses, evaluation indexes):
+    ``$SPECTRAG_CACHE_DIR``, else ``~/.cache/spectrag``."""
+    return Path(os.environ.get("SPECTRAG_CACHE_DIR", Path.home() / ".cache" / "spectrag"))
 
 
 def read_text(path: Path) -> str:
