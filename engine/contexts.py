@@ -84,12 +84,9 @@ class Context:
 def ranked_scores(result, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``k`` (default: all) of :meth:`BatchResult.ranking` and their final scores.
     Shapes: ``[B, k']`` chunk ids (-1 padded) and float32 scores (-inf on padding), ``k' = min(k, P)``."""
-    ids = result.ranking()[:, :k]  # (B, k')
-    cand = result.candidates  # (B, P), each id at most once per row
-    # each ranked id's position in its row of candidates, by binary search in the sorted row
-    sorted_ids, order = torch.where(cand >= 0, cand, torch.iinfo(cand.dtype).max).sort(dim=1)
-    at = torch.searchsorted(sorted_ids, ids.clamp(min=0).contiguous()).clamp(max=cand.shape[1] - 1)  # (B, k')
-    scores = result.scores.gather(1, order.gather(1, at)).masked_fill(ids < 0, float("-inf"))
+    order = result.ranking_order()[:, :k]  # (B, k') positions into the candidates
+    ids = result.candidates.gather(1, order)
+    scores = result.scores.gather(1, order).masked_fill(ids < 0, float("-inf"))
     return ids, scores
 
 

@@ -76,12 +76,15 @@ class BatchResult:
     activation: ActivationBatch | None = None  # modes activation and combined: SA pairs and relations used
     seeds: torch.Tensor | None = None  # [B, S] the chunks expansion started from (graph modes) or the seed list, -1 padded
 
-    def ranking(self) -> torch.Tensor:
-        """Candidate chunk ids by descending score (ties: smaller id), -1 padded. ``[B, P]``."""
+    def ranking_order(self) -> torch.Tensor:
+        """Positions into ``candidates`` by descending score (ties: smaller id), padding last. ``[B, P]``."""
         key = torch.where(self.candidates >= 0, self.scores, torch.full_like(self.scores, float("-inf")))
         order = torch.argsort(self.candidates.clamp(min=0), dim=1, stable=True)
-        order = order.gather(1, torch.argsort(key.gather(1, order), dim=1, descending=True, stable=True))
-        return self.candidates.gather(1, order)
+        return order.gather(1, torch.argsort(key.gather(1, order), dim=1, descending=True, stable=True))
+
+    def ranking(self) -> torch.Tensor:
+        """Candidate chunk ids by descending score (ties: smaller id), -1 padded. ``[B, P]``."""
+        return self.candidates.gather(1, self.ranking_order())
 
     def selected_ids(self) -> torch.Tensor:
         """Chunk ids of the selection, in selection order, -1 padded. ``[B, K]``."""
