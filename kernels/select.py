@@ -155,7 +155,9 @@ def _check_finite(name: str, T: torch.Tensor, mask: torch.Tensor) -> None:
         )
 
 
-def _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget) -> _Inputs:
+def _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget, *, rows_finite: bool = True) -> _Inputs:
+    """Checked inputs; ``rows_finite=False``: the embeddings are a stand-in view of a table whose
+    rows are checked where they are gathered (:func:`_k_gram`)."""
     named = (("scores", scores), ("prox", prox), ("tokens", tokens), ("mask", mask),
              ("embeddings", embeddings), ("clusters", clusters), ("docs", docs))
     for name, T in named:
@@ -191,7 +193,8 @@ def _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget) ->
 
     _check_finite("scores", scores, mask)
     _check_finite("prox", prox, mask)
-    _check_finite("embeddings", embeddings, mask)
+    if rows_finite:
+        _check_finite("embeddings", embeddings, mask)
     out_of_range = mask & ((prox < 0) | (prox > 1))
     if bool(out_of_range.any()):
         where = _first_where(out_of_range)
@@ -331,7 +334,7 @@ def budget_select(
     table = None
     if ids is not None:  # embeddings is the [n, d] table: validate a [B, P, d] stand-in view
         table, embeddings = embeddings, _rows_view(embeddings, ids, scores)
-    inp = _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget)
+    inp = _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget, rows_finite=table is None)
     B, P = scores.shape
     device = scores.device
     work = _work_dtype(device)
@@ -502,8 +505,6 @@ def _rows_view(table: torch.Tensor, ids: torch.Tensor, scores: torch.Tensor) -> 
         raise ValueError(f"ids must be [B, P] = {tuple(scores.shape)}, got {getattr(ids, 'shape', ids)!r}")
     if ids.numel() and int(ids.max()) >= table.shape[0]:
         raise ValueError(f"ids must be < n = {table.shape[0]}, found {int(ids.max())}")
-    if table.numel() and not bool(torch.isfinite(table.sum())):
-        raise ValueError("embeddings (the [n, d] table) must be finite")
     return table[:1].expand(scores.shape[0], scores.shape[1], table.shape[1]) if table.shape[0] else table
 
 
@@ -531,5 +532,7 @@ def _k_gram(rows, k_real: torch.Tensor, k_count: torch.Tensor, tile: int = 16) -
             continue
         e = rows(group, width).to(wide)
         e[~k_real[group, :width]] = 0.0
+        if not bool(torch.isfinite(e.sum())):  # only rows the tail reads (a table's others never matter)
+            raise ValueError("embeddings must be finite at the candidates' rows (the [n, d] table with ids)")
         gram[group, :width, :width] = torch.bmm(e, e.transpose(1, 2)).to(torch.float32)
     return gram

@@ -528,3 +528,24 @@ def test_table_and_ids_equal_gathered_embeddings(device):
         assert_same(SelectResult(*(t.cpu() if isinstance(t, torch.Tensor) else t for t in (
             got.order, got.selected, got.used_tokens, got.phase, got.utility, got.n_steps))), want)
         assert_same(budget_select_reference(**{**case, "embeddings": table}, **kw, ids=ids), want)
+
+
+def test_table_rows_are_checked_where_they_are_read():
+    """With ``ids``, a non-finite row of the table is an error when a candidate the tail weighs
+    uses it, and no error (nor any effect) when no candidate does."""
+    case = make_case(3, 4, 20, ties=False)
+    n, d = 50, case["embeddings"].shape[2]
+    table = torch.randn(n, d, dtype=case["embeddings"].dtype)
+    table = table / table.norm(dim=1, keepdim=True)
+    ids = torch.arange(4 * 20).reshape(4, 20) % 40  # rows 40..49 are never candidates
+    kw = dict(budget=10**6, lam=0.2, precision_floor=0.0)
+    want = budget_select(**{**case, "embeddings": table}, ids=ids, **kw)
+    unused = table.clone()
+    unused[45] = math.nan
+    got = budget_select(**{**case, "embeddings": unused}, ids=ids, **kw)
+    assert torch.equal(got.order, want.order)
+    used = table.clone()
+    used[int(ids[0, 0])] = math.nan
+    case["mask"][0, 0] = True
+    with pytest.raises(ValueError, match="embeddings must be finite"):
+        budget_select(**{**case, "embeddings": used}, ids=ids, **kw)
