@@ -289,7 +289,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
         else:
             questions = file_questions(chunks, config.graph, encode)
         graph = stages.graph(chunks, vectors, config.graph, encode=encode, questions=questions,
-                             openie_docs=openie_docs if config.kg.source == "llm" else None)
+                             openie_docs=openie_docs)  # set only by the LLM OpenIE stage
         stage("graph")
     kg = None
     if config.kg.enabled:  # offline step 7, before the embedder closes: it embeds names and relations

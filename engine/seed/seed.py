@@ -73,10 +73,11 @@ def named_list(named: sp.csr_matrix, embeddings: torch.Tensor, vectors: torch.Te
     """The named chunks of each query by relevance, best first (ties: smaller id), -1 padded.
     Shapes: ``named [B, n]``, ``embeddings [n, d]``, ``vectors [B, d]`` -> ``[B, k]``."""
     dev = vectors.device
-    rows = torch.from_numpy(np.repeat(np.arange(named.shape[0]), np.diff(named.indptr))).to(dev)
+    row_of = np.repeat(np.arange(named.shape[0]), np.diff(named.indptr))
+    rows = torch.from_numpy(row_of).to(dev)
     ids = torch.from_numpy(named.indices.astype(np.int64)).to(dev)
     rel = (vectors[rows] * embeddings[ids]).sum(dim=1)
-    order = np.lexsort((named.indices, np.repeat(np.arange(named.shape[0]), np.diff(named.indptr))))
+    order = np.lexsort((named.indices, row_of))
     order = torch.from_numpy(order).to(dev)  # (row, id) order, as topk_by_row wants
     _, top = topk_by_row(rows[order], ids[order], rel[order], named.shape[0], k)
     return top
