@@ -56,13 +56,11 @@ class _Options:
         self.skipped.append((where, str(exc)))
 
 
-def _iter_jsonl(path: Path, skipped: list[tuple[str, str]] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    for lineno, record in iter_json_lines(path, skipped):
+def _iter_jsonl(path: Path, options: _Options | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    options = options or _Options()
+    for lineno, record in iter_json_lines(path, options.skipped):
         if not isinstance(record, dict):
-            error = CorpusError(f"{path}: line {lineno} is not a JSON object")
-            if skipped is None:
-                raise error
-            skipped.append((f"{path} line {lineno}", str(error)))
+            options.skip(f"{path} line {lineno}", CorpusError(f"{path}: line {lineno} is not a JSON object"))
             continue
         yield lineno, record
 
@@ -274,7 +272,7 @@ def _generic(path: Path, items: Iterator[tuple[str, Any]], options: _Options) ->
 
 
 def _read_jsonl(path: Path, options: _Options) -> Iterator[Document]:
-    yield from _generic(path, ((f"line {n}", r) for n, r in _iter_jsonl(path, options.skipped)), options)
+    yield from _generic(path, ((f"line {n}", r) for n, r in _iter_jsonl(path, options)), options)
 
 
 def _json_list(path: Path) -> list[Any]:
@@ -339,7 +337,7 @@ def _read_beir(path: Path, options: _Options) -> Iterator[Document]:
             kind="passage", metadata=metadata if isinstance(metadata, dict) else {},
         )
 
-    yield from _each(path, ((f"line {n}", r) for n, r in _iter_jsonl(path, options.skipped)), options, make)
+    yield from _each(path, ((f"line {n}", r) for n, r in _iter_jsonl(path, options)), options, make)
 
 
 _READERS = {
