@@ -118,7 +118,9 @@ def test_top_k_hits_are_the_ranking_with_its_scores(retriever, qvecs, mode):
     for b, ctx in enumerate(contexts):
         cand, score = res.candidates[b].tolist(), res.scores[b].tolist()
         want = [(retriever.index.chunks[c].doc_id, c, score[cand.index(c)]) for c in ctx.ranking[:k]]
-        assert [tuple(h) for h in ctx.hits] == pytest.approx(want) and len(ctx.hits) == min(k, len(ctx.ranking))
+        assert [(h.doc_id, h.chunk_id) for h in ctx.hits] == [w[:2] for w in want]  # ids exact
+        assert [h.score for h in ctx.hits] == pytest.approx([w[2] for w in want], rel=1e-6)
+        assert len(ctx.hits) == min(k, len(ctx.ranking))
         assert all(a.score >= b.score for a, b in zip(ctx.hits, ctx.hits[1:]))
         doc_id, chunk_id, _ = ctx.hits[0]  # unpacks like a tuple
         assert doc_id == retriever.index.chunks[chunk_id].doc_id
