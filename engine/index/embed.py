@@ -77,6 +77,26 @@ def model_fingerprint(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+WIDTH_STEP = 8  # a text is padded to its token count rounded up to this (see Embedder)
+
+
+def padded_widths(lengths: np.ndarray, limit: int | None) -> np.ndarray:
+    """The width each text is padded to: its token count rounded up to :data:`WIDTH_STEP`
+    (at least one step), capped at the model's input ``limit``. A function of the text alone.
+    Shapes: ``[n]`` -> int64 ``[n]``."""
+    step = WIDTH_STEP
+    out = np.maximum(-(-np.asarray(lengths, dtype=np.int64) // step) * step, step)
+    return np.minimum(out, limit) if limit else out
+
+
+def _pad_tokens(value, n: int, width: int, pad: int, left: bool, fill: int = 0):
+    """``value`` (a ``[n, width]`` token feature) padded by ``pad`` columns of ``fill`` (other features as they are)."""
+    if not (isinstance(value, torch.Tensor) and value.ndim == 2 and value.shape == (n, width)):
+        return value
+    zeros = torch.full((n, pad), fill, dtype=value.dtype)
+    return torch.cat([zeros, value] if left else [value, zeros], dim=1)
+
+
 class EmbeddingCache:
     """SQLite store ``(model key, sha256(text)) -> float32 vector``; safe to share between runs."""
 
@@ -128,9 +148,12 @@ class Embedder:
     On the CPU the vectors equal ``SentenceTransformer.encode(..., normalize_embeddings=True)``
     up to float32 rounding (about 1e-7), computed faster (``bench/bench_embed.py`` measures it):
 
-    * each window of texts is tokenized once, sorted by token count (sentence-transformers sorts
-      by characters) and cut into batches of at most ``max_batch_tokens`` padded tokens, so
-      padding stays near zero and every forward pass has about the same, cache-friendly size;
+    * each window of texts is tokenized once; every text is padded to its own width, its token
+      count rounded up to a multiple of :data:`WIDTH_STEP`, and texts of one width go through
+      the model together, in batches of at most ``max_batch_tokens`` padded tokens. A vector is
+      then a function of its text alone, bit for bit: the same alone, in any batch, window, Ray
+      actor or thread count (with other paddings a vector moves by ~1e-7 with its batch
+      companions, tests/index/test_embed.py holds this);
     * with ``num_threads=0`` the thread count is chosen from measured batch times between
       torch's count and half of it, re-checked every few batches: on an idle machine all cores
       win, on a busy one fewer threads avoid OpenMP threads waiting on each other;
@@ -173,7 +196,8 @@ class Embedder:
         if cache_dir is None:
             cache_dir = str(default_cache_dir())
         self._cache_dir = cache_dir
-        self.cache = EmbeddingCache(cache_dir, f"{self.fingerprint}:{self.dim}") if cache_dir else None
+        # the key names the padding recipe: vectors of another recipe differ in the last bits
+        self.cache = EmbeddingCache(cache_dir, f"{self.fingerprint}:{self.dim}:w{WIDTH_STEP}") if cache_dir else None
         self.last_cache_hits = 0
 
         self._cpu = not self.device.startswith("cuda")
@@ -285,25 +309,32 @@ class Embedder:
         return mask is not None and getattr(mask, "ndim", 0) == 2
 
     def _batches(self, features: dict, n: int):
-        """Yield ``(rows, features of those rows, padded tokens)``, longest texts first.
+        """Yield ``(rows, features of those rows, padded tokens)``, widest texts first.
 
-        Rows are sorted by token count and cut so that ``rows * longest <= max_batch_tokens``
-        (at most ``batch_size`` rows); each batch is trimmed to its own longest text, which is
-        the padding sentence-transformers would give those rows.
+        Every row is padded to its own width (:func:`padded_widths`); rows of one width are cut
+        into batches of ``rows * width <= max_batch_tokens`` (at most ``batch_size`` rows), so
+        a batch never mixes widths and a row's vector does not depend on its companions.
         """
 
         mask = features["attention_mask"]
         width = int(mask.shape[1])
-        lengths = mask.sum(dim=1).cpu().numpy()
-        left = getattr(self.model.tokenizer, "padding_side", "right") == "left"
-        order = np.argsort(-lengths, kind="stable")
+        widths = padded_widths(mask.sum(dim=1).cpu().numpy(), getattr(self.model, "max_seq_length", None))
+        tokenizer = self.model.tokenizer
+        left = getattr(tokenizer, "padding_side", "right") == "left"
+        if width < int(widths.max(initial=0)):  # the tokenizer padded less than a row's width
+            pad, fill = int(widths.max()) - width, getattr(tokenizer, "pad_token_id", None) or 0
+            features = {k: _pad_tokens(v, n, width, pad, left, fill if k == "input_ids" else 0)
+                        for k, v in features.items()}
+            width += pad
+        order = np.argsort(-widths, kind="stable")
         budget, cap = self.config.max_batch_tokens, self.config.batch_size
         start = 0
         while start < n:
-            longest = max(int(lengths[order[start]]), 1)
+            longest = int(widths[order[start]])
             size = cap if budget == 0 else max(1, min(cap, budget // longest))
-            rows = order[start : start + size]
-            start += size
+            same = int(np.searchsorted(-widths[order[start:]], -longest, side="right"))  # rows of this width
+            rows = order[start : start + min(size, same)]
+            start += len(rows)
             index = torch.from_numpy(rows)
             batch = {}
             for key, value in features.items():

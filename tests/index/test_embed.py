@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from spectrag.config import EmbedConfig  # noqa: E402
 from spectrag.errors import ConfigError  # noqa: E402
-from spectrag.index.embed import Embedder, resolve_model_path  # noqa: E402
+from spectrag.index.embed import WIDTH_STEP, Embedder, resolve_model_path  # noqa: E402
 
 WORDS = ("the harbour of Vessmark froze in the winter of 1907 while the northern rail authority "
          "kept the line to Skarholt open with three engines and a crew of volunteers").split()
@@ -88,9 +88,10 @@ def test_batches_respect_token_budget_and_cover_every_row(embedder):
         lengths = features["attention_mask"].sum(1).numpy()
         seen = []
         for rows, batch, tokens in e._batches(features, len(TEXTS)):
-            longest = int(lengths[rows].max())
-            assert batch["input_ids"].shape == (len(rows), longest)
-            assert tokens == len(rows) * longest
+            width = int(batch["input_ids"].shape[1])
+            # one width per batch: each row's token count rounded up to WIDTH_STEP
+            assert all(width == max(WIDTH_STEP, -(-int(n) // WIDTH_STEP) * WIDTH_STEP) for n in lengths[rows])
+            assert batch["input_ids"].shape == (len(rows), width) and tokens == len(rows) * width
             assert len(rows) <= 5 and (tokens <= 64 or len(rows) == 1)
             seen.extend(rows.tolist())
         assert sorted(seen) == list(range(len(TEXTS)))
@@ -155,3 +156,25 @@ def test_encode_is_its_windows_each_embedded_alone(embedder, monkeypatch):
     np.testing.assert_array_equal(embedder.encode(texts), want)
     with pytest.raises(ValueError, match="at most 5 texts"):
         embedder.encode_window(texts)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_vector_is_a_function_of_its_text_alone(embedder, threads):
+    """Batch invariance (README "Batch invariance"): a text gets the same vector, bit for bit,
+    alone or among any companions, in any batch size and thread count."""
+    import torch
+
+    alone = np.concatenate([embedder.encode_window([t]) for t in TEXTS])
+    rng = np.random.default_rng(threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for batch_size in (2, 5, len(TEXTS)):
+            e = Embedder(cpu_config(batch_size=batch_size, num_threads=threads))
+            try:
+                perm = rng.permutation(len(TEXTS))
+                np.testing.assert_array_equal(e.encode([TEXTS[i] for i in perm]), alone[perm])
+            finally:
+                e.close()
+    finally:
+        torch.set_num_threads(before)
