@@ -410,8 +410,8 @@ def stage_checks(dev: torch.device, check) -> None:
         return differ / Q.shape[0], "fraction of queries whose top-50 differs (float32 sums in another order may swap near-ties)"
 
     def pipeline():
-        ref = run(make_state(sdata, cpu), sq, RetrieverConfig(device="cpu", graph_backend="scipy"))
-        out = run(make_state(sdata, dev), sq.to(dev), RetrieverConfig(device=str(dev), graph_backend="torch"))
+        ref = run(make_state(sdata, cpu), sq, RetrieverConfig(device="cpu", backend="compiled"))
+        out = run(make_state(sdata, dev), sq.to(dev), RetrieverConfig(device=str(dev), backend="torch"))
         pools = same_rows(out.candidates, ref.candidates)
         return 1.0 - same_rows(out.selected_ids(), ref.selected_ids()), \
             f"fraction of queries whose selection differs; pools equal on {pools:.0%}"

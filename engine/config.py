@@ -601,9 +601,11 @@ class RetrieverConfig(_Checked):
         ``activation``, ``combined`` (with a knowledge graph) (default: spectral).
     budget: context tokens per query (default: 12000).
     device: ``auto`` (CUDA when present) or a torch device string (default: auto).
-    graph_backend: where expansion and the induced blocks run: ``scipy`` (CPU sparse products),
-        ``torch`` (tensors on the device) or ``auto``: torch when the device is not the CPU, so
-        a GPU batch never leaves the GPU (default: auto).
+    backend: the kernels of the graph stages (expansion, blocks, PPR, spectral proximity,
+        bridging, selection) and the relevance gather: ``compiled`` (numba machine code, one
+        query at a time, parallel over queries; CPU only), ``torch`` (batched tensor programs on
+        the device; the reference) or ``auto``: compiled on the CPU, torch elsewhere, so a GPU
+        batch never leaves the GPU (default: auto). Both give the same rankings and contexts.
     threads: CPU threads for a batch; 0 chooses between torch's thread count and half of it
         from measured batch times, re-checked as the load changes (on a machine other
         processes share, one thread can be several times faster than two: see
@@ -615,7 +617,7 @@ class RetrieverConfig(_Checked):
     mode: str = opt("spectral", choices=MODES)
     budget: int = opt(12_000, lo=1)
     device: str = "auto"
-    graph_backend: str = opt("auto", choices=("auto", "scipy", "torch"))
+    backend: str = opt("auto", choices=("auto", "compiled", "torch"))
     threads: int = opt(0, lo=0)
     seed: SeedConfig = field(default_factory=SeedConfig)
     expand: ExpandConfig = field(default_factory=ExpandConfig)

@@ -30,7 +30,9 @@ import torch
 from spectrag.config import BASELINE_MODES, GRAPH_MODES, KG_MODES, RetrieverConfig
 from spectrag.errors import SpectragError
 from spectrag.expand.blocks import candidate_blocks
-from spectrag.expand.pool import expand, expand_torch
+from spectrag.expand.pool import expand
+from spectrag.kernels import compiled as compiled_kernels
+from spectrag.kernels.compiled.gather import gathered_dot_compiled
 from spectrag.kernels.gather import gathered_dot
 from spectrag.propagate.activation import ActivationBatch, activate
 from spectrag.propagate.proximity import pool_proximity
@@ -103,6 +105,19 @@ def named_in(named: sp.csr_matrix, candidates: torch.Tensor) -> torch.Tensor:
     return (keys[at] == want) & (candidates >= 0) if keys.numel() else torch.zeros_like(candidates, dtype=torch.bool)
 
 
+def uses_compiled(backend: str, device: torch.device) -> bool:
+    """Whether a batch on ``device`` runs the compiled CPU kernels (``backend`` of
+    :class:`~spectrag.config.RetrieverConfig`); ``compiled`` off the CPU is an error."""
+    if backend == "compiled" and device.type != "cpu":
+        raise SpectragError(f"backend 'compiled' runs on the CPU only, the device is {device}; use 'auto' or 'torch'")
+    if backend == "torch":
+        return False
+    if backend == "compiled":
+        compiled_kernels.require()
+        return True
+    return device.type == "cpu" and compiled_kernels.available()
+
+
 class _Timer:
     """Seconds per stage, the device synchronized at each mark so GPU work is counted where it runs."""
 
@@ -155,16 +170,16 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
                       texts=batch.texts, dense_ids=dense_ids)
         stage("activate")
     ec = config.expand
-    on_device = config.graph_backend == "torch" or (config.graph_backend == "auto" and state.device.type != "cpu")
+    compiled = uses_compiled(config.backend, state.device)
+
+    def graph(name: str):  # the graph as the backend's kernels read it
+        return getattr(state, name) if compiled else state.torch_graph(name)
+
     if mode in PROPAGATION_MODES:
         top = seeds[:, : ec.n_seeds]
         weight = seed_scores[:, : ec.n_seeds]
         weight = weight / weight[:, :1].clamp(min=1e-30)
-        if on_device:
-            candidates, _ = expand_torch(top, weight, state.torch_graph("weights"), max_candidates=ec.max_candidates,
-                                         hops=ec.hops)
-        else:
-            candidates, _ = expand(top, weight, state.weights, max_candidates=ec.max_candidates, hops=ec.hops)
+        candidates, _ = expand(top, weight, graph("weights"), max_candidates=ec.max_candidates, hops=ec.hops)
         if sa is not None:  # combined: the activation pool joins the expanded candidates
             candidates = sa.merge(candidates)
         stage("expand")
@@ -173,7 +188,10 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     else:
         candidates = seeds[:, : ec.max_candidates]
     mask = candidates >= 0
-    relevance = gathered_dot(state.embeddings, candidates, q)  # r = cos(q, c), (B, P); 0 on padding
+    if compiled:  # r = cos(q, c), (B, P); 0 on padding
+        relevance = torch.from_numpy(gathered_dot_compiled(state.embeddings.numpy(), candidates.numpy(), q.numpy()))
+    else:
+        relevance = gathered_dot(state.embeddings, candidates, q)
     if mode in PROPAGATION_MODES and sc.lexical_weight > 0 and batch.terms is not None and state.bm25 is not None:
         relevance = relevance + sc.lexical_weight * lexical_relevance(state.bm25, batch.terms, candidates)
     proximity = torch.zeros_like(relevance)
@@ -181,13 +199,12 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         pc, bc = config.propagate, config.bridge
         bridging = bc.rounds > 0 and state.relations is not None
         names = ["weights", "relations"] if bridging else ["weights"]
-        graphs = [state.torch_graph(g) if on_device else getattr(state, g) for g in names]
-        blocks, *relation_blocks = candidate_blocks(candidates, graphs)
+        blocks, *relation_blocks = candidate_blocks(candidates, [graph(g) for g in names])
         stage("blocks")
         dense = pc.blocks == "dense" or (pc.blocks == "auto" and state.device.type != "cpu")
         walk = state.ppr_solver(pc.damping) if pc.scope == "graph" and mode != "heat" else None
         proximity = pool_proximity(mode, blocks, candidates, top, weight, relevance, mask, state.coords,
-                                   t=pc.t, damping=pc.damping, tol=pc.tol, dense=dense, walk=walk)
+                                   t=pc.t, damping=pc.damping, tol=pc.tol, dense=dense, walk=walk, compiled=compiled)
         activation = sa.proximity(candidates) if sa is not None else None  # combined: the chunk activation
         if activation is not None:  # (ppr + spectral + activation) / 3
             proximity = (2 * proximity + activation) / 3
@@ -200,7 +217,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
             start = protect_named(relevance, relevance, named_mask, candidates, floor=bc.named_floor) \
                 if protect and bc.named_sources else None
             bridged = bridge_relevance(relation_blocks[0], relevance, candidates, sources=bc.sources, lam=bc.lam,
-                                       gamma=bc.gamma, rounds=bc.rounds, start=start)
+                                       gamma=bc.gamma, rounds=bc.rounds, start=start, compiled=compiled)
             stage("bridge")
         scores = (1 - pc.alpha) * bridged + pc.alpha * proximity
         if activation is not None and config.activation.beta > 0:  # combined: the activation as its own term
@@ -219,7 +236,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     stage("score")
     select = config.baseline_select if mode in BASELINE_MODES else config.select
     sel = select_context(scores, proximity, candidates, state.embeddings, state.tokens, state.clusters,
-                         state.doc_codes, select, budget=budget)
+                         state.doc_codes, select, budget=budget, compiled=compiled)
     stage("select")
     seed_ids = None if mode == "activation" else top if mode in PROPAGATION_MODES else seeds[:, : ec.max_candidates]
     return BatchResult(mode, candidates, scores, relevance, proximity, sel.order, sel.phase, sel.used_tokens,

@@ -8,7 +8,8 @@ exist, never the ``B P^2`` dense entries.
 Construction reads, for every real slot, its node's CSR row of ``W`` and keeps the entries
 whose target lies in the same pool; the target's slot comes from a position table ``[B, n]``
 when that is small (one gather per entry) or from a binary search over the sorted keys
-``b n + node`` otherwise. Rows keep ``W``'s column order inside each row: no sort of the
+``b n + node`` otherwise (torch, :func:`induced_blocks`; on the CPU a compiled kernel builds the
+same arrays one pool at a time, :mod:`spectrag.kernels.compiled.blocks`). Rows keep ``W``'s column order inside each row: no sort of the
 entries is needed, because the products used here (``torch.sparse.mm`` on CSR, gathers and
 scatters) do not need sorted columns.
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from spectrag.kernels.csr import csr_entries
@@ -76,24 +76,19 @@ class BlockGraph:
 
 def induced_blocks(candidates: torch.Tensor, graphs: list[tuple], n: int) -> list[BlockGraph]:
     """The induced subgraph of every pool in each of several graphs over the same ``n`` nodes,
-    locating the pools once.
+    locating the pools once, as torch tensors on the candidates' device (the reference of the
+    compiled CPU kernel, :func:`spectrag.kernels.compiled.blocks.induced_blocks_compiled`).
 
     Args:
         candidates: ``[B, P]`` node ids, -1 padded (a node at most once per row).
-        graphs: ``(indptr [n + 1], indices [nnz], values [nnz])`` CSR arrays: numpy (e.g. a
-            scipy matrix's) or tensors on the candidates' device.
+        graphs: ``(indptr [n + 1], indices [nnz], values [nnz])`` CSR arrays (numpy or tensors).
         n: number of nodes.
-
-    On the CPU the work is numpy's (its gathers and boolean selections were several times
-    faster than torch's single-threaded ones here); elsewhere torch's, on the device.
 
     Shapes: -> one :class:`BlockGraph` per graph, ``batch = B``, ``width = P``.
     """
     for indptr, _, _ in graphs:
         if len(indptr) != n + 1:
             raise ValueError(f"graphs must all be over the same {n} nodes, got indptr of {len(indptr)} entries")
-    if candidates.device.type == "cpu":
-        return _induced_numpy(candidates, graphs, n)
     return _induced_torch(candidates, graphs, n)
 
 
@@ -101,45 +96,6 @@ def _blocks_of(batch: int, p: int, src: torch.Tensor, dst: torch.Tensor, val: to
     crow = torch.zeros(batch * p + 1, dtype=torch.int64, device=src.device)
     torch.cumsum(torch.bincount(src, minlength=batch * p), 0, out=crow[1:])
     return BlockGraph(batch, p, crow, dst, val, src)
-
-
-def _induced_numpy(candidates: torch.Tensor, graphs: list[tuple], n: int) -> list[BlockGraph]:
-    batch, p = candidates.shape
-    flat = candidates.numpy().reshape(-1)
-    slot = np.flatnonzero(flat >= 0)  # flat (query, position) of each real candidate
-    node = flat[slot]
-    query = slot // p
-    index = np.int32 if batch * max(n, p) < 2**31 else np.int64
-    if batch * n <= POSITION_TABLE_MAX:
-        table = np.full(batch * n, -1, dtype=index)
-        table[query * n + node] = slot
-
-        def locate(keys: np.ndarray) -> np.ndarray:
-            return table[keys]
-    else:
-        order = np.argsort(query * n + node, kind="stable")
-        keys_sorted, slots_sorted = (query * n + node)[order], slot[order]
-
-        def locate(keys: np.ndarray) -> np.ndarray:
-            at = np.minimum(np.searchsorted(keys_sorted, keys), max(len(keys_sorted) - 1, 0))
-            hit = keys_sorted[at] == keys if len(keys_sorted) else np.zeros(len(keys), bool)
-            return np.where(hit, slots_sorted[at], -1)
-
-    out = []
-    for indptr, indices, values in graphs:
-        indptr, indices, values = (a.numpy() if torch.is_tensor(a) else np.asarray(a) for a in (indptr, indices, values))
-        start = indptr[node]
-        deg = indptr[node + 1] - start
-        # positions of every CSR entry of every real candidate, grouped by slot
-        first = np.cumsum(deg) - deg
-        pos = np.repeat(start - first, deg) + np.arange(int(deg.sum()))
-        src = np.repeat(slot.astype(index), deg)
-        dst = locate(np.repeat((query * n).astype(index), deg) + indices[pos].astype(index))
-        keep = np.flatnonzero(dst >= 0)
-        out.append(_blocks_of(batch, p, torch.from_numpy(src[keep].astype(np.int64)),
-                              torch.from_numpy(dst[keep].astype(np.int64)),
-                              torch.from_numpy(values[pos[keep]].astype(np.float32))))
-    return out
 
 
 def _induced_torch(candidates: torch.Tensor, graphs: list[tuple], n: int) -> list[BlockGraph]:

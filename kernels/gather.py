@@ -3,8 +3,10 @@ vectors: ``r[b, i] = <q_b, X[ids[b, i]]>``.
 
 Gathering all ``B P`` rows at once writes a ``[B, P, d]`` tensor (78 MB at B = 256, P = 200,
 d = 384) and reads it back; tiles of a few queries keep the gathered rows in cache. Each
-product is a sum over ``d`` of one gathered row, so the result does not depend on the tile size
-or on the batch a query comes in.
+product is summed in float64 and rounded to the table's dtype: sums of float32 products in
+float64 agree to ~1e-16 whatever their order, so the result does not depend on the tile size,
+the batch a query comes in, or the kernel (the compiled CPU twin,
+:func:`spectrag.kernels.compiled.gather.gathered_dot_compiled`, sums in another order).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ def gathered_dot(table: torch.Tensor, ids: torch.Tensor, q: torch.Tensor, *, til
     safe = ids.clamp(min=0)
     out = torch.empty(ids.shape, dtype=table.dtype, device=table.device)
     for lo in range(0, ids.shape[0], tile):
-        rows = table[safe[lo : lo + tile]]  # (t, P, d)
-        # a product and a sum over d, not bmm: bmm takes another kernel for other shapes
-        out[lo : lo + tile] = (rows * q[lo : lo + tile, None, :].to(table.dtype)).sum(dim=2)
+        rows = table[safe[lo : lo + tile]].double()  # (t, P, d)
+        out[lo : lo + tile] = (rows * q[lo : lo + tile, None, :].double()).sum(dim=2).to(table.dtype)
     return out.masked_fill(ids < 0, 0.0)

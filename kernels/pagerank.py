@@ -130,7 +130,7 @@ def _first_nonfinite(name: str, T: torch.Tensor, index=None) -> ValueError:
     return ValueError(f"{name} contains NaN or infinite values; first at {name}{where} = {value!r}")
 
 
-def _check_params(damping, tol, max_iter) -> tuple[float, float, int]:
+def check_params(damping, tol, max_iter) -> tuple[float, float, int]:
     try:
         d = float(damping)
     except (TypeError, ValueError):
@@ -154,7 +154,7 @@ def _check_params(damping, tol, max_iter) -> tuple[float, float, int]:
     return d, tl, mi
 
 
-def _check_restart(X: torch.Tensor, reduce_dim: int, what: str) -> None:
+def check_restart(X: torch.Tensor, reduce_dim: int, what: str) -> None:
     """Finite, non-negative, and no all-zero restart column."""
     if not bool(torch.isfinite(X).all()):
         raise _first_nonfinite("X", X)
@@ -261,7 +261,7 @@ def personalized_pagerank(
     Returns:
         :class:`PageRankResult` with ``scores`` ``[n, B]`` in ``X``'s dtype/device.
     """
-    damping, tol, max_iter = _check_params(damping, tol, max_iter)
+    damping, tol, max_iter = check_params(damping, tol, max_iter)
     if not isinstance(X, torch.Tensor) or X.layout != torch.strided:
         raise TypeError("X must be a dense [n, B] torch.Tensor")
     if not X.is_floating_point():
@@ -281,7 +281,7 @@ def personalized_pagerank(
     else:
         _as_sparse_coo(A, n, X.device)
         op = None
-    _check_restart(X2, 0, "column")
+    check_restart(X2, 0, "column")
     if op is None:
         op = random_walk_operator(A, dtype=X.dtype)
     PT = op.PT if op.PT.dtype == X.dtype else op.PT.to(X.dtype)
@@ -397,7 +397,7 @@ def personalized_pagerank_dense_batched(
         :class:`PageRankResult` with ``scores`` shaped like ``X``; ``residual``,
         ``column_converged`` and ``column_iters`` are ``[B]`` (or ``[B, C]``).
     """
-    damping, tol, max_iter = _check_params(damping, tol, max_iter)
+    damping, tol, max_iter = check_params(damping, tol, max_iter)
     Bn, P = check_dense_blocks(A_blocks, X, "A_blocks")
     dev, dt = X.device, X.dtype
     squeeze = X.dim() == 2
@@ -424,9 +424,9 @@ def personalized_pagerank_dense_batched(
             f"A_blocks must have non-negative edge weights; A_blocks{idx} = {A[tuple(idx)].item()!r}"
         )
     if squeeze:
-        _check_restart(X3.squeeze(2), 1, "block")
+        check_restart(X3.squeeze(2), 1, "block")
     else:
-        _check_restart(X3, 1, "[block, column]")
+        check_restart(X3, 1, "[block, column]")
 
     deg = A.sum(dim=2, dtype=torch.float64)  # [B, P]
     dangling = (deg == 0) & m
@@ -510,7 +510,7 @@ def personalized_pagerank_blocks(
     Returns:
         :class:`PageRankResult` with ``scores [B, P]``.
     """
-    damping, tol, max_iter = _check_params(damping, tol, max_iter)
+    damping, tol, max_iter = check_params(damping, tol, max_iter)
     Bn, P = blocks.batch, blocks.width
     if not isinstance(X, torch.Tensor) or tuple(X.shape) != (Bn, P) or not X.is_floating_point():
         raise ValueError(f"X must be a floating [{Bn}, {P}] tensor, got "
@@ -529,7 +529,7 @@ def personalized_pagerank_blocks(
     inv = torch.where(deg > 0, 1.0 / torch.where(deg > 0, deg, torch.ones_like(deg)), torch.zeros_like(deg))
     op = blocks.operator((vals * inv[blocks.col]).to(dt))  # P^T[j, i] = A[j, i] / d_i, A symmetric
     X3 = torch.where(m, X, torch.zeros((), dtype=dt, device=dev)).unsqueeze(2)
-    _check_restart(X3.squeeze(2), 1, "block")
+    check_restart(X3.squeeze(2), 1, "block")
 
     def walk(v: torch.Tensor) -> torch.Tensor:
         return torch.sparse.mm(op, v.reshape(Bn * P, -1)).reshape(v.shape)
@@ -575,7 +575,7 @@ class PageRankMatrix:
     @classmethod
     def build(cls, walk: RandomWalkOperator, damping: float) -> "PageRankMatrix":
         """``M`` of a walk operator (``PT``, ``[n, n]``) by one LU solve in float64."""
-        damping, _, _ = _check_params(damping, 1e-8, 1)
+        damping, _, _ = check_params(damping, 1e-8, 1)
         PT = walk.PT.to_dense().to(torch.float64)
         n = PT.shape[0]
         eye = torch.eye(n, dtype=torch.float64, device=PT.device)

@@ -50,7 +50,7 @@ from typing import Optional, Union
 
 import torch
 
-__all__ = ["SelectParams", "SelectResult", "budget_select"]
+__all__ = ["SelectParams", "SelectResult", "budget_select", "check_inputs"]
 
 PHASE_CORE, PHASE_TAIL, PHASE_BACKFILL, PHASE_PAD = 0, 1, 2, -1
 
@@ -237,6 +237,16 @@ def _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget, *,
     return _Inputs(scores, prox, tok, mask, embeddings, clusters, docs, bud)
 
 
+def check_inputs(scores, prox, tokens, mask, embeddings, ids, clusters, docs, budget) -> _Inputs:
+    """The checked inputs of :func:`budget_select` (and of its compiled twin): ``embeddings``
+    is ``[B, P, d]``, or with ``ids`` the ``[n, d]`` table, whose rows are checked where they
+    are read."""
+    if ids is not None:  # embeddings is the [n, d] table: validate a [B, P, d] stand-in view
+        return _validate(scores, prox, tokens, mask, _rows_view(embeddings, ids, scores), clusters, docs, budget,
+                         rows_finite=False)
+    return _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget)
+
+
 def _work_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "mps" else torch.float64
 
@@ -331,10 +341,8 @@ def budget_select(
         used_tokens ``[B]``.
     """
     cfg = SelectParams(core_size, a, b, c, d, lam, rho, precision_floor, backfill, backfill_floor)
-    table = None
-    if ids is not None:  # embeddings is the [n, d] table: validate a [B, P, d] stand-in view
-        table, embeddings = embeddings, _rows_view(embeddings, ids, scores)
-    inp = _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget, rows_finite=table is None)
+    table = embeddings if ids is not None else None
+    inp = check_inputs(scores, prox, tokens, mask, embeddings, ids, clusters, docs, budget)
     B, P = scores.shape
     device = scores.device
     work = _work_dtype(device)

@@ -44,17 +44,17 @@ def test_batch_equals_single_queries(retriever, qvecs, mode):
 
 
 @pytest.mark.parametrize("mode", ["heat", "ppr", "spectral"])
-def test_torch_graph_backend_equals_scipy(sample_index, retriever, qvecs, mode):
+def test_torch_backend_equals_scipy(sample_index, retriever, qvecs, mode):
     """Expansion and blocks as torch tensors (what a GPU runs) give the CPU path's results."""
-    on_device = Retriever(sample_index, replace(retriever.config, graph_backend="torch"))
-    scipy_path = Retriever(sample_index, replace(retriever.config, graph_backend="scipy"))  # what auto runs on the CPU
+    on_device = Retriever(sample_index, replace(retriever.config, backend="torch"))
+    scipy_path = Retriever(sample_index, replace(retriever.config, backend="compiled"))  # what auto runs on the CPU
     got = on_device.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
     want = scipy_path.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
     assert torch.equal(got.candidates, want.candidates)
     assert torch.allclose(got.scores, want.scores, atol=1e-6)
     assert torch.equal(got.selected, want.selected)
-    with pytest.raises(SpectragError, match="graph_backend"):
-        RetrieverConfig(graph_backend="cuda")
+    with pytest.raises(SpectragError, match="backend"):
+        RetrieverConfig(backend="cuda")
 
 
 @pytest.mark.parametrize("mode", [m for m in BASELINE_MODES + GRAPH_MODES if m != "hyde"])  # hyde: tests/test_generate.py

@@ -8,7 +8,10 @@ with ``dense=True`` where ``bmm`` is faster), by three operators:
 * ``spectral``: max cosine between the candidate's spectral coordinates and the seeds' (eq. 13).
 
 Each is scaled to [0, 1] per query (divided by its maximum over the pool). Mode ``spectral``
-averages PPR and spectral proximity (:func:`pool_proximity`).
+averages PPR and spectral proximity (:func:`pool_proximity`). ``compiled=True`` (a CPU batch):
+PPR and the spectral cosines by compiled kernels, one query at a time
+(:mod:`spectrag.kernels.compiled`), equal to the torch versions here (their references) to
+float64 rounding.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import torch
 
 from spectrag.kernels.blocks import BlockGraph
+from spectrag.kernels.compiled.gather import max_cosine_compiled
+from spectrag.kernels.compiled.pagerank import personalized_pagerank_blocks_compiled
 from spectrag.kernels.heat import chebyshev_heat_blocks, chebyshev_heat_dense_batched
 from spectrag.kernels.laplacian import block_laplacian
 from spectrag.kernels.pagerank import (
@@ -43,7 +48,7 @@ def heat_proximity(blocks: BlockGraph, relevance: torch.Tensor, mask: torch.Tens
 
 
 def ppr_proximity(blocks: BlockGraph, restart: torch.Tensor, mask: torch.Tensor, *, damping: float = 0.85,
-                  tol: float = 1e-8, dense: bool = False) -> torch.Tensor:
+                  tol: float = 1e-8, dense: bool = False, compiled: bool = False) -> torch.Tensor:
     """Shapes: ``B`` blocks, restart/mask ``[B, P]`` (restart > 0 on seeds) -> ``[B, P]``.
 
     Iterated in float64: ``tol = 1e-8`` is the L1 change per node (networkx's test, which the
@@ -53,7 +58,10 @@ def ppr_proximity(blocks: BlockGraph, restart: torch.Tensor, mask: torch.Tensor,
     empty = restart.sum(dim=1) <= 0
     restart = torch.where(empty[:, None] & mask, torch.ones_like(restart), restart)  # no seed: uniform
     restart = torch.where(mask, restart, torch.zeros_like(restart)).double()
-    if dense:
+    if compiled:
+        scores = personalized_pagerank_blocks_compiled(blocks, restart, mask=mask, damping=damping, tol=tol,
+                                                       max_iter=200).scores
+    elif dense:
         scores = personalized_pagerank_dense_batched(blocks.dense().double(), restart, mask=mask, damping=damping,
                                                      tol=tol, max_iter=200).scores
     else:
@@ -85,14 +93,19 @@ def graph_ppr_proximity(walk: RandomWalkOperator | PageRankMatrix, candidates: t
     return _scale(at.to(torch.float32), mask)
 
 
-def spectral_proximity(coords: torch.Tensor, candidates: torch.Tensor, seeds: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Max cosine of each candidate's coordinates to any seed's. Coordinates are row-normalized.
+def spectral_proximity(coords: torch.Tensor, candidates: torch.Tensor, seeds: torch.Tensor, mask: torch.Tensor, *,
+                       compiled: bool = False) -> torch.Tensor:
+    """Max cosine of each candidate's coordinates to any seed's (float64, rounded to float32).
+    Coordinates are row-normalized.
 
     Shapes: coords ``[n, m]``, candidates ``[B, P]``, seeds ``[B, S]`` (-1 padded) -> ``[B, P]``.
     """
-    zc = coords[candidates.clamp(min=0)]  # (B, P, m)
-    zs = coords[seeds.clamp(min=0)]  # (B, S, m)
-    cos = torch.bmm(zc, zs.transpose(1, 2))  # (B, P, S)
+    if compiled:
+        ids = torch.where(mask, candidates, torch.full_like(candidates, -1))
+        return torch.from_numpy(max_cosine_compiled(coords.numpy(), ids.numpy(), seeds.numpy()))
+    zc = coords[candidates.clamp(min=0)].double()  # (B, P, m)
+    zs = coords[seeds.clamp(min=0)].double()  # (B, S, m)
+    cos = torch.bmm(zc, zs.transpose(1, 2)).to(coords.dtype)  # (B, P, S)
     cos = cos.masked_fill((seeds < 0)[:, None, :], float("-inf")).amax(dim=2)
     cos = torch.where(torch.isfinite(cos), cos, torch.zeros_like(cos)).clamp(min=0)
     return torch.where(mask, cos, torch.zeros_like(cos))
@@ -120,6 +133,7 @@ def pool_proximity(
     tol: float = 1e-8,
     dense: bool = False,
     walk: RandomWalkOperator | PageRankMatrix | None = None,
+    compiled: bool = False,
 ) -> torch.Tensor:
     """The proximity of a graph mode: ``heat``, ``ppr``, or ``spectral`` / ``combined`` (the
     mean of PPR and spectral proximity). Shapes: ``[B, P, P]`` blocks, ``[B, P]`` pools,
@@ -131,8 +145,8 @@ def pool_proximity(
         ppr = graph_ppr_proximity(walk, candidates, seeds, seed_weights, mask, damping=damping, tol=tol)
     else:
         ppr = ppr_proximity(blocks, seed_restart(candidates, seeds, seed_weights), mask, damping=damping, tol=tol,
-                            dense=dense)
+                            dense=dense, compiled=compiled)
     if mode == "ppr":
         return ppr
-    spec = spectral_proximity(coords, candidates, seeds, mask)
+    spec = spectral_proximity(coords, candidates, seeds, mask, compiled=compiled)
     return (0.5 * ppr + 0.5 * spec).clamp(0.0, 1.0)

@@ -13,7 +13,8 @@ from dataclasses import asdict
 import torch
 
 from spectrag.config import SelectConfig
-from spectrag.kernels.select import SelectResult, budget_select
+from spectrag.kernels.compiled.select import budget_select_compiled
+from spectrag.kernels.select import SelectParams, SelectResult, budget_select
 
 
 def select_context(
@@ -27,12 +28,17 @@ def select_context(
     config: SelectConfig,
     *,
     budget: int | torch.Tensor,
+    compiled: bool = False,
 ) -> SelectResult:
     """Selection over each query's pool. Shapes: ``scores/proximity/candidates [B, P]`` (ids
     -1 padded, scores -inf there), ``chunk_embeddings [n, d]``, ``tokens/clusters/doc_codes
-    [n]`` (every chunk's) -> :class:`SelectResult` with positions into the pool."""
+    [n]`` (every chunk's) -> :class:`SelectResult` with positions into the pool. ``compiled``:
+    a CPU batch by the compiled kernel, one query at a time (the torch kernel is its reference)."""
     mask = candidates >= 0
     ids = candidates.clamp(min=0)
     finite = torch.where(mask, scores, torch.zeros_like(scores))
-    return budget_select(finite, proximity, tokens[ids].masked_fill(~mask, 1), mask, chunk_embeddings,
-                         clusters[ids], doc_codes[ids], budget=budget, ids=ids, **asdict(config))
+    args = (finite, proximity, tokens[ids].masked_fill(~mask, 1), mask, chunk_embeddings, ids, clusters[ids],
+            doc_codes[ids])
+    if compiled:
+        return budget_select_compiled(*args, budget=budget, params=SelectParams(**asdict(config)))
+    return budget_select(*args[:5], *args[6:], budget=budget, ids=ids, **asdict(config))

@@ -1,6 +1,6 @@
-"""The induced candidate blocks of spectrag.expand.blocks (sparse BlockGraphs), on the CPU path
-(numpy) and on the ``device`` fixture's devices (torch), against each pool's submatrix sliced
-with scipy, exactly."""
+"""The induced candidate blocks of spectrag.expand.blocks (sparse BlockGraphs), by the compiled
+CPU kernel and by torch on the ``device`` fixture's devices, against each pool's submatrix
+sliced with scipy, exactly; the two give the same arrays, entry for entry."""
 
 from __future__ import annotations
 
@@ -39,10 +39,14 @@ def test_blocks_equal_the_scipy_submatrices(device, table, monkeypatch):
     pools, _ = expand(ids, w, graphs[0], max_candidates=40)
     pools[2, -5:] = -1  # padding inside the pool
     want = [sliced(pools, g) for g in graphs]
-    for got in (candidate_blocks(pools, graphs),  # numpy, on the CPU
-                candidate_blocks(pools.to(device), [TorchCSR.from_scipy(g, device) for g in graphs])):
+    compiled = candidate_blocks(pools, graphs)  # scipy graphs: the compiled CPU kernel
+    on_torch = candidate_blocks(pools.to(device), [TorchCSR.from_scipy(g, device) for g in graphs])
+    for got in (compiled, on_torch):
         assert all(torch.equal(a.dense().cpu(), b) for a, b in zip(got, want))
         # the flat CSR describes the same entries
         for blk in got:
             assert torch.equal(blk.crow[1:] - blk.crow[:-1], torch.bincount(blk.src, minlength=blk.batch * blk.width))
+    for a, b in zip(compiled, on_torch):  # the same arrays, in the same entry order
+        for name in ("crow", "col", "val", "src"):
+            assert torch.equal(getattr(a, name), getattr(b, name).cpu()), name
     assert float(want[0].abs().sum()) > 0  # the pools do hold edges: the comparison is not vacuous

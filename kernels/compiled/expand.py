@@ -1,0 +1,154 @@
+"""Two-hop expansion of every query's seeds over a CSR graph, compiled, one query at a time
+over the frontier's CSR rows: the work is the edges the walk touches, not ``n``.
+
+The rules are :func:`spectrag.expand.pool.expand_torch`'s (the reference): walk mass pushed
+``hops`` times from the seeds along ``W`` (``F_{h+1} = W^T F_h``, float64, each frontier visited
+in ascending node order so every sum adds its terms in the order of a CSR product), ``reach =
+sum_h 0.5^h F_{h+1}`` rounded to float32 and divided by its maximum (float32 reciprocal); seeds
+get ``2 + weight``; nodes of zero priority are dropped; the top ``P`` by priority, ties to the
+smaller id.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spectrag.kernels.compiled.runtime import jit, parallel_rows
+
+SEED_BONUS = np.float32(2.0)
+
+
+_U32 = np.uint64(0xFFFFFFFF)
+_SIGN = np.uint64(0x80000000)
+_SHIFT = np.uint64(32)
+
+
+def _sort_by_value_then_id(values, nodes, count, keys):
+    """Positions ``0..count-1`` of ``values[:count]`` (float32) ordered by value descending,
+    then node ascending: one sort of uint64 keys (monotone float bits, inverted, above the
+    position's node id; node ids < 2**32). Returns the sorted keys (the node in the low bits)."""
+    bits = values[:count].view(np.uint32)
+    for i in range(count):
+        u = np.uint64(bits[i])
+        ordered = (u ^ _U32) if (u & _SIGN) else (u | _SIGN)
+        keys[i] = ((_U32 - ordered) << _SHIFT) | np.uint64(nodes[i])
+    return np.sort(keys[:count])
+
+
+def _expand_rows(lo, hi, seed_ids, seed_w, indptr, indices, data, hops, out_ids, out_pri):
+    n = indptr.shape[0] - 1
+    width = out_ids.shape[1]
+    front = np.zeros(n, np.float64)
+    nxt = np.zeros(n, np.float64)
+    reach = np.zeros(n, np.float64)
+    seed_mass = np.zeros(n, np.float64)
+    priority = np.zeros(n, np.float32)
+    state = np.zeros(n, np.uint8)  # bit 1: seed, 2: in the union, 4: in the next frontier
+    union = np.empty(n, np.int64)
+    cur = np.empty(n, np.int64)
+    new = np.empty(n, np.int64)
+    values = np.empty(n, np.float32)
+    nodes = np.empty(n, np.int64)
+    keys = np.empty(n, np.uint64)
+    for b in range(lo, hi):
+        n_union = 0
+        n_cur = 0
+        for s in range(seed_ids.shape[1]):
+            v = seed_ids[b, s]
+            if v < 0:
+                continue
+            if state[v] & 1 == 0:
+                state[v] |= 3
+                union[n_union] = v
+                n_union += 1
+                cur[n_cur] = v
+                n_cur += 1
+            seed_mass[v] += np.float64(seed_w[b, s])
+        for i in range(n_cur):
+            front[cur[i]] = seed_mass[cur[i]]
+        scale = 1.0
+        for _ in range(hops):
+            cur[:n_cur].sort()  # ascending sources: each target sums its terms in CSR-product order
+            n_new = 0
+            for i in range(n_cur):
+                u = cur[i]
+                fu = front[u]
+                for e in range(indptr[u], indptr[u + 1]):
+                    v = indices[e]
+                    if state[v] & 4 == 0:
+                        state[v] |= 4
+                        new[n_new] = v
+                        n_new += 1
+                    nxt[v] += np.float64(data[e]) * fu
+            for i in range(n_cur):
+                front[cur[i]] = 0.0
+            for i in range(n_new):
+                v = new[i]
+                reach[v] += scale * nxt[v]
+                front[v] = nxt[v]
+                nxt[v] = 0.0
+                state[v] &= np.uint8(3)
+                if state[v] & 2 == 0:
+                    state[v] |= 2
+                    union[n_union] = v
+                    n_union += 1
+                cur[i] = v
+            n_cur = n_new
+            scale *= 0.5
+        for i in range(n_cur):
+            front[cur[i]] = 0.0
+        peak = np.float32(0.0)
+        for i in range(n_union):
+            r = np.float32(reach[union[i]])
+            if r > peak:
+                peak = r
+        inv = np.float32(1.0 / np.float64(peak)) if peak > 0 else np.float32(1.0)
+        count = 0
+        for i in range(n_union):
+            v = union[i]
+            if state[v] & 1:
+                p = np.float32(seed_mass[v]) + SEED_BONUS
+            else:
+                p = np.float32(reach[v]) * inv
+            if p != 0:  # never reached (as a sparse product stores no entry for it)
+                values[count] = p
+                nodes[count] = v
+                priority[v] = p
+                count += 1
+            reach[v] = 0.0
+            seed_mass[v] = 0.0
+            state[v] = 0
+        order = _sort_by_value_then_id(values, nodes, count, keys)
+        for j in range(width):
+            if j < count:
+                v = np.int64(order[j] & _U32)
+                out_ids[b, j] = v
+                out_pri[b, j] = priority[v]
+            else:
+                out_ids[b, j] = -1
+                out_pri[b, j] = 0.0
+        for i in range(count):
+            priority[nodes[i]] = 0.0
+
+
+_sort_by_value_then_id = jit(_sort_by_value_then_id)
+_expand_rows = jit(_expand_rows)
+
+
+def expand_compiled(seed_ids: np.ndarray, seed_weights: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
+                    data: np.ndarray, *, max_candidates: int, hops: int,
+                    threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate pools of every query. Shapes: ``seed_ids [B, S]`` (int64, -1 padded),
+    ``seed_weights [B, S]`` (float32), CSR ``[n, n]`` -> ids ``[B, P']`` (int64, -1 padded,
+    ``P' = min(P, n)``) and priorities ``[B, P']`` (float32)."""
+    n = len(indptr) - 1
+    if n >= 1 << 32:
+        raise ValueError(f"the compiled expansion handles graphs of fewer than 2**32 nodes, got {n}")
+    batch = seed_ids.shape[0]
+    width = min(max_candidates, n)
+    out_ids = np.empty((batch, width), np.int64)
+    out_pri = np.empty((batch, width), np.float32)
+    parallel_rows(_expand_rows, batch, np.ascontiguousarray(seed_ids, np.int64),
+                  np.ascontiguousarray(seed_weights, np.float32), indptr, indices, data, int(hops), out_ids, out_pri,
+                  threads=threads)
+    return out_ids, out_pri

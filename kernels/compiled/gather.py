@@ -1,0 +1,109 @@
+"""Inner products of each query with rows of a table, compiled: ``<q_b, X[ids[b, i]]>`` summed
+in float64 and rounded to float32 (:func:`spectrag.kernels.gather.gathered_dot`), and the exact
+re-scoring of a search's hits (:func:`spectrag.index.dense.rescore`): float64 scores sorted by
+score, then smaller id. A float64 sum of float32 products is the same in any order to ~1e-16,
+so the rounded or compared results do not depend on how the work is split."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spectrag.kernels.compiled.runtime import jit, parallel_rows
+
+
+def _dot64(table, row, q, b):
+    """``<table[row], q[b]>`` in float64, four running sums (independent chains pipeline)."""
+    d = table.shape[1]
+    s0 = s1 = s2 = s3 = 0.0
+    t = 0
+    while t + 4 <= d:
+        s0 += np.float64(table[row, t]) * np.float64(q[b, t])
+        s1 += np.float64(table[row, t + 1]) * np.float64(q[b, t + 1])
+        s2 += np.float64(table[row, t + 2]) * np.float64(q[b, t + 2])
+        s3 += np.float64(table[row, t + 3]) * np.float64(q[b, t + 3])
+        t += 4
+    while t < d:
+        s0 += np.float64(table[row, t]) * np.float64(q[b, t])
+        t += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+def _gather_rows(lo, hi, table, ids, q, out):
+    for b in range(lo, hi):
+        for i in range(ids.shape[1]):
+            c = ids[b, i]
+            out[b, i] = np.float32(_dot64(table, c, q, b)) if c >= 0 else np.float32(0.0)
+
+
+def _rescore_rows(lo, hi, table, q, ids, k, out_scores, out_ids):
+    m = ids.shape[1]
+    exact = np.empty(m, np.float64)
+    cand = np.empty(m, np.int64)
+    for b in range(lo, hi):
+        cand[:] = np.sort(ids[b])  # ascending ids: the stable sort below keeps them among ties
+        for j in range(m):
+            exact[j] = _dot64(table, cand[j], q, b) if cand[j] >= 0 else -np.inf
+        order = np.argsort(-exact, kind="mergesort")
+        for j in range(k):
+            out_scores[b, j] = exact[order[j]]
+            out_ids[b, j] = cand[order[j]]
+
+
+_dot64 = jit(_dot64)
+_gather_rows = jit(_gather_rows)
+_rescore_rows = jit(_rescore_rows)
+
+
+def gathered_dot_compiled(table: np.ndarray, ids: np.ndarray, q: np.ndarray, *, threads: int | None = None) -> np.ndarray:
+    """Shapes: ``table [n, d]``, ``ids [B, P]`` (-1 padded), ``q [B, d]`` -> float32 ``[B, P]`` (0 on padding)."""
+    ids = np.ascontiguousarray(ids, np.int64)
+    out = np.empty(ids.shape, np.float32)
+    parallel_rows(_gather_rows, ids.shape[0], table, ids, np.ascontiguousarray(q, np.float32), out, threads=threads)
+    return out
+
+
+def rescore_compiled(table: np.ndarray, q: np.ndarray, ids: np.ndarray, k: int, *,
+                     threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact float64 scores of each query's hits ``ids [B, m]`` (-1: none, score -inf), sorted
+    by score then smaller id, cut to ``k``. Shapes: -> float64 scores, int64 ids ``[B, min(k, m)]``."""
+    ids = np.ascontiguousarray(ids, np.int64)
+    k = min(k, ids.shape[1])
+    scores, top = np.empty((ids.shape[0], k), np.float64), np.empty((ids.shape[0], k), np.int64)
+    parallel_rows(_rescore_rows, ids.shape[0], table, np.ascontiguousarray(q, np.float32), ids, k, scores, top,
+                  threads=threads)
+    return scores, top
+
+
+def _max_cosine_rows(lo, hi, table, ids, seeds, out):
+    d = table.shape[1]
+    for b in range(lo, hi):
+        for i in range(ids.shape[1]):
+            c = ids[b, i]
+            best = -np.inf
+            if c >= 0:
+                for j in range(seeds.shape[1]):
+                    s = seeds[b, j]
+                    if s < 0:
+                        continue
+                    acc = 0.0
+                    for t in range(d):
+                        acc += np.float64(table[c, t]) * np.float64(table[s, t])
+                    v = np.float32(acc)
+                    if v > best:
+                        best = v
+            out[b, i] = np.float32(best) if best > 0 else np.float32(0.0)
+
+
+_max_cosine_rows = jit(_max_cosine_rows)
+
+
+def max_cosine_compiled(table: np.ndarray, ids: np.ndarray, seeds: np.ndarray, *, threads: int | None = None) -> np.ndarray:
+    """The largest inner product of each candidate's row with any of its query's seeds' rows,
+    in float64 rounded to float32, clamped at 0 (0 on padding and without seeds): spectral
+    proximity (:func:`spectrag.propagate.proximity.spectral_proximity`). Shapes: ``table [n, m]``,
+    ``ids [B, P]``, ``seeds [B, S]`` (-1 padded) -> float32 ``[B, P]``."""
+    ids = np.ascontiguousarray(ids, np.int64)
+    out = np.empty(ids.shape, np.float32)
+    parallel_rows(_max_cosine_rows, ids.shape[0], table, ids, np.ascontiguousarray(seeds, np.int64), out,
+                  threads=threads)
+    return out

@@ -1,0 +1,58 @@
+"""What every compiled kernel shares: whether numba is there, the ``njit`` options (cached,
+GIL released) and the thread pool that runs a batch's queries in parallel."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+
+import torch
+
+_HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+
+
+def available() -> bool:
+    """True when numba is installed (the compiled CPU kernels can run)."""
+    return _HAVE_NUMBA
+
+
+def require() -> None:
+    """ImportError with the install command when numba is missing."""
+    if not _HAVE_NUMBA:
+        raise ImportError("the compiled CPU kernels need numba: pip install numba "
+                          "(or set backend = 'torch' to use the torch kernels)")
+
+
+def jit(fn: Callable) -> Callable:
+    """``numba.njit`` with the options every kernel uses: compiled once and cached on disk (the
+    first call of a process then loads machine code instead of compiling), the GIL released
+    so that pool threads run at once, no fast-math (results are IEEE and match the torch path)."""
+    require()
+    import numba
+
+    return numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")(fn)
+
+
+@lru_cache(maxsize=None)
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="spectrag-kernel")
+
+
+def parallel_rows(kernel: Callable, rows: int, *args, threads: int | None = None, min_rows: int = 4) -> None:
+    """Run ``kernel(lo, hi, *args)`` over ``[0, rows)`` split into contiguous ranges, one per
+    worker of a pool of ``threads`` (default: ``torch.get_num_threads()``). Each range's work
+    is independent (a query's result never depends on the range it is in), so any split gives
+    the same output; fewer than ``min_rows`` rows per worker run on the caller's thread."""
+    threads = torch.get_num_threads() if threads is None else threads
+    threads = max(1, min(threads, rows // max(min_rows, 1), os.cpu_count() or 1))
+    if threads == 1 or rows == 0:
+        kernel(0, rows, *args)
+        return
+    bounds = [rows * i // threads for i in range(threads + 1)]
+    pool = _pool(threads)
+    futures = [pool.submit(kernel, lo, hi, *args) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+    for f in futures:
+        f.result()  # re-raises a worker's exception here

@@ -1,0 +1,196 @@
+"""Token-budgeted greedy selection, compiled, one query at a time: the phases, float64
+utilities, tie rules and float32-rounded cosines of :func:`spectrag.kernels.select.budget_select`
+(the reference and GPU path; its docstring has the method). Cosines are computed only for the
+rows a pick needs (one row of the Gram block per core or tail pick), never the whole block."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from spectrag.kernels.compiled.runtime import jit, parallel_rows
+from spectrag.kernels.select import (PHASE_BACKFILL, PHASE_CORE, PHASE_PAD, PHASE_TAIL, SelectParams, SelectResult,
+                                     check_inputs)
+
+
+def _cosines(table, ids, pick, k_pos, kw, out):
+    """out[k] = float32(<e_pick, e_k> in float64) for the ``kw`` compacted candidates; ``pick``
+    is a pool position."""
+    d = table.shape[1]
+    a = ids[pick]
+    for k in range(kw):
+        c = ids[k_pos[k]]
+        acc = 0.0
+        for t in range(d):
+            acc += np.float64(table[a, t]) * np.float64(table[c, t])
+        out[k] = np.float64(np.float32(acc))
+
+
+def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs, budget, core_size, a, bw, c, d, lam,
+                 rho, precision_floor, backfill, backfill_floor, order, phase, utility, counts, steps, used, status):
+    width = scores.shape[1]
+    neg = -np.inf
+    s = np.empty(width, np.float64)
+    by_score = np.empty(width, np.int64)
+    keyed = np.empty(width, np.float64)
+    in_k = np.empty(width, np.bool_)
+    selected = np.empty(width, np.bool_)
+    k_pos = np.empty(width, np.int64)
+    to_k = np.empty(width, np.int64)
+    base = np.empty(width, np.float64)
+    norm = np.empty(width, np.float64)
+    c_term = np.empty(width, np.float64)
+    d_term = np.empty(width, np.float64)
+    red = np.empty(width, np.float64)
+    open_k = np.empty(width, np.bool_)
+    row = np.empty(width, np.float64)
+    for b in range(lo, hi):
+        n_valid = 0
+        top = neg
+        for i in range(width):
+            s[i] = np.float64(scores[b, i])
+            keyed[i] = s[i] if mask[b, i] else neg
+            if mask[b, i]:
+                n_valid += 1
+                if s[i] > top:
+                    top = s[i]
+            selected[i] = False
+        by_score[:] = np.argsort(-keyed, kind="mergesort")  # stable: ties keep the smaller position
+        n_core = min(core_size, n_valid)
+        floor = precision_floor * top
+        for i in range(width):
+            in_k[i] = mask[b, i] and s[i] >= floor
+        for j in range(n_core):
+            in_k[by_score[j]] = True
+        kw = 0
+        for i in range(width):
+            to_k[i] = -1
+            if in_k[i]:
+                k_pos[kw] = i
+                to_k[i] = kw
+                kw += 1
+        for k in range(kw):
+            i = k_pos[k]
+            base[k] = a * s[i] + bw * np.float64(prox[b, i])
+            norm[k] = np.float64(tokens[b, i]) ** rho
+            c_term[k] = c
+            d_term[k] = d
+            red[k] = 0.0
+            open_k[k] = mask[b, i] and s[i] >= floor
+        if lam != 0.0:  # the rows the tail reads must be finite
+            for k in range(kw):
+                r = ids[b, k_pos[k]]
+                for t in range(table.shape[1]):
+                    if not math.isfinite(table[r, t]):
+                        status[b] = 1
+        remaining = budget[b]
+        count = 0
+        # (1) protected core
+        for j in range(n_core):
+            pos = by_score[j]
+            if tokens[b, pos] > remaining:
+                continue
+            order[b, count], phase[b, count], utility[b, count] = pos, PHASE_CORE, s[pos]
+            count += 1
+            remaining -= tokens[b, pos]
+            selected[pos] = True
+            kp = to_k[pos]
+            open_k[kp] = False
+            for k in range(kw):
+                if clusters[b, k_pos[k]] == clusters[b, pos]:
+                    c_term[k] = 0.0
+                if docs[b, k_pos[k]] == docs[b, pos]:
+                    d_term[k] = 0.0
+            if lam != 0.0:
+                _cosines(table, ids[b], pos, k_pos, kw, row)
+                for k in range(kw):
+                    if row[k] > red[k]:
+                        red[k] = row[k]
+        n_taken_core = count
+        # (2) tail greedy over K
+        while True:
+            kp = -1
+            best = neg
+            for k in range(kw):
+                if open_k[k] and tokens[b, k_pos[k]] > remaining:
+                    open_k[k] = False
+                if open_k[k]:
+                    key = (base[k] + c_term[k] + d_term[k] - lam * red[k]) / norm[k]
+                    if kp < 0 or key > best:
+                        kp, best = k, key
+            if kp < 0:
+                break
+            pos = k_pos[kp]
+            order[b, count], phase[b, count], utility[b, count] = pos, PHASE_TAIL, best
+            count += 1
+            remaining -= tokens[b, pos]
+            selected[pos] = True
+            open_k[kp] = False
+            for k in range(kw):
+                if clusters[b, k_pos[k]] == clusters[b, pos]:
+                    c_term[k] = 0.0
+                if docs[b, k_pos[k]] == docs[b, pos]:
+                    d_term[k] = 0.0
+            if lam != 0.0:
+                _cosines(table, ids[b], pos, k_pos, kw, row)
+                for k in range(kw):
+                    if row[k] > red[k]:
+                        red[k] = row[k]
+        # (3) backfill by descending s: what fits, in score order
+        if backfill:
+            bfloor = backfill_floor * top
+            for j in range(n_valid):
+                pos = by_score[j]
+                if selected[pos] or not s[pos] >= bfloor or tokens[b, pos] > remaining:
+                    continue
+                order[b, count], phase[b, count], utility[b, count] = pos, PHASE_BACKFILL, s[pos]
+                count += 1
+                remaining -= tokens[b, pos]
+                selected[pos] = True
+        for j in range(count, width):
+            order[b, j], phase[b, j], utility[b, j] = -1, PHASE_PAD, np.nan
+        counts[b] = count
+        steps[b] = count - n_taken_core  # tail and backfill picks
+        used[b] = budget[b] - remaining
+
+
+_cosines = jit(_cosines)
+_select_rows = jit(_select_rows)
+
+
+def budget_select_compiled(scores: torch.Tensor, prox: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor,
+                           table: torch.Tensor, ids: torch.Tensor, clusters: torch.Tensor, docs: torch.Tensor, *,
+                           budget: int | torch.Tensor, params: SelectParams,
+                           threads: int | None = None) -> SelectResult:
+    """:func:`spectrag.kernels.select.budget_select` with the ``[n, d]`` table and ``ids`` on
+    the CPU, compiled; the inputs are checked as there. Shapes as there."""
+    inp = check_inputs(scores, prox, tokens, mask, table, ids, clusters, docs, budget)
+    batch, width = scores.shape
+    order = np.empty((batch, width), np.int64)
+    phase = np.empty((batch, width), np.int8)
+    utility = np.empty((batch, width), np.float64)
+    counts, steps, used = np.empty(batch, np.int64), np.empty(batch, np.int64), np.empty(batch, np.int64)
+    status = np.zeros(batch, np.int8)
+    p = params
+
+    def arr(t: torch.Tensor, dtype) -> np.ndarray:
+        return np.ascontiguousarray(t.numpy(), dtype)
+
+    parallel_rows(_select_rows, batch, arr(inp.scores, np.float64), arr(inp.prox, np.float64),
+                  arr(inp.tokens, np.int64), arr(inp.mask, np.bool_), table.numpy(), arr(ids, np.int64),
+                  arr(inp.clusters, np.int64), arr(inp.docs, np.int64), arr(inp.budget, np.int64), int(p.core_size),
+                  float(p.a), float(p.b), float(p.c), float(p.d), float(p.lam), float(p.rho),
+                  float(p.precision_floor), bool(p.backfill), float(p.backfill_floor), order, phase, utility, counts,
+                  steps, used, status, threads=threads)
+    if status.any():
+        raise ValueError("embeddings must be finite at the candidates' rows (the [n, d] table with ids)")
+    k = int(counts.max(initial=0))
+    selected = np.zeros((batch, width + 1), np.bool_)
+    np.put_along_axis(selected, np.where(order[:, :k] >= 0, order[:, :k], width), True, axis=1)
+    valid_max = int(inp.mask.sum(1).max()) if batch and width else 0
+    n_steps = min(p.core_size, valid_max) + int(steps.max(initial=0)) if valid_max else 0
+    return SelectResult(order=torch.from_numpy(order[:, :k].copy()), selected=torch.from_numpy(selected[:, :width].copy()),
+                        used_tokens=torch.from_numpy(used), phase=torch.from_numpy(phase[:, :k].copy()),
+                        utility=torch.from_numpy(utility[:, :k].copy()), n_steps=n_steps)
