@@ -204,7 +204,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         dense = pc.blocks == "dense" or (pc.blocks == "auto" and state.device.type != "cpu")
         walk = state.ppr_solver(pc.damping) if pc.scope == "graph" and mode != "heat" else None
         proximity = pool_proximity(mode, blocks, candidates, top, weight, relevance, mask, state.coords,
-                                   t=pc.t, damping=pc.damping, tol=pc.tol, dense=dense, walk=walk, compiled=compiled)
+                                   t=pc.t, damping=pc.damping, tol=pc.tol, dense=dense, walk=walk)
         activation = sa.proximity(candidates) if sa is not None else None  # combined: the chunk activation
         if activation is not None:  # (ppr + spectral + activation) / 3
             proximity = (2 * proximity + activation) / 3
@@ -217,7 +217,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
             start = protect_named(relevance, relevance, named_mask, candidates, floor=bc.named_floor) \
                 if protect and bc.named_sources else None
             bridged = bridge_relevance(relation_blocks[0], relevance, candidates, sources=bc.sources, lam=bc.lam,
-                                       gamma=bc.gamma, rounds=bc.rounds, start=start, compiled=compiled)
+                                       gamma=bc.gamma, rounds=bc.rounds, start=start)
             stage("bridge")
         scores = (1 - pc.alpha) * bridged + pc.alpha * proximity
         if activation is not None and config.activation.beta > 0:  # combined: the activation as its own term

@@ -8,10 +8,10 @@ with ``dense=True`` where ``bmm`` is faster), by three operators:
 * ``spectral``: max cosine between the candidate's spectral coordinates and the seeds' (eq. 13).
 
 Each is scaled to [0, 1] per query (divided by its maximum over the pool). Mode ``spectral``
-averages PPR and spectral proximity (:func:`pool_proximity`). ``compiled=True`` (a CPU batch):
-PPR and the spectral cosines by compiled kernels, one query at a time
-(:mod:`spectrag.kernels.compiled`), equal to the torch versions here (their references) to
-float64 rounding.
+averages PPR and spectral proximity (:func:`pool_proximity`). A CPU batch (the pools as
+:class:`~spectrag.kernels.compiled.blocks.PoolGraphs`, ``compiled=True``) runs PPR and the
+spectral cosines by compiled kernels, one query at a time (:mod:`spectrag.kernels.compiled`),
+equal to the torch versions here (their references) to float64 rounding.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from __future__ import annotations
 import torch
 
 from spectrag.kernels.blocks import BlockGraph
+from spectrag.kernels.compiled.blocks import PoolGraphs
 from spectrag.kernels.compiled.gather import max_cosine_compiled
-from spectrag.kernels.compiled.pagerank import personalized_pagerank_blocks_compiled
+from spectrag.kernels.compiled.pagerank import personalized_pagerank_pools
 from spectrag.kernels.heat import chebyshev_heat_blocks, chebyshev_heat_dense_batched
 from spectrag.kernels.laplacian import block_laplacian
 from spectrag.kernels.pagerank import (
@@ -38,17 +39,19 @@ def _scale(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(peak > 0, x / peak.clamp(min=1e-30), torch.zeros_like(x))
 
 
-def heat_proximity(blocks: BlockGraph, relevance: torch.Tensor, mask: torch.Tensor, t: float, *,
+def heat_proximity(blocks: BlockGraph | PoolGraphs, relevance: torch.Tensor, mask: torch.Tensor, t: float, *,
                    dense: bool = False) -> torch.Tensor:
     """Shapes: ``B`` blocks, relevance/mask ``[B, P]`` -> ``[B, P]`` in [0, 1]."""
+    if isinstance(blocks, PoolGraphs):
+        blocks = blocks.materialize()
     x = torch.where(mask, relevance.clamp(min=0), torch.zeros_like(relevance))
     if dense:
         return _scale(chebyshev_heat_dense_batched(block_laplacian(blocks.dense()), x, t, mask=mask), mask)
     return _scale(chebyshev_heat_blocks(blocks, x, t, mask=mask), mask)
 
 
-def ppr_proximity(blocks: BlockGraph, restart: torch.Tensor, mask: torch.Tensor, *, damping: float = 0.85,
-                  tol: float = 1e-8, dense: bool = False, compiled: bool = False) -> torch.Tensor:
+def ppr_proximity(blocks: BlockGraph | PoolGraphs, restart: torch.Tensor, mask: torch.Tensor, *,
+                  damping: float = 0.85, tol: float = 1e-8, dense: bool = False) -> torch.Tensor:
     """Shapes: ``B`` blocks, restart/mask ``[B, P]`` (restart > 0 on seeds) -> ``[B, P]``.
 
     Iterated in float64: ``tol = 1e-8`` is the L1 change per node (networkx's test, which the
@@ -58,9 +61,8 @@ def ppr_proximity(blocks: BlockGraph, restart: torch.Tensor, mask: torch.Tensor,
     empty = restart.sum(dim=1) <= 0
     restart = torch.where(empty[:, None] & mask, torch.ones_like(restart), restart)  # no seed: uniform
     restart = torch.where(mask, restart, torch.zeros_like(restart)).double()
-    if compiled:
-        scores = personalized_pagerank_blocks_compiled(blocks, restart, mask=mask, damping=damping, tol=tol,
-                                                       max_iter=200).scores
+    if isinstance(blocks, PoolGraphs):
+        scores = personalized_pagerank_pools(blocks, restart, damping=damping, tol=tol, max_iter=200).scores
     elif dense:
         scores = personalized_pagerank_dense_batched(blocks.dense().double(), restart, mask=mask, damping=damping,
                                                      tol=tol, max_iter=200).scores
@@ -120,7 +122,7 @@ def seed_restart(candidates: torch.Tensor, seeds: torch.Tensor, seed_weights: to
 
 def pool_proximity(
     mode: str,
-    blocks: BlockGraph,
+    blocks: BlockGraph | PoolGraphs,
     candidates: torch.Tensor,
     seeds: torch.Tensor,
     seed_weights: torch.Tensor,
@@ -133,7 +135,6 @@ def pool_proximity(
     tol: float = 1e-8,
     dense: bool = False,
     walk: RandomWalkOperator | PageRankMatrix | None = None,
-    compiled: bool = False,
 ) -> torch.Tensor:
     """The proximity of a graph mode: ``heat``, ``ppr``, or ``spectral`` / ``combined`` (the
     mean of PPR and spectral proximity). Shapes: ``[B, P, P]`` blocks, ``[B, P]`` pools,
@@ -145,8 +146,8 @@ def pool_proximity(
         ppr = graph_ppr_proximity(walk, candidates, seeds, seed_weights, mask, damping=damping, tol=tol)
     else:
         ppr = ppr_proximity(blocks, seed_restart(candidates, seeds, seed_weights), mask, damping=damping, tol=tol,
-                            dense=dense, compiled=compiled)
+                            dense=dense)
     if mode == "ppr":
         return ppr
-    spec = spectral_proximity(coords, candidates, seeds, mask, compiled=compiled)
+    spec = spectral_proximity(coords, candidates, seeds, mask, compiled=isinstance(blocks, PoolGraphs))
     return (0.5 * ppr + 0.5 * spec).clamp(0.0, 1.0)

@@ -24,13 +24,14 @@ from __future__ import annotations
 import torch
 
 from spectrag.kernels.blocks import BlockGraph
+from spectrag.kernels.compiled.blocks import PoolGraphs
 from spectrag.kernels.compiled.bridge import bridge_compiled
 from spectrag.kernels.csr import csr_entries
 from spectrag.kernels.topk import positions_by_score_then_id
 
 
 def bridge_relevance(
-    relations: BlockGraph,
+    relations: BlockGraph | PoolGraphs,
     relevance: torch.Tensor,
     candidates: torch.Tensor,
     *,
@@ -39,13 +40,15 @@ def bridge_relevance(
     gamma: float = 0.05,
     rounds: int = 1,
     start: torch.Tensor | None = None,
-    compiled: bool = False,
 ) -> torch.Tensor:
     """Bridged relevance ``x [B, P]`` (see the module docstring).
 
     Args:
         relations: the relational graph of each pool's induced subgraph, weights in [0, 1]
-            (:class:`spectrag.kernels.blocks.BlockGraph`, ``B`` blocks of ``P x P``).
+            (:class:`spectrag.kernels.blocks.BlockGraph`, ``B`` blocks of ``P x P``; or, for a
+            CPU batch, :class:`~spectrag.kernels.compiled.blocks.PoolGraphs`: then the compiled
+            kernel, :func:`spectrag.kernels.compiled.bridge.bridge_compiled`, runs, with the same
+            float32 arithmetic; this torch version is its reference).
         relevance: the candidates' own relevance ``r`` (``[B, P]``).
         candidates: chunk ids, -1 on padding (``[B, P]``); ties in the top-``m`` go to the
             smaller id.
@@ -55,9 +58,6 @@ def bridge_relevance(
         rounds: hops of bridging (default: 1).
         start: the scores ``x_0`` bridging starts from (default: ``relevance``), e.g. with the
             chunks the question names lifted to the top so that they are the sources.
-        compiled: a CPU batch by the compiled kernel, one pool at a time
-            (:func:`spectrag.kernels.compiled.bridge.bridge_compiled`, the same float32
-            arithmetic; this torch version is its reference).
 
     Per round only the edges leaving the ``m`` source rows are read (a CSR slice) and each
     target keeps its best bridged score (``scatter_reduce`` amax): no ``[B, P, P]`` work.
@@ -68,9 +68,9 @@ def bridge_relevance(
     batch, p = relevance.shape
     if rounds < 1 or sources < 1 or p == 0:
         return x
-    if compiled:
-        return torch.from_numpy(bridge_compiled(relations, relevance.numpy(), candidates.numpy(), sources=sources,
-                                                lam=lam, gamma=gamma, rounds=rounds, start=x.numpy()))
+    if isinstance(relations, PoolGraphs):
+        return torch.from_numpy(bridge_compiled(relations, relevance.numpy(), sources=sources, lam=lam, gamma=gamma,
+                                                rounds=rounds, start=x.numpy()))
     target = (lam * relevance).masked_fill(~mask, float("-inf")).reshape(-1)  # (B P,)
     m = min(sources, p)
     rows = torch.arange(batch, device=relevance.device)[:, None] * p

@@ -1,9 +1,15 @@
-"""Induced subgraphs of every query's candidate pool, compiled: the same
-:class:`~spectrag.kernels.blocks.BlockGraph` as :func:`spectrag.kernels.blocks.induced_blocks`
-(entries grouped by flat slot ``b P + i``, each row in the graph's column order), built per
-query from a node -> slot table of that query's pool, in two passes (count, then fill)."""
+"""Induced subgraphs of every query's candidate pool on the CPU.
+
+:class:`PoolGraphs` is what the compiled kernels take: the pools and the whole graph's CSR,
+nothing built; each kernel reads a pool's edges from the CSR rows of its members through a
+node -> slot table, one query at a time, in the graph's column order (so its sums add their
+terms in the order of the torch kernels' block CSR). :meth:`PoolGraphs.materialize` builds the
+same :class:`~spectrag.kernels.blocks.BlockGraph` as :func:`spectrag.kernels.blocks.induced_blocks`
+(entries grouped by flat slot ``b P + i``) for the torch kernels, in two passes (count, fill)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -66,22 +72,47 @@ _count_rows = jit(_count_rows)
 _fill_rows = jit(_fill_rows)
 
 
-def induced_blocks_compiled(candidates: np.ndarray, graphs: list[tuple], *, threads: int | None = None) -> list[BlockGraph]:
-    """:func:`spectrag.kernels.blocks.induced_blocks` on the CPU, compiled. ``candidates [B, P]``
-    (int64, -1 padded, a node at most once per row); ``graphs``: ``(indptr, indices, values)``
-    numpy CSR arrays over the same ``n`` nodes -> one BlockGraph per graph."""
-    candidates = np.ascontiguousarray(candidates, np.int64)
-    batch, width = candidates.shape
-    out = []
-    for indptr, indices, values in graphs:
+@dataclass(frozen=True)
+class PoolGraphs:
+    """The induced subgraphs of ``B`` pools of ``P`` candidates, unbuilt. Shapes:
+    ``candidates [B, P]`` (int64, -1 padded, a node at most once per row), CSR ``[n, n]``."""
+
+    candidates: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+
+    @property
+    def batch(self) -> int:
+        return int(self.candidates.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.candidates.shape[1])
+
+    def materialize(self, threads: int | None = None) -> BlockGraph:
+        """The pools as a :class:`BlockGraph` (for the torch kernels, e.g. the heat kernel)."""
+        batch, width = self.candidates.shape
         counts = np.empty(batch * width, np.int64)
-        parallel_rows(_count_rows, batch, candidates, indptr, indices, counts, threads=threads)
+        parallel_rows(_count_rows, batch, self.candidates, self.indptr, self.indices, counts, threads=threads)
         crow = np.zeros(batch * width + 1, np.int64)
         np.cumsum(counts, out=crow[1:])
         nnz = int(crow[-1])
         col, src = np.empty(nnz, np.int64), np.empty(nnz, np.int64)
         val = np.empty(nnz, np.float32)
-        parallel_rows(_fill_rows, batch, candidates, indptr, indices, values, crow, col, val, src, threads=threads)
-        out.append(BlockGraph(batch, width, torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(val),
-                              torch.from_numpy(src)))
+        parallel_rows(_fill_rows, batch, self.candidates, self.indptr, self.indices, self.data, crow, col, val, src,
+                      threads=threads)
+        return BlockGraph(batch, width, torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(val),
+                          torch.from_numpy(src))
+
+
+def pool_graphs(candidates: np.ndarray, graphs: list[tuple]) -> list[PoolGraphs]:
+    """One :class:`PoolGraphs` per graph: ``(indptr, indices, values)`` numpy CSR arrays over the same nodes."""
+    candidates = np.ascontiguousarray(candidates, np.int64)
+    n = int(candidates.max(initial=-1)) + 1
+    out = []
+    for indptr, indices, values in graphs:
+        if n > len(indptr) - 1:
+            raise ValueError(f"candidate id {n - 1} is outside the graph's {len(indptr) - 1} nodes")
+        out.append(PoolGraphs(candidates, indptr, indices, values))
     return out

@@ -1,19 +1,23 @@
 """Query-aware bridging (max-plus relevance along relational edges), compiled, one pool at a
-time: the rules and float32 arithmetic of :func:`spectrag.rescore.bridge.bridge_relevance`
-(the reference): each round the ``m`` best-scored candidates (ties: smaller chunk id) pass
-``(1 - lam) x_s + lam r_c - gamma (1 - w)`` to their relational neighbours, which keep the max."""
+time, reading only the sources' rows of the relational graph
+(:class:`~spectrag.kernels.compiled.blocks.PoolGraphs`): the rules and float32 arithmetic of
+:func:`spectrag.rescore.bridge.bridge_relevance` (the reference): each round the ``m``
+best-scored candidates (ties: smaller chunk id) pass ``(1 - lam) x_s + lam r_c - gamma (1 - w)``
+to their relational neighbours in the pool, which keep the max."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from spectrag.kernels.blocks import BlockGraph
+from spectrag.kernels.compiled.blocks import PoolGraphs
 from spectrag.kernels.compiled.runtime import jit, parallel_rows
 
 
-def _bridge_rows(lo, hi, crow, col, val, relevance, start, candidates, sources, lam, gamma, rounds, out):
+def _bridge_rows(lo, hi, indptr, indices, data, relevance, start, candidates, sources, lam, gamma, rounds, out):
+    n = indptr.shape[0] - 1
     width = candidates.shape[1]
-    keep = np.float32(1.0) - np.float32(0.0)  # float32 one
+    one = np.float32(1.0)
+    slot_of = np.full(n, -1, np.int64)
     share = np.float32(1.0 - lam)  # (1 - lam) as the reference's float32 scalar
     lam32, gamma32 = np.float32(lam), np.float32(gamma)
     neg = np.float32(-np.inf)
@@ -22,11 +26,11 @@ def _bridge_rows(lo, hi, crow, col, val, relevance, start, candidates, sources, 
     target = np.empty(width, np.float32)
     order = np.empty(width, np.int64)
     for b in range(lo, hi):
-        base = b * width
         n_real = 0
         for i in range(width):
             x[i] = start[b, i]
             if candidates[b, i] >= 0:
+                slot_of[candidates[b, i]] = i
                 target[i] = lam32 * relevance[b, i]
                 order[n_real] = i
                 n_real += 1
@@ -48,10 +52,13 @@ def _bridge_rows(lo, hi, crow, col, val, relevance, start, candidates, sources, 
             for k in range(m):
                 s = order[k]
                 passed = share * x[s]
-                for e in range(crow[base + s], crow[base + s + 1]):
-                    w = val[e]
-                    c = col[e] - base
-                    via = passed + target[c] - gamma32 * (keep - w)
+                v = candidates[b, s]
+                for e in range(indptr[v], indptr[v + 1]):
+                    c = slot_of[indices[e]]
+                    if c < 0:
+                        continue
+                    w = np.float32(data[e])
+                    via = passed + target[c] - gamma32 * (one - w)
                     if not w > 0:
                         via = neg
                     if via > best[c]:
@@ -61,21 +68,22 @@ def _bridge_rows(lo, hi, crow, col, val, relevance, start, candidates, sources, 
                     x[i] = best[i]
         for i in range(width):
             out[b, i] = x[i]
+            if candidates[b, i] >= 0:
+                slot_of[candidates[b, i]] = -1
 
 
 _bridge_rows = jit(_bridge_rows)
 
 
-def bridge_compiled(relations: BlockGraph, relevance: np.ndarray, candidates: np.ndarray, *, sources: int, lam: float,
-                    gamma: float, rounds: int, start: np.ndarray | None = None,
-                    threads: int | None = None) -> np.ndarray:
-    """Bridged relevance. Shapes: ``B`` relational blocks of ``P``, ``relevance / candidates
-    [B, P]`` (float32 / int64, -1 padded), ``start [B, P]`` (default: relevance) -> ``[B, P]``
-    float32; padding keeps its ``start`` value."""
+def bridge_compiled(relations: PoolGraphs, relevance: np.ndarray, *, sources: int, lam: float, gamma: float,
+                    rounds: int, start: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    """Bridged relevance. Shapes: ``B`` pools of ``P`` over the relational graph, ``relevance
+    [B, P]`` (float32), ``start [B, P]`` (default: relevance) -> ``[B, P]`` float32; padding
+    keeps its ``start`` value."""
     relevance = np.ascontiguousarray(relevance, np.float32)
     start = relevance if start is None else np.ascontiguousarray(start, np.float32)
     out = np.empty_like(start)
-    parallel_rows(_bridge_rows, relevance.shape[0], relations.crow.numpy(), relations.col.numpy(),
-                  relations.val.numpy(), relevance, start, np.ascontiguousarray(candidates, np.int64), int(sources),
-                  float(lam), float(gamma), int(rounds), out, threads=threads)
+    parallel_rows(_bridge_rows, relevance.shape[0], relations.indptr, relations.indices, relations.data, relevance,
+                  start, relations.candidates, int(sources), float(lam), float(gamma), int(rounds), out,
+                  threads=threads)
     return out

@@ -12,20 +12,11 @@ from spectrag.kernels.compiled.runtime import jit, parallel_rows
 
 
 def _dot64(table, row, q, b):
-    """``<table[row], q[b]>`` in float64, four running sums (independent chains pipeline)."""
-    d = table.shape[1]
-    s0 = s1 = s2 = s3 = 0.0
-    t = 0
-    while t + 4 <= d:
-        s0 += np.float64(table[row, t]) * np.float64(q[b, t])
-        s1 += np.float64(table[row, t + 1]) * np.float64(q[b, t + 1])
-        s2 += np.float64(table[row, t + 2]) * np.float64(q[b, t + 2])
-        s3 += np.float64(table[row, t + 3]) * np.float64(q[b, t + 3])
-        t += 4
-    while t < d:
-        s0 += np.float64(table[row, t]) * np.float64(q[b, t])
-        t += 1
-    return (s0 + s1) + (s2 + s3)
+    """``<table[row], q[b]>`` in float64 (the compiler may order the sum: see ``jit``)."""
+    acc = 0.0
+    for t in range(table.shape[1]):
+        acc += np.float64(table[row, t]) * np.float64(q[b, t])
+    return acc
 
 
 def _gather_rows(lo, hi, table, ids, q, out):
@@ -49,7 +40,7 @@ def _rescore_rows(lo, hi, table, q, ids, k, out_scores, out_ids):
             out_ids[b, j] = cand[order[j]]
 
 
-_dot64 = jit(_dot64)
+_dot64 = jit(_dot64, reassociate=True)
 _gather_rows = jit(_gather_rows)
 _rescore_rows = jit(_rescore_rows)
 
@@ -75,7 +66,6 @@ def rescore_compiled(table: np.ndarray, q: np.ndarray, ids: np.ndarray, k: int, 
 
 
 def _max_cosine_rows(lo, hi, table, ids, seeds, out):
-    d = table.shape[1]
     for b in range(lo, hi):
         for i in range(ids.shape[1]):
             c = ids[b, i]
@@ -85,10 +75,7 @@ def _max_cosine_rows(lo, hi, table, ids, seeds, out):
                     s = seeds[b, j]
                     if s < 0:
                         continue
-                    acc = 0.0
-                    for t in range(d):
-                        acc += np.float64(table[c, t]) * np.float64(table[s, t])
-                    v = np.float32(acc)
+                    v = np.float32(_dot64(table, c, table, s))
                     if v > best:
                         best = v
             out[b, i] = np.float32(best) if best > 0 else np.float32(0.0)

@@ -1,46 +1,80 @@
-"""Personalized PageRank on every query's induced block, compiled, one block at a time: the
-model, start, convergence test and arithmetic order of
-:func:`spectrag.kernels.pagerank.personalized_pagerank_blocks` (networkx's model in float64;
-a block stops when its L1 change falls below ``n_b * tol``, as it would alone)."""
+"""Personalized PageRank on every query's candidate pool, compiled, one pool at a time, its
+induced subgraph read from the whole graph's CSR (:class:`~spectrag.kernels.compiled.blocks.PoolGraphs`):
+the model, start, convergence test and arithmetic of
+:func:`spectrag.kernels.pagerank.personalized_pagerank_blocks` (its reference; networkx's model in
+float64; a pool stops when its L1 change falls below ``n_b * tol``, as it would alone)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from spectrag.kernels.blocks import BlockGraph
+from spectrag.kernels.compiled.blocks import PoolGraphs
 from spectrag.kernels.compiled.runtime import jit, parallel_rows
 from spectrag.kernels.pagerank import PageRankNotConverged, PageRankResult, check_params, check_restart
 
 
-def _ppr_rows(lo, hi, crow, col, val, mask, restart, damping, tol, max_iter, scores, iters, residual, converged):
-    width = mask.shape[1]
+def _row_dot(w, col, x, lo, hi):
+    """``sum_e w[e] x[col[e]]`` over ``[lo, hi)`` in float64, in order (as a CSR product)."""
+    acc = 0.0
+    for e in range(lo, hi):
+        acc += w[e] * x[col[e]]
+    return acc
+
+
+def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, tol, max_iter, scores, iters,
+                   residual, converged, status):
+    n = indptr.shape[0] - 1
+    width = candidates.shape[1]
+    slot_of = np.full(n, -1, np.int64)
     x = np.empty(width, np.float64)
     xn = np.empty(width, np.float64)
     p = np.empty(width, np.float64)
     inv = np.empty(width, np.float64)
     dangling = np.empty(width, np.bool_)
+    start = np.empty(width + 1, np.int64)  # the pool's walk matrix P^T = A D^-1 as local CSR
+    local_col = np.empty(0, np.int64)
+    local_w = np.empty(0, np.float64)
     for b in range(lo, hi):
-        base = b * width
+        need = 0
+        for i in range(width):
+            v = candidates[b, i]
+            if v >= 0:
+                slot_of[v] = i
+                need += indptr[v + 1] - indptr[v]
+        if need > local_col.shape[0]:
+            local_col = np.empty(2 * need, np.int64)
+            local_w = np.empty(2 * need, np.float64)
+        # the induced edges in the graph's column order, with their weights; then A D^-1
+        nnz = 0
         nb = 0
         total = 0.0
         for i in range(width):
-            if mask[b, i]:
+            start[i] = nnz
+            deg = 0.0
+            v = candidates[b, i]
+            if v >= 0:
                 nb += 1
                 total += restart[b, i]
-        # degrees over the edges between real nodes (padding carries no mass)
-        for i in range(width):
-            deg = 0.0
-            if mask[b, i]:
-                for e in range(crow[base + i], crow[base + i + 1]):
-                    if mask[b, col[e] - base]:
-                        deg += np.float64(val[e])
-            dangling[i] = mask[b, i] and deg == 0.0
+                for e in range(indptr[v], indptr[v + 1]):
+                    j = slot_of[indices[e]]
+                    if j >= 0:
+                        local_col[nnz] = j
+                        local_w[nnz] = np.float64(np.float32(data[e]))
+                        if not (local_w[nnz] >= 0.0 and local_w[nnz] < np.inf):
+                            status[b] = 1
+                        deg += local_w[nnz]
+                        nnz += 1
+            dangling[i] = v >= 0 and deg == 0.0
             inv[i] = 1.0 / deg if deg > 0.0 else 0.0
-        start = 1.0 / max(nb, 1)
+        start[width] = nnz
+        for e in range(nnz):
+            local_w[e] = local_w[e] * inv[local_col[e]]  # A[i, j] / d_j (A symmetric)
+        first = 1.0 / max(nb, 1)
         for i in range(width):
-            p[i] = restart[b, i] / total if mask[b, i] else 0.0
-            x[i] = start if mask[b, i] else 0.0
+            real = candidates[b, i] >= 0
+            p[i] = restart[b, i] / total if real else 0.0
+            x[i] = first if real else 0.0
         threshold = nb * tol
         done = False
         it = 0
@@ -54,47 +88,46 @@ def _ppr_rows(lo, hi, crow, col, val, mask, restart, damping, tol, max_iter, sco
             scale = lost * damping + (1.0 - damping)
             err = 0.0
             for i in range(width):
-                acc = 0.0
-                if mask[b, i]:
-                    for e in range(crow[base + i], crow[base + i + 1]):
-                        j = col[e] - base
-                        if mask[b, j]:
-                            acc += (np.float64(val[e]) * inv[j]) * x[j]
-                xn[i] = acc * damping + p[i] * scale
+                xn[i] = _row_dot(local_w, local_col, x, start[i], start[i + 1]) * damping + p[i] * scale
                 err += abs(xn[i] - x[i])
             for i in range(width):
                 x[i] = xn[i]
             done = err < threshold
         for i in range(width):
             scores[b, i] = x[i]
+            v = candidates[b, i]
+            if v >= 0:
+                slot_of[v] = -1
         iters[b] = it
         residual[b] = err
         converged[b] = done
 
 
-_ppr_rows = jit(_ppr_rows)
+_row_dot = jit(_row_dot)
+_ppr_pool_rows = jit(_ppr_pool_rows)
 
 
-def personalized_pagerank_blocks_compiled(blocks: BlockGraph, X: torch.Tensor, *, mask: torch.Tensor,
-                                          damping: float = 0.85, tol: float = 1e-8, max_iter: int = 100,
-                                          raise_on_failure: bool = True, threads: int | None = None) -> PageRankResult:
-    """:func:`spectrag.kernels.pagerank.personalized_pagerank_blocks` on the CPU, compiled: ``B``
-    symmetric blocks of ``P``, restart ``X [B, P]`` (float64, >= 0 with positive mass on a real
-    node of every row), ``mask [B, P]`` -> :class:`PageRankResult` with ``scores [B, P]`` float64."""
+def personalized_pagerank_pools(pools: PoolGraphs, X: torch.Tensor, *, damping: float = 0.85, tol: float = 1e-8,
+                                max_iter: int = 100, raise_on_failure: bool = True,
+                                threads: int | None = None) -> PageRankResult:
+    """:func:`spectrag.kernels.pagerank.personalized_pagerank_blocks` of every pool's induced
+    subgraph (a symmetric graph), compiled. Shapes: restart ``X [B, P]`` (>= 0, positive mass on
+    a real node of every row; padding ignored) -> :class:`PageRankResult`, ``scores [B, P]`` float64."""
     damping, tol, max_iter = check_params(damping, tol, max_iter)
-    batch, width = blocks.batch, blocks.width
-    if tuple(X.shape) != (batch, width) or tuple(mask.shape) != (batch, width):
-        raise ValueError(f"X and mask must be [{batch}, {width}], got {tuple(X.shape)} and {tuple(mask.shape)}")
-    if blocks.nnz and (not bool(torch.isfinite(blocks.val).all()) or bool((blocks.val < 0).any())):
-        raise ValueError("blocks must have finite, non-negative edge weights")
-    restart = torch.where(mask, X, torch.zeros((), dtype=X.dtype)).to(torch.float64)
+    batch, width = pools.batch, pools.width
+    if tuple(X.shape) != (batch, width):
+        raise ValueError(f"X must be [{batch}, {width}], got {tuple(X.shape)}")
+    mask = torch.from_numpy(pools.candidates >= 0)
+    restart = torch.where(mask, X.to(torch.float64), torch.zeros((), dtype=torch.float64))
     check_restart(restart, 1, "block")
     scores = np.empty((batch, width), np.float64)
     iters, residual = np.empty(batch, np.int64), np.empty(batch, np.float64)
-    converged = np.empty(batch, np.bool_)
-    parallel_rows(_ppr_rows, batch, blocks.crow.numpy(), blocks.col.numpy(), blocks.val.numpy(),
-                  np.ascontiguousarray(mask.numpy(), np.bool_), np.ascontiguousarray(restart.numpy()), damping, tol,
-                  max_iter, scores, iters, residual, converged, threads=threads)
+    converged, status = np.empty(batch, np.bool_), np.zeros(batch, np.int8)
+    parallel_rows(_ppr_pool_rows, batch, pools.candidates, np.ascontiguousarray(restart.numpy()), pools.indptr,
+                  pools.indices, pools.data, damping, tol, max_iter, scores, iters, residual, converged, status,
+                  threads=threads)
+    if status.any():  # checked on the edges read, not the whole graph every batch
+        raise ValueError("blocks must have finite, non-negative edge weights")
     result = PageRankResult(scores=torch.from_numpy(scores), n_iter=int(iters.max(initial=0)),
                             converged=bool(converged.all()), residual=torch.from_numpy(residual),
                             column_converged=torch.from_numpy(converged), column_iters=torch.from_numpy(iters))

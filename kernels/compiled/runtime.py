@@ -26,14 +26,18 @@ def require() -> None:
                           "(or set backend = 'torch' to use the torch kernels)")
 
 
-def jit(fn: Callable) -> Callable:
+def jit(fn: Callable, *, reassociate: bool = False) -> Callable:
     """``numba.njit`` with the options every kernel uses: compiled once and cached on disk (the
     first call of a process then loads machine code instead of compiling), the GIL released
-    so that pool threads run at once, no fast-math (results are IEEE and match the torch path)."""
+    so that pool threads run at once, IEEE arithmetic in program order (results match the torch
+    path's float32 operations). ``reassociate``: the compiler may reorder and fuse a float64
+    sum (SIMD; 4-6x faster dot products); only for sums that are rounded to float32 or compared
+    afterwards, where an order's ~1e-16 difference does not show."""
     require()
     import numba
 
-    return numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")(fn)
+    fastmath = {"reassoc", "contract"} if reassociate else False
+    return numba.njit(cache=True, nogil=True, fastmath=fastmath, error_model="numpy")(fn)
 
 
 @lru_cache(maxsize=None)

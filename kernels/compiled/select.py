@@ -1,7 +1,8 @@
 """Token-budgeted greedy selection, compiled, one query at a time: the phases, float64
 utilities, tie rules and float32-rounded cosines of :func:`spectrag.kernels.select.budget_select`
-(the reference and GPU path; its docstring has the method). Cosines are computed only for the
-rows a pick needs (one row of the Gram block per core or tail pick), never the whole block."""
+(the reference and GPU path; its docstring has the method). The tail is evaluated lazily (see
+``_select_rows``): cosines only for the candidates that can still win a step, never the whole
+Gram block."""
 
 from __future__ import annotations
 
@@ -15,17 +16,13 @@ from spectrag.kernels.select import (PHASE_BACKFILL, PHASE_CORE, PHASE_PAD, PHAS
                                      check_inputs)
 
 
-def _cosines(table, ids, pick, k_pos, kw, out):
-    """out[k] = float32(<e_pick, e_k> in float64) for the ``kw`` compacted candidates; ``pick``
-    is a pool position."""
-    d = table.shape[1]
-    a = ids[pick]
-    for k in range(kw):
-        c = ids[k_pos[k]]
-        acc = 0.0
-        for t in range(d):
-            acc += np.float64(table[a, t]) * np.float64(table[c, t])
-        out[k] = np.float64(np.float32(acc))
+def _cosine(table, a, c):
+    """float32(<table[a], table[c]> in float64), as a float64: the torch kernel's rounding of
+    its float64 Gram block (the compiler may order the sum: see ``jit``); NaN where not finite."""
+    acc = 0.0
+    for t in range(table.shape[1]):
+        acc += np.float64(table[a, t]) * np.float64(table[c, t])
+    return np.float64(np.float32(acc)) if math.isfinite(acc) else np.nan
 
 
 def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs, budget, core_size, a, bw, c, d, lam,
@@ -44,8 +41,10 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
     c_term = np.empty(width, np.float64)
     d_term = np.empty(width, np.float64)
     red = np.empty(width, np.float64)
+    red_upto = np.empty(width, np.int64)  # picks folded into red[k] so far
+    picks = np.empty(width, np.int64)  # rows of the core and tail picks, in order
     open_k = np.empty(width, np.bool_)
-    row = np.empty(width, np.float64)
+    seen = np.empty(width, np.bool_)
     for b in range(lo, hi):
         n_valid = 0
         top = neg
@@ -78,16 +77,12 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
             c_term[k] = c
             d_term[k] = d
             red[k] = 0.0
+            red_upto[k] = 0
             open_k[k] = mask[b, i] and s[i] >= floor
-        if lam != 0.0:  # the rows the tail reads must be finite
-            for k in range(kw):
-                r = ids[b, k_pos[k]]
-                for t in range(table.shape[1]):
-                    if not math.isfinite(table[r, t]):
-                        status[b] = 1
         remaining = budget[b]
         count = 0
-        # (1) protected core
+        n_picks = 0
+        # (1) protected core: the top core_size by s, each taken if it fits
         for j in range(n_core):
             pos = by_score[j]
             if tokens[b, pos] > remaining:
@@ -96,30 +91,51 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
             count += 1
             remaining -= tokens[b, pos]
             selected[pos] = True
-            kp = to_k[pos]
-            open_k[kp] = False
+            open_k[to_k[pos]] = False
+            picks[n_picks] = ids[b, pos]
+            n_picks += 1
             for k in range(kw):
                 if clusters[b, k_pos[k]] == clusters[b, pos]:
                     c_term[k] = 0.0
                 if docs[b, k_pos[k]] == docs[b, pos]:
                     d_term[k] = 0.0
-            if lam != 0.0:
-                _cosines(table, ids[b], pos, k_pos, kw, row)
-                for k in range(kw):
-                    if row[k] > red[k]:
-                        red[k] = row[k]
         n_taken_core = count
-        # (2) tail greedy over K
+        # (2) tail greedy over K, lazily: redundancy only grows, so a candidate's utility with
+        # the redundancy of the picks folded in so far bounds its utility from above (and
+        # rounding is monotone). Candidates are brought up to date (the newer picks' cosines
+        # folded in) in order of that bound until no other can beat or tie the best: the
+        # argmax, first on ties, of the eager greedy, with the same floats, from far fewer
+        # cosines
         while True:
-            kp = -1
-            best = neg
             for k in range(kw):
                 if open_k[k] and tokens[b, k_pos[k]] > remaining:
                     open_k[k] = False
-                if open_k[k]:
-                    key = (base[k] + c_term[k] + d_term[k] - lam * red[k]) / norm[k]
-                    if kp < 0 or key > best:
-                        kp, best = k, key
+                seen[k] = False
+            kp = -1
+            best = neg
+            while True:
+                cand = -1
+                bound = neg
+                for k in range(kw):
+                    if open_k[k] and not seen[k]:
+                        o = (base[k] + c_term[k] + d_term[k] - lam * red[k]) / norm[k]
+                        if cand < 0 or o > bound:
+                            cand, bound = k, o
+                if cand < 0 or (kp >= 0 and (bound < best or (bound == best and cand > kp))):
+                    break
+                seen[cand] = True
+                if lam != 0.0:
+                    row = ids[b, k_pos[cand]]
+                    for j in range(red_upto[cand], n_picks):
+                        cos = _cosine(table, picks[j], row)
+                        if not math.isfinite(cos):  # a row the tail reads is not finite
+                            status[b] = 1
+                        if cos > red[cand]:
+                            red[cand] = cos
+                    red_upto[cand] = n_picks
+                key = (base[cand] + c_term[cand] + d_term[cand] - lam * red[cand]) / norm[cand]
+                if kp < 0 or key > best or (key == best and cand < kp):
+                    kp, best = cand, key
             if kp < 0:
                 break
             pos = k_pos[kp]
@@ -128,16 +144,13 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
             remaining -= tokens[b, pos]
             selected[pos] = True
             open_k[kp] = False
+            picks[n_picks] = ids[b, pos]
+            n_picks += 1
             for k in range(kw):
                 if clusters[b, k_pos[k]] == clusters[b, pos]:
                     c_term[k] = 0.0
                 if docs[b, k_pos[k]] == docs[b, pos]:
                     d_term[k] = 0.0
-            if lam != 0.0:
-                _cosines(table, ids[b], pos, k_pos, kw, row)
-                for k in range(kw):
-                    if row[k] > red[k]:
-                        red[k] = row[k]
         # (3) backfill by descending s: what fits, in score order
         if backfill:
             bfloor = backfill_floor * top
@@ -156,7 +169,7 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
         used[b] = budget[b] - remaining
 
 
-_cosines = jit(_cosines)
+_cosine = jit(_cosine, reassociate=True)
 _select_rows = jit(_select_rows)
 
 

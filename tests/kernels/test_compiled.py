@@ -12,10 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from spectrag.kernels.blocks import BlockGraph
-from spectrag.kernels.compiled.bridge import bridge_compiled
 from spectrag.kernels.compiled.gather import gathered_dot_compiled, max_cosine_compiled, rescore_compiled
-from spectrag.kernels.compiled.pagerank import personalized_pagerank_blocks_compiled
+from spectrag.kernels.compiled.pagerank import personalized_pagerank_pools
 from spectrag.kernels.compiled.runtime import parallel_rows
 from spectrag.kernels.compiled.select import budget_select_compiled
 from spectrag.kernels.gather import gathered_dot
@@ -77,49 +75,65 @@ def test_rescore_equals_numpy_rescore():
     np.testing.assert_allclose(got_s, want_s, rtol=1e-12)
 
 
-def random_blocks(seed: int, batch: int = 7, p: int = 60, density: float = 0.1):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.rand(batch, p, p, generator=g) * (torch.rand(batch, p, p, generator=g) < density)
-    w = torch.maximum(w, w.transpose(1, 2))
-    w.diagonal(dim1=1, dim2=2).zero_()
-    mask = torch.ones(batch, p, dtype=torch.bool)
-    mask[1, -9:] = False
-    mask[5, 3:] = False  # a tiny pool
-    w = w.masked_fill(~(mask[:, :, None] & mask[:, None, :]), 0.0)
-    if seed % 2:  # an edge to padding (the kernels must ignore it)
-        w[1, 0, -1] = w[1, -1, 0] = 0.5
+def random_pools(seed: int, batch: int = 7, p: int = 60, n: int = 300, density: float = 0.05):
+    """A random symmetric graph (scipy CSR, float32) and padded pools over it, with restart
+    weights on the first members: the pools as the compiled kernels read them (PoolGraphs) and
+    as the torch kernels do (BlockGraph)."""
+    import scipy.sparse as sp
+
+    from spectrag.kernels.blocks import induced_blocks
+    from spectrag.kernels.compiled.blocks import pool_graphs
+
+    rng = np.random.default_rng(seed)
+    m = sp.random(n, n, density=density, random_state=seed, format="csr", dtype=np.float32)
+    m = (m + m.T).tocsr()
+    m.setdiag(0)
+    m.eliminate_zeros()
+    cand = np.stack([rng.permutation(n)[:p] for _ in range(batch)])
+    cand[1, -9:] = -1  # padding
+    cand[5, 3:] = -1  # a tiny pool
     restart = torch.zeros(batch, p, dtype=torch.float64)
-    restart[:, :5] = torch.rand(batch, 5, generator=g, dtype=torch.float64)
-    return BlockGraph.from_dense(w), restart, mask
+    restart[:, :5] = torch.from_numpy(rng.random((batch, 5)))
+    pools = pool_graphs(cand, [(m.indptr, m.indices, m.data)])[0]
+    blocks = induced_blocks(torch.from_numpy(cand), [(m.indptr, m.indices, m.data)], n)[0]
+    return pools, blocks, restart, torch.from_numpy(cand)
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_ppr_blocks_equal_torch(seed):
-    blocks, restart, mask = random_blocks(seed)
+def test_pool_graphs_materialize_the_torch_blocks(seed):
+    pools, blocks, _, _ = random_pools(seed)
+    got = pools.materialize()
+    for name in ("crow", "col", "val", "src"):
+        assert torch.equal(getattr(got, name), getattr(blocks, name)), name
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ppr_pools_equal_torch_blocks(seed):
+    pools, blocks, restart, cand = random_pools(seed)
+    mask = cand >= 0
     want = personalized_pagerank_blocks(blocks, restart, mask=mask, tol=1e-8, max_iter=200)
-    got = personalized_pagerank_blocks_compiled(blocks, restart, mask=mask, tol=1e-8, max_iter=200)
+    got = personalized_pagerank_pools(pools, restart, tol=1e-8, max_iter=200)
     torch.testing.assert_close(got.scores, want.scores, rtol=1e-9, atol=1e-15)
-    assert torch.equal(got.column_iters, want.column_iters)  # each block stops where it would alone
+    assert torch.equal(got.column_iters, want.column_iters)  # each pool stops where it would alone
     assert got.converged and torch.all(got.column_converged)
     with pytest.raises(PageRankNotConverged, match="did not converge in max_iter=2"):
-        personalized_pagerank_blocks_compiled(blocks, restart, mask=mask, tol=1e-12, max_iter=2)
+        personalized_pagerank_pools(pools, restart, tol=1e-12, max_iter=2)
 
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("sources,rounds", [(1, 1), (5, 1), (5, 2), (100, 3)])
 def test_bridge_equals_torch(seed, sources, rounds):
-    blocks, _, mask = random_blocks(seed)
+    pools, blocks, _, cand = random_pools(seed)
     g = torch.Generator().manual_seed(100 + seed)
-    relevance = torch.rand(mask.shape, generator=g).masked_fill(~mask, 0.0)
+    mask = cand >= 0
+    relevance = torch.rand(cand.shape, generator=g).masked_fill(~mask, 0.0)
     relevance[3, :4] = relevance[3, 4]  # ties: broken by the smaller chunk id
-    cand = torch.stack([torch.randperm(1000, generator=g)[: mask.shape[1]] for _ in range(mask.shape[0])])
-    cand = cand.masked_fill(~mask, -1)
     start = relevance.clone()
     start[0, 7] = 2.0  # a lifted source
     kw = dict(sources=sources, lam=0.3, gamma=0.05, rounds=rounds)
     for s in (None, start):
         want = bridge_relevance(blocks, relevance, cand, start=s, **kw)
-        got = bridge_relevance(blocks, relevance, cand, start=s, compiled=True, **kw)
+        got = bridge_relevance(pools, relevance, cand, start=s, **kw)
         assert torch.equal(got, want)  # the same float32 operations in the same order
 
 
