@@ -1,8 +1,11 @@
 """Stage 4a of the offline build: the exact inner-product (dense) index.
 
-On the CPU this is FAISS ``IndexFlatIP``. On a GPU it is faiss-gpu when installed, else a
-tiled torch matmul + top-k (:func:`spectrag.kernels.tiled_topk_ip`): both exact, so results agree up to
-the order of exactly tied scores.
+Stored as a FAISS ``IndexFlatIP`` file. On the CPU a search finds ``k + margin`` hits by a
+tiled torch matrix product and scan (:func:`spectrag.kernels.tiled_topk_ip`; FAISS's flat
+search with ``backend="faiss"``) and re-scores them exactly in float64 (a compiled kernel), so
+the top-``k`` and its order (score, then smaller id) do not depend on the batch, the tiling or
+the thread count. On a GPU it is faiss-gpu when installed, else the tiled torch scan, exact up
+to the order of exactly tied scores.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import torch
 
 from spectrag.errors import ConfigError, IndexFormatError
 from spectrag.kernels import tiled_topk_ip
+from spectrag.kernels.compiled.gather import rescore_compiled
 
 BLAS_THRESHOLD = 20  # queries per search from which FAISS uses sgemm (FAISS's historical default)
 
@@ -83,24 +87,40 @@ TIE_TOL = 1e-4
 
 
 def exact_search(index, vectors: np.ndarray, xq: np.ndarray, k: int, margin: int = 16) -> tuple[np.ndarray, np.ndarray]:
-    """The exact top-``k`` of ``xq [B, d]`` among the rows of ``vectors`` that the FAISS
-    ``index`` holds, by float64 score, then smaller id, whatever FAISS's own rounding and tie
-    order: ``k + margin`` FAISS hits are re-scored (:func:`rescore`), and a row whose last hit
-    scores within :data:`TIE_TOL` of its ``k``-th exact score (ties, e.g. duplicate chunks,
-    may continue past the hits) is searched again with twice the hits until they do not.
+    """The exact top-``k`` of ``xq [B, d]`` among the rows of ``vectors`` that ``index`` (FAISS,
+    or :class:`TorchScan`: anything with ``search(xq, m)`` and ``ntotal``) holds, by float64
+    score, then smaller id, whatever the search's own rounding and tie order: ``k + margin``
+    hits are re-scored (:func:`rescore`), and a row whose last hit scores within
+    :data:`TIE_TOL` of its ``k``-th exact score (ties, e.g. duplicate chunks, may continue past
+    the hits) is searched again with twice the hits until they do not.
     Shapes: -> float64 scores, int64 ids ``[B, min(k, n)]``."""
     n = index.ntotal
     k = min(k, n)
     m = min(k + margin, n)
     found, ids = index.search(xq, m)
-    exact, top = rescore(vectors, xq, ids.astype(np.int64), k)
+    exact, top = rescore_compiled(vectors, xq, ids.astype(np.int64), k)
     todo = np.flatnonzero(found[:, -1] >= exact[:, -1] - TIE_TOL) if 0 < k and m < n else np.zeros(0, np.int64)
     while todo.size:
         m = min(2 * m, n)
         found, ids = index.search(xq[todo], m)
-        exact[todo], top[todo] = rescore(vectors, xq[todo], ids.astype(np.int64), k)
+        exact[todo], top[todo] = rescore_compiled(vectors, xq[todo], ids.astype(np.int64), k)
         todo = todo[found[:, -1] >= exact[todo, -1] - TIE_TOL] if m < n else todo[:0]
     return exact, top
+
+
+class TorchScan:
+    """FAISS's flat-search interface (``search``, ``ntotal``) over a torch view of the vectors:
+    an exact tiled matrix product and scan (:func:`spectrag.kernels.tiled_topk_ip`), several
+    times faster than FAISS's flat search for batches of queries on the CPU
+    (bench/results/dense_search_cpu.md)."""
+
+    def __init__(self, vectors: np.ndarray) -> None:
+        self.xb = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
+        self.ntotal = int(self.xb.shape[0])
+
+    def search(self, xq: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        s, i = tiled_topk_ip(torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)), self.xb, m)
+        return s.numpy(), i.numpy()
 
 
 def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -119,8 +139,9 @@ def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.n
 class DenseIndex:
     """Exact maximum-inner-product search over L2-normalized chunk embeddings.
 
-    ``backend``: ``faiss`` (CPU IndexFlatIP), ``faiss-gpu`` or ``torch`` (tiled matmul top-k on
-    ``device``); ``auto`` picks faiss on the CPU and faiss-gpu / torch on CUDA.
+    ``backend``: ``scan`` (CPU: a tiled torch scan, then exact float64 re-scoring), ``faiss``
+    (CPU: FAISS's flat search, then the same re-scoring), ``faiss-gpu`` or ``torch`` (tiled
+    matmul top-k on ``device``); ``auto`` picks scan on the CPU and faiss-gpu / torch on CUDA.
     """
 
     FILE = "dense.faiss"
@@ -133,16 +154,17 @@ class DenseIndex:
         self.device = device
         self.backend = self._choose(backend, device)
         self._faiss_index = None
+        self._scan: TorchScan | None = None
         self._torch_db = None
 
     @staticmethod
     def _choose(backend: str, device: str) -> str:
-        if backend not in ("auto", "faiss", "faiss-gpu", "torch"):
-            raise ConfigError(f"dense backend must be auto, faiss, faiss-gpu or torch, got {backend!r}")
+        if backend not in ("auto", "scan", "faiss", "faiss-gpu", "torch"):
+            raise ConfigError(f"dense backend must be auto, scan, faiss, faiss-gpu or torch, got {backend!r}")
         if backend != "auto":
             return backend
         if not device.startswith("cuda"):
-            return "faiss"
+            return "scan"
         try:
             import faiss
 
@@ -151,6 +173,11 @@ class DenseIndex:
             return "torch"
 
     def _index(self):
+        """What finds the hits: the torch scan (backend ``scan``) or the FAISS index."""
+        if self.backend == "scan":
+            if self._scan is None:
+                self._scan = TorchScan(self.vectors)
+            return self._scan
         if self._faiss_index is None:
             faiss = load_faiss()
             index = faiss.IndexFlatIP(self.dim)
@@ -169,9 +196,9 @@ class DenseIndex:
             s, i = self.search_tensors(torch.as_tensor(xq, device=self.device), k)
             return s.cpu().numpy(), i.cpu().numpy()
         k = min(k, len(self.vectors))
-        # FAISS switches to a BLAS kernel for large batches, whose rounding can swap near-equal
-        # scores, and orders ties its own way; re-scoring extra hits in float64 and sorting by
-        # (score, id) (exact_search) makes the result independent of the batch size and of FAISS
+        # a search's float32 products round by the shape of the batch and break ties their own
+        # way; re-scoring extra hits in float64 and sorting by (score, id) (exact_search) makes
+        # the result independent of the batch size, the tiling and the thread count
         exact, ids = self.candidates(xq, k)
         return exact.astype(np.float32), ids
 
@@ -194,14 +221,19 @@ class DenseIndex:
         ``[B, min(k, n)]``, what a shard contributes to :func:`merge_topk`."""
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         if self.backend == "torch":
-            raise ConfigError("DenseIndex.candidates needs a FAISS backend (the torch scan has no float64 re-scoring)")
+            raise ConfigError("DenseIndex.candidates needs a CPU backend (the device scan has no float64 re-scoring)")
         return exact_search(self._index(), self.vectors, xq, k)
 
     def save(self, folder: Path) -> None:
+        """The vectors as a FAISS ``IndexFlatIP`` file (the format's dense index, whatever backend searches)."""
         faiss = load_faiss()
-        index = self._index()
-        if self.backend == "faiss-gpu":
-            index = faiss.index_gpu_to_cpu(index)
+        if self.backend.startswith("faiss"):
+            index = self._index()
+            if self.backend == "faiss-gpu":
+                index = faiss.index_gpu_to_cpu(index)
+        else:
+            index = faiss.IndexFlatIP(self.dim)
+            index.add(np.ascontiguousarray(self.vectors, dtype=np.float32))
         faiss.write_index(index, str(folder / self.FILE))
 
     @classmethod

@@ -27,6 +27,7 @@ import torch
 from spectrag.config import BM25Config
 from spectrag.errors import ConfigError, CorpusError, IndexFormatError
 from spectrag.kernels.csr import torch_csr
+from spectrag.kernels.compiled.topk import product_topk
 from spectrag.kernels.topk import topk_sparse_rows
 from spectrag.util.checks import check_csr, check_indptr, check_ints, check_strings, load_npy
 
@@ -173,10 +174,12 @@ class BM25Index:
         chunk id; slots past the last chunk with a non-zero score hold id -1 and score 0
         (FAISS's convention).
 
-        ``backend``: ``scipy`` (sparse products on the CPU), ``torch`` (torch sparse products on
-        ``device``; the matrix is copied there once) or ``auto``: scipy on the CPU, torch on any
-        other device, so a GPU batch is not bound by the CPU. The two sum a chunk's term scores
-        in their own order: scores agree to float32 rounding.
+        ``backend``: ``compiled`` (CPU: the product and its top-k by a compiled kernel, one query
+        at a time, :mod:`spectrag.kernels.compiled.topk`), ``scipy`` (CPU: scipy's sparse product,
+        then a torch top-k; the same sums as compiled), ``torch`` (torch sparse products on
+        ``device``; the matrix is copied there once) or ``auto``: compiled on the CPU, torch on
+        any other device, so a GPU batch is not bound by the CPU. torch sums a chunk's term
+        scores in its own order: scores agree to float32 rounding.
 
         Shapes: -> scores, ids ``[B, min(k, n)]``.
         """
@@ -189,12 +192,17 @@ class BM25Index:
         """:meth:`search_terms` with the results as tensors on ``device`` (a device batch never
         comes back to the host). Shapes: -> scores (float32), ids (int64) ``[B, min(k, n)]``."""
         device = torch.device(device)
-        if backend not in ("auto", "scipy", "torch"):
-            raise ConfigError(f"BM25 search backend must be auto, scipy or torch, got {backend!r}")
+        if backend not in ("auto", "compiled", "scipy", "torch"):
+            raise ConfigError(f"BM25 search backend must be auto, compiled, scipy or torch, got {backend!r}")
         if terms.shape[1] != self.matrix.shape[0]:
             raise ValueError(f"terms must be [B, vocab = {self.matrix.shape[0]}], got {terms.shape}")
         on_torch = backend == "torch" or (backend == "auto" and device.type != "cpu")
         k = min(k, self.n)
+        if k > 0 and (backend == "compiled" or (backend == "auto" and device.type == "cpu")):
+            # the product and its top-k compiled, one query at a time (same sums as scipy's)
+            q, m = terms.tocsr(), self.matrix
+            s, i = product_topk(q.indptr, q.indices, q.data, m.indptr, m.indices, m.data, self.n, k)
+            return torch.from_numpy(s).to(device), torch.from_numpy(i).to(device)
         scores, ids = [], []
         for lo in range(0, max(terms.shape[0], 1), tile):
             part = terms[lo : lo + tile]

@@ -13,26 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from spectrag.kernels.compiled.order import U32, top_by_value_then_id
 from spectrag.kernels.compiled.runtime import jit, parallel_rows
 
 SEED_BONUS = np.float32(2.0)
-
-
-_U32 = np.uint64(0xFFFFFFFF)
-_SIGN = np.uint64(0x80000000)
-_SHIFT = np.uint64(32)
-
-
-def _sort_by_value_then_id(values, nodes, count, keys):
-    """Positions ``0..count-1`` of ``values[:count]`` (float32) ordered by value descending,
-    then node ascending: one sort of uint64 keys (monotone float bits, inverted, above the
-    position's node id; node ids < 2**32). Returns the sorted keys (the node in the low bits)."""
-    bits = values[:count].view(np.uint32)
-    for i in range(count):
-        u = np.uint64(bits[i])
-        ordered = (u ^ _U32) if (u & _SIGN) else (u | _SIGN)
-        keys[i] = ((_U32 - ordered) << _SHIFT) | np.uint64(nodes[i])
-    return np.sort(keys[:count])
 
 
 def _expand_rows(lo, hi, seed_ids, seed_w, indptr, indices, data, hops, out_ids, out_pri):
@@ -118,10 +102,10 @@ def _expand_rows(lo, hi, seed_ids, seed_w, indptr, indices, data, hops, out_ids,
             reach[v] = 0.0
             seed_mass[v] = 0.0
             state[v] = 0
-        order = _sort_by_value_then_id(values, nodes, count, keys)
+        order = top_by_value_then_id(values, nodes, count, width, keys)
         for j in range(width):
             if j < count:
-                v = np.int64(order[j] & _U32)
+                v = np.int64(order[j] & U32)
                 out_ids[b, j] = v
                 out_pri[b, j] = priority[v]
             else:
@@ -131,7 +115,6 @@ def _expand_rows(lo, hi, seed_ids, seed_w, indptr, indices, data, hops, out_ids,
             priority[nodes[i]] = 0.0
 
 
-_sort_by_value_then_id = jit(_sort_by_value_then_id)
 _expand_rows = jit(_expand_rows)
 
 

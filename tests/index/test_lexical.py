@@ -79,6 +79,20 @@ def test_torch_search_equals_scipy_search(method, device):
         bm.search(queries, 5, backend="cuda")
 
 
+@pytest.mark.parametrize("method", ["lucene", "bm25+"])
+def test_compiled_search_equals_scipy_bitwise(method):
+    """The compiled product + top-k sums each chunk's term scores as scipy's product does: the
+    same ids, order and float32 scores; rows without a match end in id -1, score 0."""
+    bm = BM25Index.build(_corpus(2, 500), BM25Config(method=method, stemmer=""))
+    queries = _corpus(3, 41) + ["unknownword", "castle castle king", "king"]
+    for k in (1, 7, 60, 1000):
+        s_ref, i_ref = bm.search(queries, k, backend="scipy")
+        s_c, i_c = bm.search(queries, k, backend="compiled")
+        np.testing.assert_array_equal(i_c, i_ref)
+        np.testing.assert_array_equal(s_c, s_ref)
+    assert (i_c[len(queries) - 3] == -1).all() and (s_c[len(queries) - 3] == 0).all()
+
+
 # --------------------------------------------------------------------------- BM25Index.extend
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")

@@ -1,0 +1,67 @@
+"""The top-``k`` of each row of a sparse product ``Q M`` (BM25: query term counts times the
+term x chunk score matrix), compiled, one query at a time: the row's scores accumulated as
+scipy's CSR product does (float32, the query's terms in stored order, each term's postings in
+order; so the same bits), then the ``k`` largest positive ones, ties to the smaller column."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spectrag.kernels.compiled.order import U32, top_by_value_then_id
+from spectrag.kernels.compiled.runtime import jit, parallel_rows
+
+
+def _product_topk_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, n, out_scores, out_ids):
+    k = out_ids.shape[1]
+    acc = np.zeros(n, np.float32)
+    seen = np.zeros(n, np.bool_)
+    touched = np.empty(n, np.int64)
+    values = np.empty(n, np.float32)
+    ids = np.empty(n, np.int64)
+    keys = np.empty(n, np.uint64)
+    for b in range(lo, hi):
+        count = 0
+        for t in range(q_indptr[b], q_indptr[b + 1]):
+            term = q_indices[t]
+            weight = np.float32(q_data[t])
+            for e in range(m_indptr[term], m_indptr[term + 1]):
+                c = m_indices[e]
+                if not seen[c]:
+                    seen[c] = True
+                    touched[count] = c
+                    count += 1
+                acc[c] += weight * np.float32(m_data[e])
+        kept = 0
+        for i in range(count):
+            c = touched[i]
+            if acc[c] > 0:  # a zero is no match
+                values[kept] = acc[c]
+                ids[kept] = c
+                kept += 1
+        order = top_by_value_then_id(values, ids, kept, k, keys)
+        for j in range(k):
+            if j < order.shape[0]:
+                c = np.int64(order[j] & U32)
+                out_ids[b, j] = c
+                out_scores[b, j] = acc[c]
+            else:
+                out_ids[b, j] = -1
+                out_scores[b, j] = 0.0
+        for i in range(count):
+            acc[touched[i]] = 0.0
+            seen[touched[i]] = False
+
+
+_product_topk_rows = jit(_product_topk_rows)
+
+
+def product_topk(q_indptr: np.ndarray, q_indices: np.ndarray, q_data: np.ndarray, m_indptr: np.ndarray,
+                 m_indices: np.ndarray, m_data: np.ndarray, n: int, k: int, *,
+                 threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` positive entries of each row of ``Q M``. Shapes: CSR ``Q [B, V]``, ``M [V, n]``
+    -> float32 scores ``[B, k]`` (0 where empty) and int64 ids ``[B, k]`` (-1 where empty)."""
+    batch = len(q_indptr) - 1
+    scores, ids = np.empty((batch, k), np.float32), np.empty((batch, k), np.int64)
+    parallel_rows(_product_topk_rows, batch, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, int(n),
+                  scores, ids, threads=threads)
+    return scores, ids
