@@ -11,6 +11,7 @@ to the order of exactly tied scores.
 from __future__ import annotations
 
 import struct
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +109,9 @@ def exact_search(index, vectors: np.ndarray, xq: np.ndarray, k: int, margin: int
     return exact, top
 
 
+ONE_PRODUCT_MAX = 1 << 24  # B * n up to which TorchScan makes one [B, n] score block (64 MB)
+
+
 class TorchScan:
     """FAISS's flat-search interface (``search``, ``ntotal``) over a torch view of the vectors:
     an exact tiled matrix product and scan (:func:`spectrag.kernels.tiled_topk_ip`), several
@@ -115,11 +119,17 @@ class TorchScan:
     (bench/results/dense_search_cpu.md)."""
 
     def __init__(self, vectors: np.ndarray) -> None:
-        self.xb = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
+        with warnings.catch_warnings():  # a read-only memory map: the scan only reads it
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            self.xb = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
         self.ntotal = int(self.xb.shape[0])
 
     def search(self, xq: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-        s, i = tiled_topk_ip(torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)), self.xb, m)
+        q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32))
+        if q.shape[0] * self.ntotal <= ONE_PRODUCT_MAX:  # small: one product, one top-k (ties are re-scored)
+            s, i = torch.topk(q @ self.xb.T, min(m, self.ntotal), dim=1)
+        else:
+            s, i = tiled_topk_ip(q, self.xb, m)
         return s.numpy(), i.numpy()
 
 
