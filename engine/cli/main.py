@@ -250,9 +250,10 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 @click.option("--config", "config_file", type=click.Path(path_type=Path),
               help="TOML file with [retriever] and stage tables ([seed], [expand], [propagate], [bridge], [select], ...).")
 @click.option("--device", help="auto, cpu or cuda[:i] (default: the config's, auto).")
-@click.option("--budget", type=int, help="Token budget per query (default: the config's, 12,000).")
-@click.option("-k", "top_k", type=int, help="Top-k chunks (doc id, chunk id, score) per query: `hits` in the JSONL; "
-              "the lines shown by --format text (default there: 5).")
+@click.option("--budget", type=int, help="Token budget per query: the context is the budgeted selection (default without "
+              "-k: the config's, 2,000).")
+@click.option("-k", "top_k", type=int, help="Results per query: the top k (`hits`, with text) and, without --budget, "
+              "a context of those k chunks.")
 @click.option("--format", "fmt", default="jsonl", show_default=True, type=click.Choice(["jsonl", "text"]),
               help="jsonl: one JSON object per query; text: the top hits of each query for reading.")
 @click.option("--batch-size", default=256, show_default=True, help="Queries scored together (memory grows with it).")
@@ -320,7 +321,7 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
 @click.option("-o", "--out", "out_file", required=True, type=click.Path(path_type=Path), help="The HTML page to write.")
 @click.option("--query", help="Highlight this query's seeds, expanded candidates and selected context.")
 @click.option("--mode", type=click.Choice(list(MODES)), help="Retrieval mode for --query (default: the config's).")
-@click.option("--budget", type=int, help="Token budget for --query's context (default: the config's, 12,000).")
+@click.option("--budget", type=int, help="Token budget for --query's context (default: the config's, 2,000).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever] and stage tables.")
 @click.option("--max-nodes", default=3000, show_default=True, help="Chunks drawn at most (beyond: a seeded sample).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the sample and the layout.")
@@ -352,7 +353,7 @@ def view_cmd(index_dir: Path, out_file: Path, query: str | None, mode: str | Non
 @click.option("-q", "--query", "texts", multiple=True, help="A question (repeatable).")
 @click.option("--mode", type=click.Choice(list(MODES)), help="Retrieval mode (default: the config's, spectral).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever], stage tables and [llm].")
-@click.option("--budget", type=int, help="Context tokens per question and retrieval round (default: the config's, 12,000).")
+@click.option("--budget", type=int, help="Context tokens per question and retrieval round (default: the config's, 2,000).")
 @click.option("--rounds", default=1, show_default=True,
               help="Retrieval rounds: above 1 the model may ask a follow-up question after each (iterative CoT retrieval).")
 @click.option("--batch-size", default=256, show_default=True, help="Questions answered together.")
@@ -390,7 +391,7 @@ def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
 @click.option("--ablations", is_flag=True, help="Also run the full pipeline with one stage or edge signal switched off at a time.")
 @click.option("--sweep", is_flag=True, help="Also vary propagate.alpha/t/damping, expand.n_seeds/max_candidates and "
               "activation.k/tau_d one at a time.")
-@click.option("--budget", type=int, help="Context tokens per question (default: the retriever's, 12,000).")
+@click.option("--budget", type=int, help="Context tokens per question (default: 12,000, the budget of the published figures).")
 @click.option("--budgets", default="", help="More budgets (comma-separated) for a context P/R/F1 table, e.g. 500,1000,2000.")
 @click.option("--batch-size", default=256, show_default=True, help="Questions scored together.")
 @click.option("--config", "config_file", type=click.Path(path_type=Path),

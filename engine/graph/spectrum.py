@@ -158,7 +158,9 @@ def kmeans(points: torch.Tensor, k: int, *, seed: int = 0, iters: int = 50) -> t
     x = np.ascontiguousarray(points.cpu().numpy(), dtype=np.float32)
     if k == 1:
         return torch.zeros(n, dtype=torch.int64)
-    km = load_faiss().Kmeans(x.shape[1], k, niter=iters, seed=seed + 1, max_points_per_centroid=256, verbose=False)
+    # min_points_per_centroid=1: FAISS only warns (on stderr, from C++) below it, the centres are the same
+    km = load_faiss().Kmeans(x.shape[1], k, niter=iters, seed=seed + 1, max_points_per_centroid=256,
+                             min_points_per_centroid=1, verbose=False)
     km.train(x)
     _, labels = km.index.search(x, 1)
     return torch.from_numpy(labels.ravel().astype(np.int64))

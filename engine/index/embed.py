@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from spectrag.config import DEFAULT_MODEL, EmbedConfig
 from spectrag.errors import ConfigError
+from spectrag.util.console import third_party_quiet
 from spectrag.util.io import default_cache_dir
 from spectrag.util.threads import ThreadChooser
 
@@ -157,7 +158,8 @@ class Embedder:
         from sentence_transformers import SentenceTransformer
 
         try:
-            self.model = SentenceTransformer(str(self.model_path), device=self.device, local_files_only=True)
+            with third_party_quiet():  # no "Loading weights" bar or advisory logs of transformers
+                self.model = SentenceTransformer(str(self.model_path), device=self.device, local_files_only=True)
         except Exception as exc:  # a broken folder fails in json, safetensors, transformers or torch: one error for all
             raise ConfigError(
                 f"embed.model {self.config.model!r}: {self.model_path} is not a loadable sentence-transformers model "
