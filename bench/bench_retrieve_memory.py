@@ -11,7 +11,7 @@ loaded, the queries retrieved in one call, the process exits.
 Queries: the MuSiQue questions (``../shared/data/musique/musique_train.json``, 100 of them)
 repeated to N (a repeat costs what a new question costs: the same pipeline work). Index: a
 MuSiQue index built by ``spectrag index ../shared/data/musique/musique_train_corpus.json -o DIR``
-(``--index DIR``). Mode ``spectral``, a 12,000-token budget (the default until 0.2; the largest contexts).
+(``--index DIR``). Mode ``spectral``, a 12,000-token budget (the earlier default; the largest contexts).
 
 Usage: ``python bench/bench_retrieve_memory.py --index DIR [--cases api:4000,api:10000,cli:10000:10000]``
 """

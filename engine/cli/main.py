@@ -18,6 +18,7 @@ from spectrag.cli.llm_options import llm_config, llm_options
 from spectrag.config import KG_SOURCES, MODES, load_retriever_config, with_llm_stages, with_openie
 from spectrag.errors import SpectragError
 from spectrag.index.load import FORMATS
+from spectrag.util.console import LEVELS, LOGGER, configure_logging, progress_on, showing
 
 
 def _retriever_config(config_file: Path | None, mode: str | None, device: str | None = None):
@@ -42,6 +43,22 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+
+    return wrapper
+
+
+def _console(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--quiet`` and ``--log-level``: progress bars (on a terminal) and stage lines on stderr,
+    or only warnings and errors (the results on stdout are the same either way)."""
+
+    @click.option("--log-level", default="info", show_default=True, type=click.Choice(list(LEVELS)),
+                  help="Messages on stderr at this level and above (stage lines are info).")
+    @click.option("--quiet", is_flag=True, help="No progress bars and no stage lines on stderr: warnings and errors only.")
+    @functools.wraps(fn)
+    def wrapper(*args: Any, quiet: bool, log_level: str, **kwargs: Any) -> Any:
+        configure_logging(log_level, quiet=quiet)
+        with showing(sys.stderr.isatty() and not quiet):
+            return fn(*args, **kwargs)
 
     return wrapper
 
@@ -164,6 +181,7 @@ def _ray_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @llm_options
 @_ray_options
+@_console
 @_friendly
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
               openie_file: Path | None, utility_questions: bool, kg_source: str | None, overwrite: bool,
@@ -184,7 +202,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
         build = functools.partial(build_index_ray, address=ray_address, workers=workers)
     index = build(corpus, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
                   skip_invalid=skip_invalid, follow_symlinks=follow_symlinks,
-                  progress=not as_json and sys.stderr.isatty(), llm=llm_config(config_file, llm_flags))
+                  progress=not as_json and progress_on(), llm=llm_config(config_file, llm_flags))
     _report_skipped(index.report.skipped_invalid)
     summary = _summary(index.manifest, out_dir)
     summary["seconds"] = index.report.seconds
@@ -202,6 +220,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
 @click.option("--skip-invalid", is_flag=True, help="Leave out (count and list) files and records that cannot be read.")
 @click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_console
 @_friendly
 def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
             as_json: bool) -> None:
@@ -210,7 +229,7 @@ def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_inva
     from spectrag.incremental import add_documents
 
     index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
-                          follow_symlinks=follow_symlinks, progress=not as_json and sys.stderr.isatty())
+                          follow_symlinks=follow_symlinks, progress=not as_json and progress_on())
     _report_skipped(index.report.skipped_invalid)
     r = index.report
     summary = _summary(index.manifest, index_dir)
@@ -266,6 +285,7 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 @click.option("--no-text", is_flag=True, help="Leave chunk texts out of the JSONL.")
 @llm_options
 @_ray_options
+@_console
 @_friendly
 def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None,
                  config_file: Path | None, device: str | None, budget: int | None, top_k: int | None, fmt: str,
@@ -294,25 +314,30 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 @click.option("--max-k", default=1000, show_default=True, help="Largest k a request may ask for.")
 @click.option("--max-body-bytes", default=1 << 20, show_default=True, help="Largest request body.")
 @click.option("--graceful-s", default=30.0, show_default=True, help="On SIGTERM / Ctrl-C: seconds to finish open requests.")
-@click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              help="The server's (uvicorn's) and the engine's messages at this level and above.")
+@click.option("--quiet", is_flag=True, help="Warnings and errors only (as --log-level warning).")
 @_friendly
 def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_file: Path | None, device: str | None,
               max_batch: int, max_wait_ms: float, no_batching: bool, max_k: int, max_body_bytes: int,
-              graceful_s: float, log_level: str) -> None:
+              graceful_s: float, log_level: str, quiet: bool) -> None:
     """Serve retrieval over HTTP (POST /retrieve, GET /healthz, GET /info), batching concurrent requests."""
     from spectrag.retriever import Retriever
     from spectrag.serve.app import ServeSettings, serve  # the `serve` extra
     from spectrag.store import load_index
 
+    log_level = "warning" if quiet else log_level
+    configure_logging(log_level if log_level in LEVELS else "error")
     for name, value in (("--max-batch", max_batch), ("--max-k", max_k), ("--max-body-bytes", max_body_bytes)):
         if value < 1:
             raise SpectragError(f"{name} must be >= 1, got {value}")
-    retriever = Retriever(load_index(index_dir), _retriever_config(config_file, mode, device))
-    retriever.retrieve("warm-up")  # load the model and touch the state before the first request
+    with showing(sys.stderr.isatty() and not quiet):  # the load's progress bars
+        retriever = Retriever(load_index(index_dir), _retriever_config(config_file, mode, device))
+        retriever.retrieve("warm-up")  # load the model and touch the state before the first request
     settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching, max_k=max_k,
                              max_body_bytes=max_body_bytes)
-    click.echo(f"serving {index_dir} ({len(retriever.index.chunks):,} chunks, mode {retriever.config.mode}, "
-               f"device {retriever.state.device}) on http://{host}:{port}", err=True)
+    LOGGER.info(f"serving {index_dir} ({len(retriever.index.chunks):,} chunks, mode {retriever.config.mode}, "
+                f"device {retriever.state.device}) on http://{host}:{port}")
     serve(retriever, settings, host=host, port=port, graceful_s=graceful_s, log_level=log_level)
 
 
@@ -325,6 +350,7 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever] and stage tables.")
 @click.option("--max-nodes", default=3000, show_default=True, help="Chunks drawn at most (beyond: a seeded sample).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the sample and the layout.")
+@_console
 @_friendly
 def view_cmd(index_dir: Path, out_file: Path, query: str | None, mode: str | None, budget: int | None,
              config_file: Path | None, max_nodes: int, seed: int) -> None:
@@ -360,6 +386,7 @@ def view_cmd(index_dir: Path, out_file: Path, query: str | None, mode: str | Non
 @click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="JSONL answers (default: a readable summary on stdout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the answers as JSON lines.")
 @llm_options
+@_console
 @_friendly
 def answer_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None, config_file: Path | None,
                budget: int | None, rounds: int, batch_size: int, out_file: Path | None, as_json: bool, llm_flags: dict) -> None:
@@ -375,6 +402,7 @@ def answer_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...],
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Keep the sample index here (default: a temporary folder).")
 @click.option("-k", "top_k", default=5, show_default=True, help="Chunks shown per question.")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@_console
 @_friendly
 def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
     """Index the bundled sample corpus and retrieve context for its questions."""
@@ -408,6 +436,7 @@ def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
 @click.option("--rounds", default=1, show_default=True, help="With --generate: retrieval rounds per question "
               "(above 1: iterative CoT retrieval).")
 @llm_options
+@_console
 @_friendly
 def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: str, ablations: bool, sweep: bool,
              budget: int | None, budgets: str, batch_size: int, config_file: Path | None, openie_file: Path | None, no_openie: bool,
@@ -424,13 +453,13 @@ def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: s
         more = [int(b) for b in budgets.split(",") if b.strip()]
     except ValueError:
         raise SpectragError(f"--budgets must be comma-separated token counts, got {budgets!r}") from None
-    with progress_bars(sys.stderr.isatty()):  # a bar per run, counting questions
+    with progress_bars(progress_on()):  # a bar per run, counting questions
         result = evaluate(dataset, data, index=index_dir, methods=methods, ablations=ablations, sweep=sweep, budget=budget,
                           budgets=more, batch_size=batch_size, config=load_config(config_file) if config_file else None,
                           retriever_config=load_retriever_config(config_file) if config_file else None,
                           openie=None if no_openie else openie_file or "auto", out=out_dir,
                           plots=not no_plots, command=shlex.join(["spectrag", *sys.argv[1:]]),
-                          log=lambda m: click.echo(m, err=True), llm=llm_config(config_file, llm_flags),
+                          log=LOGGER.info, llm=llm_config(config_file, llm_flags),
                           generate=generate, rounds=rounds)
     click.echo(json.dumps(result, indent=2, ensure_ascii=False) if as_json else markdown(result))
 

@@ -17,6 +17,7 @@ from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever, check_k
 from spectrag.store import load_index
 from spectrag.types import Chunk
+from spectrag.util.console import progress_on
 from spectrag.util.io import check_unicode
 
 TEXT_HITS = 5  # hits shown per query by --format text when -k is not given
@@ -90,7 +91,7 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
                 with_text: bool, k: int | None = None, fmt: str = "jsonl", depth: int = 1000, level: str = "chunk",
                 progress: bool | None = None, llm=None, ray: str | None = None, workers: int = 0) -> int:
     """Write one JSON line (or a text block) per query, and optionally a TREC run; returns the
-    number of queries. ``progress`` (default: when stderr is a terminal) counts queries as their
+    number of queries. ``progress`` (default: :func:`~spectrag.util.console.progress_on`) counts queries as their
     batch is written. ``ray``: score on a Ray cluster at that address (``local``, ``auto``,
     ``ray://host:port``) with ``workers`` actors (:mod:`spectrag.distributed`); the output is the
     same."""
@@ -129,7 +130,7 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     done = 0
     try:
         with tqdm(total=len(queries), unit="q", desc="queries", file=sys.stderr,
-                  disable=not (sys.stderr.isatty() if progress is None else progress)) as bar:
+                  disable=not (progress_on() if progress is None else progress)) as bar:
             for contexts in batches:
                 for (qid, _), ctx in zip(queries[done : done + len(contexts)], contexts):
                     out.write(_text_block(qid, ctx, k or TEXT_HITS) if fmt == "text" else _json_row(qid, ctx, with_text))

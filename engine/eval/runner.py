@@ -28,6 +28,7 @@ from spectrag.eval.report import write_outputs
 from spectrag.eval.run import Run, run_method
 from spectrag.eval.score import make_scorer
 from spectrag.eval.variants import run_ablations, run_sweep
+from spectrag.util.console import progress_on
 from spectrag.util.io import default_cache_dir
 from spectrag.llm import make_client
 from spectrag.retriever import Retriever
@@ -87,7 +88,7 @@ def resolve_index(ds: Dataset, index=None, config: IndexConfig | None = None, ca
     log(f"building index of {ds.corpus} into {folder}")
     folder.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    built = build_index(ds.corpus, folder, config, fmt=ds.fmt, llm=llm if with_llm else None)
+    built = build_index(ds.corpus, folder, config, fmt=ds.fmt, llm=llm if with_llm else None, progress=progress_on())
     return built, {"path": str(folder), "built": True, "seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -125,7 +126,7 @@ def _try(run: Callable[[], Run], name: str, lenient: bool, skipped: dict[str, st
 
 
 # The budget of every published context figure (the SpectRAG paper's, and the retriever's default
-# until 0.2): the evaluation states its budget instead of taking the retriever's default.
+# before 2,000, CHANGELOG.md): the evaluation states its budget instead of taking the retriever's default.
 EVAL_BUDGET = 12_000
 
 

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from spectrag.config import DEFAULT_MODEL, EmbedConfig
 from spectrag.errors import ConfigError
-from spectrag.util.console import third_party_quiet
+from spectrag.util.console import LOGGER, third_party_quiet
 from spectrag.util.io import default_cache_dir
 from spectrag.util.threads import ThreadChooser
 
@@ -155,6 +155,7 @@ class Embedder:
         self.model_path = resolve_model_path(self.config.model)
         self.device = resolve_device(self.config.device)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder never needs the hub
+        LOGGER.info(f"loading the embedding model {self.config.model} on {self.device}")
         from sentence_transformers import SentenceTransformer
 
         try:
