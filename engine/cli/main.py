@@ -47,11 +47,13 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _console(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--quiet`` and ``--log-level``: progress bars (on a terminal) and stage lines on stderr,
-    or only warnings and errors (the results on stdout are the same either way)."""
+def _console(fn: Callable[..., Any] | None = None, *, level: str = "info") -> Any:
+    """``--quiet`` and ``--log-level`` (default ``level``): progress bars (on a terminal) and stage
+    lines on stderr, or only warnings and errors (the results on stdout are the same either way)."""
+    if fn is None:
+        return functools.partial(_console, level=level)
 
-    @click.option("--log-level", default="info", show_default=True, type=click.Choice(list(LEVELS)),
+    @click.option("--log-level", default=level, show_default=True, type=click.Choice(list(LEVELS)),
                   help="Messages on stderr at this level and above (stage lines are info).")
     @click.option("--quiet", is_flag=True, help="No progress bars and no stage lines on stderr: warnings and errors only.")
     @functools.wraps(fn)
@@ -402,7 +404,7 @@ def answer_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...],
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Keep the sample index here (default: a temporary folder).")
 @click.option("-k", "top_k", default=5, show_default=True, help="Chunks shown per question.")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
-@_console
+@_console(level="warning")  # the demo reports its own steps on stdout
 @_friendly
 def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
     """Index the bundled sample corpus and retrieve context for its questions."""
