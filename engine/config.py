@@ -76,6 +76,8 @@ def _kind(tp: Any) -> str:
     return {int: "int", float: "float", bool: "bool", str: "str"}.get(tp, "any")
 
 
+# Ours, not pydantic: frozen stdlib dataclasses that the kernels' configs mirror, errors worded
+# `table.field must be ..., got ...` for TOML users, and no pydantic in the core dependencies.
 def check_fields(obj: Any) -> None:
     """Type, finiteness, range and choices of every field of a config dataclass; a float field
     given an int is stored as a float (TOML writes ``1`` for ``1.0``)."""

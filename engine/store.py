@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from filelock import FileLock
 
 from spectrag.config import IndexConfig
 from spectrag.errors import IndexFormatError, SpectragError
@@ -87,7 +88,7 @@ def refuse_existing(out_dir: Path, *, overwrite: bool) -> None:
 # it was renamed only once written and synced) or else the ``.old-`` folder back
 # (:func:`recover_index`). Siblings of these names whose process is gone are removed when a
 # build or add of that index starts (:func:`clean_stale`); one of another name is never touched.
-# A build or add holds ``.<name>.lock`` (fcntl.flock, a sibling file that is never removed), so
+# A build or add holds ``.<name>.lock`` (a sibling file, locked by ``filelock``), so
 # concurrent adds to one index run one after the other.
 
 _SIBLING = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|new|old)-(?:(?P<pid>\d+)-)?[0-9a-f]{8}")
@@ -206,24 +207,20 @@ def clean_stale(out_dir: str | Path) -> list[Path]:
 
 @contextmanager
 def index_lock(out_dir: str | Path, *, what: str = "changed") -> Iterator[None]:
-    """Hold the lock of the index at ``out_dir`` (``.<name>.lock`` beside it, fcntl.flock):
-    builds and adds of one index run one at a time; a second one waits for the first."""
+    """Hold the lock of the index at ``out_dir`` (``.<name>.lock`` beside it, by ``filelock``:
+    an OS file lock, released when the process ends however it ends): builds and adds of one
+    index run one at a time; a second one waits for the first."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(out_dir.parent / f".{out_dir.name}.lock")
     try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock (documented)
-        yield
-        return
-    try:
-        fd = os.open(out_dir.parent / f".{out_dir.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        lock.acquire()
     except OSError as exc:
         raise SpectragError(f"{out_dir}: cannot create its lock file to be {what} ({exc.strerror})") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        lock.release()
 
 
 @contextmanager

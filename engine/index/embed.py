@@ -78,6 +78,8 @@ def model_fingerprint(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+# Ours over sqlite3 (standard library): one table of raw float32 bytes; diskcache or sqlitedict
+# would add a dependency (and pickle values by default) for the same table.
 class EmbeddingCache:
     """SQLite store ``(model key, sha256(text)) -> float32 vector``; safe to share between runs."""
 

@@ -11,6 +11,8 @@ Shapes: ``coords [n, m]``, edges ``src, dst [E]`` (both directions or one), ``we
 positions ``[n, 2]`` in ``[0, 1]^2``. Deterministic for a given ``seed``.
 """
 
+# Ours, not networkx's spring_layout: networkx is a test dependency only, and this runs the whole
+# [n, n] step as one torch operation with the spectral-cluster pull the view needs.
 from __future__ import annotations
 
 import numpy as np
