@@ -293,7 +293,8 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
                  config_file: Path | None, device: str | None, budget: int | None, top_k: int | None, fmt: str,
                  batch_size: int, out_file: Path | None, trec_file: Path | None, depth: int, level: str,
                  no_text: bool, llm_flags: dict, ray_address: str | None, workers: int) -> None:
-    """Retrieve a token-budgeted context (and the top-k) for every query, in batches."""
+    """Retrieve for every query, in batches: the top k results with text (-k) and a context of those
+    k chunks, or the context a token budget holds (--budget; the default without -k)."""
     from spectrag.cli.retrieve import (
         run_queries,  # imported on use: `spectrag --help` stays fast
     )

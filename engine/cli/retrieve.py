@@ -1,5 +1,6 @@
-"""``spectrag retrieve``: queries through the Retriever in batches, as JSON lines or text, with a
-TREC run (chunk or document level) beside them."""
+"""``spectrag retrieve``: queries through the Retriever in batches (``-k`` and ``--budget`` as
+:meth:`Retriever.retrieve`'s ``k`` and ``budget``), as JSON lines or text, with a TREC run (chunk
+or document level, from each query's ranking and its scores) beside them."""
 
 from __future__ import annotations
 
