@@ -48,18 +48,21 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _console(fn: Callable[..., Any] | None = None, *, level: str = "info") -> Any:
-    """``--quiet`` and ``--log-level`` (default ``level``): progress bars (on a terminal) and stage
-    lines on stderr, or only warnings and errors (the results on stdout are the same either way)."""
+    """``--quiet`` and ``--log-level``: on a terminal, progress bars and stage lines (``level``,
+    default info) on stderr; elsewhere (a pipe, a file, CI) only warnings and errors unless
+    ``--log-level`` says otherwise. The results on stdout are the same either way."""
     if fn is None:
         return functools.partial(_console, level=level)
 
-    @click.option("--log-level", default=level, show_default=True, type=click.Choice(list(LEVELS)),
-                  help="Messages on stderr at this level and above (stage lines are info).")
+    @click.option("--log-level", type=click.Choice(list(LEVELS)),
+                  help=f"Messages on stderr at this level and above; stage lines are info (default: {level} on a "
+                       "terminal, else warning).")
     @click.option("--quiet", is_flag=True, help="No progress bars and no stage lines on stderr: warnings and errors only.")
     @functools.wraps(fn)
-    def wrapper(*args: Any, quiet: bool, log_level: str, **kwargs: Any) -> Any:
-        configure_logging(log_level, quiet=quiet)
-        with showing(sys.stderr.isatty() and not quiet):
+    def wrapper(*args: Any, quiet: bool, log_level: str | None, **kwargs: Any) -> Any:
+        terminal = sys.stderr.isatty()
+        configure_logging(log_level or (level if terminal else "warning"), quiet=quiet)
+        with showing(terminal and not quiet):
             return fn(*args, **kwargs)
 
     return wrapper

@@ -33,6 +33,16 @@ def test_long_commands_take_quiet_and_a_log_level(run):
         assert "--quiet" in text and "--log-level" in text, cmd
 
 
+def test_stage_lines_follow_the_log_level(run, tmp_path):
+    """Not a terminal: no stage lines unless --log-level info asks; --quiet wins over it."""
+    plain = run("index", FOLDER, "-o", tmp_path / "a", "--json")
+    assert plain.exit_code == 0 and plain.stderr == "", plain.stderr
+    told = run("index", FOLDER, "-o", tmp_path / "b", "--json", "--log-level", "info")
+    assert told.exit_code == 0 and "embed: " in told.stderr and "graph: " in told.stderr, told.stderr
+    quiet = run("index", FOLDER, "-o", tmp_path / "c", "--json", "--log-level", "info", "--quiet")
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.stderr
+
+
 def test_python_m_spectrag_demo_prints_no_third_party_noise(tmp_path, embed_cache):
     """``spectrag demo`` as a user runs it (a real process: FAISS and transformers write to the
     process's stderr, not to Python's): nothing on stderr, the demo's report on stdout."""
