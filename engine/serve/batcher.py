@@ -22,7 +22,7 @@ from collections import defaultdict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from spectrag.contexts import Context, build_contexts
+from spectrag.contexts import build_contexts
 from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever, check_k, check_queries
 
@@ -192,12 +192,3 @@ class MicroBatcher:
                 s.batches += 1
                 s.max_batch_seen = max(s.max_batch_seen, batch_size)
 
-
-def contexts_json(contexts: list[Context], *, with_text: bool = True) -> list[dict]:
-    """What the server answers for each context: :meth:`Context.to_json`, texts optional."""
-    rows = [c.to_json() for c in contexts]
-    if not with_text:
-        for row in rows:
-            for c in row["chunks"]:
-                c.pop("text")
-    return rows
