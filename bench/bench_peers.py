@@ -168,7 +168,7 @@ def bench_index(index, texts, qvecs, info: dict, args) -> dict:
     qvecs = torch.cat([qvecs] * (B // len(qvecs) + 1))[:B]
     out = {"info": info, "engine": {}, "peers": {}, "kernels": {}}
     modes = ["hybrid", "ppr", "spectral"] + (["activation", "combined"] if index.kg is not None else [])
-    base = RetrieverConfig(device="cpu")
+    base = RetrieverConfig(device="cpu", budget=12_000)  # the budget the recorded results used (the earlier default)
     settings = [("default", base), ("1 thread", base.replace(threads=1))]
     for label, cfg in settings:
         for mode in modes + ["ppr-graph"]:

@@ -305,7 +305,7 @@ def run_reference(index, texts, qvecs, cfg, budget: int, n: int):
 
 
 def bench_index(index, texts, qvecs, info, args, record) -> None:
-    retriever = Retriever(index, RetrieverConfig(device="cpu"))
+    retriever = Retriever(index, RetrieverConfig(device="cpu", budget=12_000))  # the recorded results' budget
     budget = retriever.config.budget
     n_unique = len(texts)
     n_ref = min(args.ref_queries, n_unique, max(args.sizes))

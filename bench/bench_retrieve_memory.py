@@ -11,7 +11,7 @@ loaded, the queries retrieved in one call, the process exits.
 Queries: the MuSiQue questions (``../shared/data/musique/musique_train.json``, 100 of them)
 repeated to N (a repeat costs what a new question costs: the same pipeline work). Index: a
 MuSiQue index built by ``spectrag index ../shared/data/musique/musique_train_corpus.json -o DIR``
-(``--index DIR``). Mode ``spectral``, the default 12,000-token budget (the largest contexts).
+(``--index DIR``). Mode ``spectral``, a 12,000-token budget (the earlier default; the largest contexts).
 
 Usage: ``python bench/bench_retrieve_memory.py --index DIR [--cases api:4000,api:10000,cli:10000:10000]``
 """
@@ -38,7 +38,7 @@ n, batch_size = int(sys.argv[1]), int(sys.argv[2])
 qs = [q["question"] for q in json.load(open(sys.argv[3]))]
 retriever = spectrag.Retriever(sys.argv[4])
 start = time.perf_counter()
-contexts = retriever.retrieve([qs[i % len(qs)] for i in range(n)], batch_size=batch_size)
+contexts = retriever.retrieve([qs[i % len(qs)] for i in range(n)], budget=12_000, batch_size=batch_size)
 print(json.dumps({"seconds": time.perf_counter() - start, "contexts": len(contexts),
                   "chunks": sum(len(c.chunks) for c in contexts)}))
 """
@@ -83,7 +83,7 @@ def main() -> None:
                 qfile = Path(tmp) / f"q{n}.tsv"
                 qfile.write_text("".join(f"q{i}\t{qs[i % len(qs)]}\n" for i in range(n)))
                 cmd = ["spectrag", "retrieve", args.index, "--queries", str(qfile), "--batch-size", str(batch_size),
-                       "-o", str(Path(tmp) / "out.jsonl")]
+                       "--budget", "12000", "-o", str(Path(tmp) / "out.jsonl")]
                 what = f"`spectrag retrieve --batch-size {batch_size:,}`, {n:,} queries"
             print(what, flush=True)
             row = {"case": what, "n": n, "batch_size": batch_size, **run_case(cmd)}

@@ -89,7 +89,7 @@ D = 384
 P = 200
 N_SEEDS = 20
 K = 50  # dense and BM25 list depth
-SELECT = {**dataclasses.asdict(SelectConfig()), "budget": RetrieverConfig().budget}  # the engine's selection
+SELECT = {**dataclasses.asdict(SelectConfig()), "budget": 12_000}  # the engine's selection, at the recorded budget
 
 
 def timed(fn, dev: torch.device, repeats: int = 3):
@@ -549,7 +549,7 @@ def stage_timings(dev, data, state, batches, left, add) -> None:
         add("select: budget_select", B, sec, f"{sel.n_steps} steps")
         if not left():
             return
-        config = RetrieverConfig(device=str(dev))
+        config = RetrieverConfig(device=str(dev), budget=SELECT["budget"])
         sec, res = timed(lambda: run(state, q, config), dev)
         add("end-to-end: spectrag.pipeline.run (spectral, dense seeds)", B, sec,
             "stages ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in res.seconds.items()))

@@ -13,23 +13,23 @@ Online, for a batch of queries at once::
     seed/ -> expand/ -> propagate/ -> rescore/ -> select/     stages on tensors
     state.py (QueryState)   pipeline.py (run)   retriever.py (Retriever)   contexts.py
 
-Normal use needs only the names below::
+Normal use needs only the names below (``__all__``; ``dir(spectrag)`` lists them)::
 
     index = spectrag.build_index("docs/", "my-index")
-    contexts = spectrag.Retriever(spectrag.load_index("my-index")).retrieve(["who built it?"])
+    ctx = spectrag.Retriever("my-index").retrieve("who built it?", k=5)   # 5 hits with text
 """
 
-import importlib
-import os
-import sys
+import os as _os
+import sys as _sys
 
 # OpenMP's default wait policy keeps idle worker threads spinning after every parallel region;
 # on a machine other processes load they steal the cores the work needs, and two threads ran
 # many times slower than one (bench/results/peers_cpu.md). Sleeping workers cost little on an
 # idle machine. The policy is read when torch's OpenMP runtime starts, so it can only be set
 # before torch is imported; an explicit OMP_WAIT_POLICY is kept.
-if "torch" not in sys.modules:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if "torch" not in _sys.modules:
+    _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+del _os, _sys
 
 from spectrag.config import (  # noqa: E402
     ActivationConfig,
@@ -61,6 +61,9 @@ _LAZY = {
     "Index": "spectrag.store",
     "load_index": "spectrag.store",
     "Retriever": "spectrag.retriever",
+    "Context": "spectrag.contexts",
+    "ContextChunk": "spectrag.contexts",
+    "Hit": "spectrag.contexts",
     "QueryState": "spectrag.state",
     "run": "spectrag.pipeline",
     "evaluate": "spectrag.eval.runner",
@@ -71,8 +74,15 @@ _LAZY = {
 
 def __getattr__(name: str):
     if name in _LAZY:
+        import importlib
+
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'spectrag' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public API (the lazy names included), not the modules the package body uses."""
+    return sorted([*__all__, "__version__"])
 
 
 __version__ = "0.1.0"
@@ -84,10 +94,13 @@ __all__ = [
     "BridgeConfig",
     "ChunkConfig",
     "ConfigError",
+    "Context",
+    "ContextChunk",
     "CorpusError",
     "EmbedConfig",
     "ExpandConfig",
     "GraphConfig",
+    "Hit",
     "Index",
     "IndexConfig",
     "IndexFormatError",

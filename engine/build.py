@@ -47,6 +47,7 @@ from spectrag.store import (
 )
 from spectrag.types import Chunk, Document
 from spectrag.util import usage
+from spectrag.util.console import LOGGER, showing
 from spectrag.util.tokens import TOKENIZER
 
 PACKAGES = ("spectrag", "torch", "numpy", "scipy", "faiss-cpu", "bm25s", "sentence-transformers", "transformers", "tiktoken")
@@ -77,6 +78,7 @@ def stage_recorder(report: BuildReport, on_stage: Callable[[str], None] | None =
         nonlocal mark
         report.seconds[name], report.cpu_seconds[name], report.peak_rss_mib[name] = usage.end(mark)
         mark = usage.begin()
+        LOGGER.info(f"{name}: {report.seconds[name]:.1f} s")
         if on_stage is not None:
             on_stage(name)
 
@@ -228,7 +230,7 @@ def build_index(
     config = config or IndexConfig()
     stages = stages or BuildStages()
     source, out_dir = Path(source), Path(out_dir)
-    with index_lock(out_dir, what="built"):  # one build or add of this index at a time
+    with index_lock(out_dir, what="built"), showing(progress):  # one build or add of this index at a time
         clean_stale(out_dir)  # an interrupted swap put right, dead builds' temporary folders removed
         return _build(source, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty, progress=progress,
                       on_stage=on_stage, embeddings=embeddings, llm=llm, skip_invalid=skip_invalid,

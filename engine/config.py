@@ -76,6 +76,8 @@ def _kind(tp: Any) -> str:
     return {int: "int", float: "float", bool: "bool", str: "str"}.get(tp, "any")
 
 
+# Ours, not pydantic: frozen stdlib dataclasses that the kernels' configs mirror, errors worded
+# `table.field must be ..., got ...` for TOML users, and no pydantic in the core dependencies.
 def check_fields(obj: Any) -> None:
     """Type, finiteness, range and choices of every field of a config dataclass; a float field
     given an int is stored as a float (TOML writes ``1`` for ``1.0``)."""
@@ -599,7 +601,10 @@ class RetrieverConfig(_Checked):
         ``baseline_select``; ``hyde`` searches with the embedding of a passage an LLM wrote for the
         query, :mod:`spectrag.llm`), ``heat``, ``ppr``, ``spectral`` (the full pipeline),
         ``activation``, ``combined`` (with a knowledge graph) (default: spectral).
-    budget: context tokens per query (default: 12000).
+    budget: context tokens per query when no ``k`` is asked for (default: 2000: what a typical
+        LLM prompt has room for beside its instructions and answer, an 8k-token model with a
+        quarter to spare, and where the context F1 is still near its best on both dev sets;
+        the SpectRAG paper's 12,000 filled most of a 16k window; bench/results/eval_musique.md).
     device: ``auto`` (CUDA when present) or a torch device string (default: auto).
     backend: the kernels of the graph stages (expansion, blocks, PPR, spectral proximity,
         bridging, selection) and the relevance gather: ``compiled`` (numba machine code, one
@@ -615,7 +620,7 @@ class RetrieverConfig(_Checked):
 
     SECTION = "retriever"
     mode: str = opt("spectral", choices=MODES)
-    budget: int = opt(12_000, lo=1)
+    budget: int = opt(2_000, lo=1)
     device: str = "auto"
     backend: str = opt("auto", choices=("auto", "compiled", "torch"))
     threads: int = opt(0, lo=0)

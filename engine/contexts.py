@@ -1,21 +1,54 @@
-"""The per-query answer: an ordered, token-budgeted context with scores and provenance."""
+"""The per-query answer: the top ``k`` results (:class:`Hit`, with their text) and a context for
+a prompt (:class:`ContextChunk` list): the first ``k`` of the ranking, or a token-budgeted selection.
+
+How ``k`` and ``budget`` decide what a :class:`Context` holds (:func:`build_contexts`):
+
+=================  =============================================  ===========================================
+asked              ``hits``                                       ``chunks`` (the context)
+=================  =============================================  ===========================================
+``k``              the top ``k`` of the ranking                   the same ``k`` chunks, in rank order
+``budget``         the context's chunks, in rank order            the budgeted selection (SpectRAG eq. 19-22)
+``k`` and budget   the top ``k`` of the ranking                   the budgeted selection
+neither            as ``budget`` with the default budget          the budgeted selection
+=================  =============================================  ===========================================
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
 PHASES = {0: "core", 1: "tail", 2: "backfill"}
+RANKED = "ranked"  # the phase of a chunk in a top-k context (no budget: the ranking decides)
 
 
-class Hit(NamedTuple):
-    """One entry of a query's top-k: unpacks as ``doc_id, chunk_id, score`` (the final score)."""
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One result, best first: the chunk's ids, its final score and what a prompt needs of it.
+
+    Unpacks as ``doc_id, chunk_id, score`` (how hits were tuples before they carried text)."""
 
     doc_id: str
     chunk_id: int
     score: float
+    text: str = ""
+    title: str = ""
+    section: tuple[str, ...] = ()
+    url: str = ""
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.doc_id, self.chunk_id, self.score))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"doc_id": self.doc_id, "chunk_id": self.chunk_id, "score": self.score, "text": self.text,
+                "title": self.title, "section": list(self.section), "url": self.url}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Hit":
+        return cls(**{**data, "section": tuple(data.get("section", ()))})
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,25 +60,27 @@ class ContextChunk:
     url: str
     text: str
     n_tokens: int
-    phase: str  # core | tail | backfill
+    phase: str  # core | tail | backfill (a budgeted context) or ranked (a top-k context)
     scores: dict[str, float] = field(default_factory=dict)  # relevance, proximity, final
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """Chunks in selection order, the ranking of the whole candidate pool, the budget used, and
-    (when ``k`` was asked for) the top-k of the ranking with scores."""
+    """A query's results: ``hits`` (the top ``k``, best first, with text), ``chunks`` (the context
+    for a prompt, see the module docstring), the ranking of the whole candidate pool with its
+    scores, and the tokens used. ``budget`` is None for a top-k context (no budget applied)."""
 
     query: str
     mode: str
-    budget: int
+    budget: int | None
     used_tokens: int
     chunks: list[ContextChunk]
-    ranking: list[int]  # candidate chunk ids by final score (for ranking metrics)
+    ranking: list[int]  # candidate chunk ids by final score (for ranking metrics and TREC runs)
     # knowledge-graph relations used by spreading activation (modes activation, combined), best
     # first: {"subject", "relation", "object", "text", "weight"}
     relations: list[dict[str, Any]] = field(default_factory=list)
-    hits: list[Hit] = field(default_factory=list)  # the top-k by final score (``k`` given), best first
+    hits: list[Hit] = field(default_factory=list)
+    ranking_scores: list[float] = field(default_factory=list)  # the final score of each ``ranking`` entry
 
     def render(self) -> str:
         """The context grouped by source document (in order of first selection), for a prompt."""
@@ -68,7 +103,7 @@ class Context:
         data = asdict(self)
         for c in data["chunks"]:
             c["section"] = list(c["section"])
-        data["hits"] = [h._asdict() for h in self.hits]
+        data["hits"] = [h.to_json() for h in self.hits]
         return data
 
     @classmethod
@@ -76,9 +111,9 @@ class Context:
         """The inverse of :meth:`to_json` (equal fields, floats exact): how contexts travel between
         processes as plain data (``spectrag.distributed``) instead of pickles."""
         chunks = [ContextChunk(**{**c, "section": tuple(c["section"])}) for c in data["chunks"]]
-        hits = [Hit(**h) for h in data.get("hits", [])]
+        hits = [Hit.from_json(h) for h in data.get("hits", [])]
         return cls(data["query"], data["mode"], data["budget"], data["used_tokens"], chunks, list(data["ranking"]),
-                   list(data.get("relations", [])), hits)
+                   list(data.get("relations", [])), hits, list(data.get("ranking_scores", [])))
 
 
 def ranked_scores(result, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,34 +125,67 @@ def ranked_scores(result, k: int | None = None) -> tuple[torch.Tensor, torch.Ten
     return ids, scores
 
 
-def build_contexts(index, queries: list[str], result, k: int | None = None) -> list[Context]:
-    """Python objects from a :class:`spectrag.pipeline.BatchResult`, with the top ``k`` as
-    :class:`Hit` when ``k`` is given (the only per-query loop: it formats output, it does not score)."""
+def _per_query(value: Any, n: int, name: str) -> list[Any]:
+    """``value`` for each of ``n`` queries: a sequence of ``n``, or one value for all."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        if len(value) != n:
+            raise ValueError(f"{name}: {len(value)} values for {n} queries")
+        return list(value)
+    return [value] * n
+
+
+def build_contexts(index, queries: list[str], result, k: int | None | Sequence[int | None] = None, *,
+                   budgeted: bool | Sequence[bool] | None = None) -> list[Context]:
+    """Python objects from a :class:`spectrag.pipeline.BatchResult` (the only per-query loop: it
+    formats output, it does not score).
+
+    ``k`` (one value or one per query): the hits are the top ``k`` of the ranking; None: the
+    context's chunks, in rank order. ``budgeted`` (one value or one per query; default: True
+    where ``k`` is None): the context is the budgeted selection; False: the top ``k`` of the
+    ranking (``k`` needed), with ``budget`` None. See the module docstring.
+    """
+    n = len(queries)
+    ks = _per_query(k, n, "k")
+    budgeted_ = [kk is None for kk in ks] if budgeted is None else _per_query(budgeted, n, "budgeted")
+    for kk, bud in zip(ks, budgeted_):
+        if not bud and kk is None:
+            raise ValueError("a top-k context (budgeted=False) needs k")
     cand = result.candidates.cpu().tolist()
     order = result.selected.cpu().tolist()
     phase = result.phase.cpu().tolist()
     rel, prox, fin = (t.cpu().tolist() for t in (result.relevance, result.proximity, result.scores))
-    ranking = result.ranking().cpu().tolist()
+    rank_pos = result.ranking_order().cpu().tolist()  # (B, P) positions into the candidates, best first
     used, budget = result.used_tokens.cpu().tolist(), result.budget.cpu().tolist()
     sa = getattr(result, "activation", None)
     relations = sa.relations(index.kg) if sa is not None else [[] for _ in queries]
-    hits: list[list[Hit]] = [[] for _ in queries]
-    if k is not None:
-        top_ids, top_scores = (t.cpu().tolist() for t in ranked_scores(result, k))
-        hits = [[Hit(index.chunks[c].doc_id, c, s) for c, s in zip(row, srow) if c >= 0]
-                for row, srow in zip(top_ids, top_scores)]
     out = []
     for b, query in enumerate(queries):
-        chunks = []
-        for pos, ph in zip(order[b], phase[b]):
-            if pos < 0:
-                continue
+        ranked = [p for p in rank_pos[b] if cand[b][p] >= 0]  # positions, best first
+        ranking = [cand[b][p] for p in ranked]
+        ranking_scores = [fin[b][p] for p in ranked]
+
+        def chunk(pos: int, ph: str) -> ContextChunk:
             cid = cand[b][pos]
             c = index.chunks[cid]
-            chunks.append(ContextChunk(
-                cid, c.doc_id, c.title, c.section, c.url, c.text, c.n_tokens, PHASES.get(ph, "?"),
-                {"relevance": round(rel[b][pos], 6), "proximity": round(prox[b][pos], 6), "final": round(fin[b][pos], 6)},
-            ))
-        out.append(Context(query, result.mode, int(budget[b]), int(used[b]), chunks, [i for i in ranking[b] if i >= 0],
-                           relations[b], hits[b]))
+            return ContextChunk(cid, c.doc_id, c.title, c.section, c.url, c.text, c.n_tokens, ph,
+                                {"relevance": round(rel[b][pos], 6), "proximity": round(prox[b][pos], 6),
+                                 "final": round(fin[b][pos], 6)})
+
+        if budgeted_[b]:
+            chunks = [chunk(pos, PHASES.get(ph, "?")) for pos, ph in zip(order[b], phase[b]) if pos >= 0]
+            ctx_budget, ctx_used = int(budget[b]), int(used[b])
+        else:
+            chunks = [chunk(pos, RANKED) for pos in ranked[: ks[b]]]
+            ctx_budget, ctx_used = None, sum(c.n_tokens for c in chunks)
+        if ks[b] is None:
+            chosen = {c.chunk_id for c in chunks}
+            hit_pos = [p for p in ranked if cand[b][p] in chosen]
+        else:
+            hit_pos = ranked[: ks[b]]
+        hits = []
+        for pos in hit_pos:
+            c = index.chunks[cand[b][pos]]
+            hits.append(Hit(c.doc_id, cand[b][pos], fin[b][pos], c.text, c.title, c.section, c.url))
+        out.append(Context(query, result.mode, ctx_budget, ctx_used, chunks, ranking, relations[b], hits,
+                           ranking_scores))
     return out

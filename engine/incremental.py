@@ -97,6 +97,7 @@ from spectrag.store import (
     write_manifest,
 )
 from spectrag.types import Chunk, Document
+from spectrag.util.console import showing
 
 # formats whose document ids are list positions, so that any second file collides
 _POSITION_IDS = "musique, 2wiki and multihop-rag files and JSON lists without 'id' number documents from 0"
@@ -131,7 +132,7 @@ def add_documents(
     or corrupt index, a document id already in it, or an empty addition.
     """
     index_dir, source = Path(index_dir), Path(source)
-    with index_lock(index_dir, what="added to"):  # concurrent adds run one after the other
+    with index_lock(index_dir, what="added to"), showing(progress):  # concurrent adds run one after the other
         clean_stale(index_dir)  # an interrupted swap put right, dead adds' temporary folders removed
         return _add(index_dir, source, fmt=fmt, skip_empty=skip_empty, progress=progress, embeddings=embeddings,
                     on_stage=on_stage, skip_invalid=skip_invalid, follow_symlinks=follow_symlinks)

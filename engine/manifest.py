@@ -12,6 +12,8 @@ are not part of the format are checksummed like the others and ignored.
 
 from __future__ import annotations
 
+# Ours, not jsonschema or pydantic: a few dozen keys, and errors that name the index file, the
+# key path and the value in the project's IndexFormatError wording.
 import re
 from pathlib import Path
 from typing import Any

@@ -6,9 +6,9 @@ Like a FAISS index, the retriever takes any number of queries and splits them in
 returns (:meth:`Retriever.batches` streams them instead)::
 
     retriever = Retriever("my-index")
-    ctx = retriever.retrieve("who designed the bridge?", k=5)     # one Context, ctx.hits: top 5
+    ctx = retriever.retrieve("who designed the bridge?", k=5)     # one Context: 5 hits, a context of those 5
     contexts = retriever.retrieve(questions, budget=2000)           # [Context], one per question
-    for doc_id, chunk_id, score in ctx.hits: ...
+    for hit in ctx.hits: hit.text, hit.title, hit.doc_id, hit.score
 
 Mode ``hyde`` embeds an LLM-written passage per query instead of the query
 (``Retriever(index, config, llm=LLMConfig(...))``); answers with citations and iterative
@@ -67,6 +67,31 @@ def _positive(name: str, value: int | None) -> None:
         raise SpectragError(f"{name} must be an integer >= 1, got {value!r}")
 
 
+def pool_limit(config: RetrieverConfig, mode: str | None = None) -> tuple[int, list[str]]:
+    """The most candidates ``mode`` (default: the config's) ranks per query, and the settings
+    that bound it: the baselines rank their seed list, the other modes the expanded pool."""
+    mode = mode or config.mode
+    sc, cap = config.seed, config.expand.max_candidates
+    depth, names = {"dense": (sc.k_dense, ["seed.k_dense"]), "hyde": (sc.k_dense, ["seed.k_dense"]),
+                    "bm25": (sc.k_bm25, ["seed.k_bm25"]),
+                    "hybrid": (max(sc.k_dense, sc.k_bm25), ["seed.k_dense", "seed.k_bm25"])}.get(mode, (cap, []))
+    return (cap, ["expand.max_candidates"]) if depth >= cap else (depth, names)
+
+
+def check_k(k: int | None, config: RetrieverConfig, mode: str | None = None) -> None:
+    """``k`` is an integer >= 1 that the mode's candidate pool can fill; a larger ``k`` is an
+    error naming the setting to raise, never a silently shorter list (a corpus with fewer
+    chunks than ``k`` still gives them all)."""
+    _positive("k", k)
+    if k is None:
+        return
+    limit, settings = pool_limit(config, mode)
+    if k > limit:
+        raise SpectragError(f"k = {k} is more than mode {mode or config.mode!r} ranks per query "
+                            f"({' / '.join(settings)} = {limit}): ask for at most {limit}, or raise "
+                            f"{' and '.join(settings)} (a TOML table in --config, or RetrieverConfig.replace)")
+
+
 class Retriever:
     """Batched retrieval over one index: ``Retriever(index).retrieve(queries) -> [Context]``.
 
@@ -90,37 +115,44 @@ class Retriever:
         self.llm: LLMClient | None = make_client(llm)
 
     @overload
-    def retrieve(self, queries: str, *, k: int | None = None, budget: int | None = None, mode: str | None = None,
+    def retrieve(self, queries: str, k: int | None = None, *, budget: int | None = None, mode: str | None = None,
                  batch_size: int = 256) -> Context: ...
 
     @overload
-    def retrieve(self, queries: Sequence[str], *, k: int | None = None, budget: int | None = None,
+    def retrieve(self, queries: Sequence[str], k: int | None = None, *, budget: int | None = None,
                  mode: str | None = None, batch_size: int = 256) -> list[Context]: ...
 
-    def retrieve(self, queries, *, k=None, budget=None, mode=None, batch_size=256):
+    def retrieve(self, queries: str | Sequence[str], k: int | None = None, *, budget: int | None = None,
+                 mode: str | None = None, batch_size: int = 256) -> Context | list[Context]:
         """One :class:`Context` per query, in query order (a single one for a ``str``).
 
-        ``k``: also fill ``Context.hits`` with the top-k ``(doc_id, chunk_id, score)`` of the
-        ranking (at most the candidate pool, ``expand.max_candidates``). ``budget`` (tokens per
-        context) and ``mode`` default to the config's. ``batch_size``: queries scored together;
-        any number of queries is split into such batches (the results equal one big batch's).
+        ``k``: the number of results. ``Context.hits`` are the top ``k`` of the ranking (each with
+        its text, title, doc id, section, url and final score) and, unless ``budget`` is given,
+        the context (``Context.chunks``) is those ``k`` chunks. ``budget``: tokens per context;
+        the context is the token-budgeted selection (SpectRAG eq. 19-22), and without ``k`` the
+        hits are its chunks in rank order. Neither: the config's budget (``RetrieverConfig.budget``).
+        A ``k`` larger than the mode's candidate pool (``expand.max_candidates``; the seed depth
+        for the baselines) is an error naming the setting. ``mode`` defaults to the config's.
+        ``batch_size``: queries scored together; any number of queries is split into such batches
+        (the results equal one big batch's).
         """
         single = isinstance(queries, str)
         texts = [queries] if single else list(queries)
-        out = [ctx for part in self.batches(texts, k=k, budget=budget, mode=mode, batch_size=batch_size) for ctx in part]
+        out = [ctx for part in self.batches(texts, k, budget=budget, mode=mode, batch_size=batch_size) for ctx in part]
         return out[0] if single else out
 
-    def batches(self, queries: Sequence[str], *, k: int | None = None, budget: int | None = None,
+    def batches(self, queries: Sequence[str], k: int | None = None, *, budget: int | None = None,
                 mode: str | None = None, batch_size: int = 256) -> Iterator[list[Context]]:
         """:meth:`retrieve` as a stream: the contexts of each batch of ``batch_size`` queries as
-        soon as it is scored (every query is checked before the first batch runs)."""
+        soon as it is scored (every query and setting is checked before the first batch runs)."""
         queries = list(queries)
         check_queries(queries)
-        _positive("k", k)
+        check_k(k, self.config, mode)
         _positive("batch_size", batch_size)
         for lo in range(0, len(queries), batch_size):
             part = queries[lo : lo + batch_size]
-            yield build_contexts(self.index, part, self.score_batch(part, budget=budget, mode=mode), k=k)
+            yield build_contexts(self.index, part, self.score_batch(part, budget=budget, mode=mode), k,
+                                 budgeted=k is None or budget is not None)
 
     def embed(self, queries: list[str]) -> torch.Tensor:
         """Query vectors ``[B, d]`` on the state's device."""

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from filelock import FileLock
 
 from spectrag.config import IndexConfig
 from spectrag.errors import IndexFormatError, SpectragError
@@ -50,6 +51,7 @@ from spectrag.kg.store import load_kg
 from spectrag.manifest import CHUNKS, EMBEDDINGS, FORMAT, FORMAT_VERSION, MANIFEST, check_listing, check_manifest
 from spectrag.types import Chunk
 from spectrag.util.checks import check_floats, load_npy
+from spectrag.util.console import bar
 
 
 class IndexNote(UserWarning):
@@ -86,7 +88,7 @@ def refuse_existing(out_dir: Path, *, overwrite: bool) -> None:
 # it was renamed only once written and synced) or else the ``.old-`` folder back
 # (:func:`recover_index`). Siblings of these names whose process is gone are removed when a
 # build or add of that index starts (:func:`clean_stale`); one of another name is never touched.
-# A build or add holds ``.<name>.lock`` (fcntl.flock, a sibling file that is never removed), so
+# A build or add holds ``.<name>.lock`` (a sibling file, locked by ``filelock``), so
 # concurrent adds to one index run one after the other.
 
 _SIBLING = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|new|old)-(?:(?P<pid>\d+)-)?[0-9a-f]{8}")
@@ -205,24 +207,20 @@ def clean_stale(out_dir: str | Path) -> list[Path]:
 
 @contextmanager
 def index_lock(out_dir: str | Path, *, what: str = "changed") -> Iterator[None]:
-    """Hold the lock of the index at ``out_dir`` (``.<name>.lock`` beside it, fcntl.flock):
-    builds and adds of one index run one at a time; a second one waits for the first."""
+    """Hold the lock of the index at ``out_dir`` (``.<name>.lock`` beside it, by ``filelock``:
+    an OS file lock, released when the process ends however it ends): builds and adds of one
+    index run one at a time; a second one waits for the first."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(out_dir.parent / f".{out_dir.name}.lock")
     try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock (documented)
-        yield
-        return
-    try:
-        fd = os.open(out_dir.parent / f".{out_dir.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        lock.acquire()
     except OSError as exc:
         raise SpectragError(f"{out_dir}: cannot create its lock file to be {what} ({exc.strerror})") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        lock.release()
 
 
 @contextmanager
@@ -325,7 +323,8 @@ def read_manifest(folder: Path, *, verify: bool = True) -> dict[str, Any]:
         raise IndexFormatError(f"{path}: corrupt manifest ({type(exc).__name__}: {str(exc)[:200]})") from None
     check_manifest(manifest, str(path))
     paths = check_listing(folder, manifest)  # every file of the format listed, inside the folder
-    for rel, info in manifest["files"].items():
+    for rel, info in bar(manifest["files"].items(), desc="checking index files", unit=" files",
+                         total=len(manifest["files"]), disable=not verify):
         file = paths[rel]
         if not file.is_file():
             raise IndexFormatError(f"{folder}: file {rel} listed in the manifest is missing")
@@ -351,14 +350,19 @@ class Index:
         self.config = IndexConfig.from_dict(manifest["config"], source=str(self.path / MANIFEST))
         files = manifest["files"]  # only listed files are read (read_manifest checked them)
         n, dim = manifest["counts"]["chunks"], manifest["embedding"]["dim"]
+        shown = bar(total=4, desc="loading index", unit=" parts", postfix="chunks")  # a stage of 10^6 chunks takes seconds
         self.chunks = read_chunks(self.path / CHUNKS, n)
         self.embeddings = check_floats(load_npy(self.path / EMBEDDINGS, f"{self.path / EMBEDDINGS}"),
                                        f"{self.path / EMBEDDINGS}", (n, dim))
         if self.embeddings.dtype != np.float32:
             raise IndexFormatError(f"{self.path / EMBEDDINGS}: dtype {self.embeddings.dtype}, the manifest says float32")
+        shown.update()
+        shown.set_postfix_str("dense, BM25")
         self.dense = DenseIndex.load(self.path, self.embeddings, device=device)
         self.bm25 = BM25Index.load(self.path, self.config.bm25, n_chunks=n,
                                    tokens=all(f"{BM25Index.FOLDER}/{t}" in files for t in TOKEN_FILES))
+        shown.update()
+        shown.set_postfix_str("graph")
         self.graph = None
         if manifest.get("graph"):
             self.graph = load_graph(self.path, n=n, signals=list(manifest["graph"]["signal_edges"]),
@@ -371,9 +375,13 @@ class Index:
                               IndexNote, stacklevel=2)
                 self.graph["relations"] = relational_graph(self.graph["signals"], self.config.graph.signal_weights(),
                                                            len(self.chunks))
+        shown.update()
+        shown.set_postfix_str("knowledge graph")
         self.kg = None  # knowledge graph for spreading activation (kg/, engine/kg/store.py)
         if manifest.get("kg"):
             self.kg = load_kg(self.path, len(self.chunks), dim=dim)
+        shown.update()
+        shown.close()
         self._embedder = None
 
     def __len__(self) -> int:

@@ -31,6 +31,26 @@ def test_every_subpackage_is_listed_in_pyproject():
     assert tool["package-dir"] == {"spectrag": "engine", "spectrag.kernels": "kernels"}
 
 
+def test_typed_runnable_and_a_tidy_namespace():
+    """py.typed ships (package data), ``python -m spectrag --version`` runs, ``dir(spectrag)``
+    is the public API, and the public ``retrieve`` has type hints."""
+    import typing
+
+    import spectrag
+    from spectrag.retriever import Retriever
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "py.typed" in tool["package-data"]["spectrag"] and (ROOT / "engine" / "py.typed").is_file()
+    done = subprocess.run([sys.executable, "-m", "spectrag", "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == f"spectrag, version {spectrag.__version__}", done.stderr
+    names = dir(spectrag)
+    assert names == sorted([*spectrag.__all__, "__version__"]) and "Retriever" in names and "Hit" in names
+    assert not {"os", "sys", "importlib"} & set(names)
+    assert all(getattr(spectrag, n) is not None for n in spectrag.__all__)
+    hints = typing.get_type_hints(Retriever.retrieve)
+    assert {"queries", "k", "budget", "mode", "batch_size", "return"} <= hints.keys()
+
+
 def test_import_layers_hold():
     done = subprocess.run(["bash", str(ROOT / ".ci" / "lint-imports")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "0 broken" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
@@ -44,8 +64,10 @@ def test_wheel_installs_one_name_beside_a_package_called_kernels(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
                     str(ROOT)], check=True, capture_output=True, timeout=300)
     wheel = next(wheels.glob("spectrag-*.whl"))
-    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"spectrag"}, tops
+    assert "spectrag/py.typed" in names and "spectrag/__main__.py" in names
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)

@@ -124,8 +124,51 @@ def test_top_k_hits_are_the_ranking_with_its_scores(retriever, qvecs, mode):
         assert all(a.score >= b.score for a, b in zip(ctx.hits, ctx.hits[1:]))
         doc_id, chunk_id, _ = ctx.hits[0]  # unpacks like a tuple
         assert doc_id == retriever.index.chunks[chunk_id].doc_id
-    assert retriever.retrieve(QUESTIONS[:1])[0].hits == []  # no k: no hits
-    assert json.loads(json.dumps(contexts[0].to_json()))["hits"][0].keys() == {"doc_id", "chunk_id", "score"}
+    assert json.loads(json.dumps(contexts[0].to_json()))["hits"][0].keys() == {
+        "doc_id", "chunk_id", "score", "text", "title", "section", "url"}
+
+
+@pytest.mark.parametrize("mode", ["dense", "hybrid", "spectral"])
+def test_k_means_k_results_with_their_text(retriever, mode):
+    """retrieve(q, k=5): 5 hits with the chunk's text and provenance, and a context of those 5
+    chunks (no budget applied); the same k with a budget: the budgeted context, the same hits."""
+    table = retriever.index.chunks
+    for ctx in retriever.retrieve(QUESTIONS, k=5, mode=mode):
+        assert len(ctx.hits) == 5 and ctx.budget is None
+        for h in ctx.hits:
+            c = table[h.chunk_id]
+            assert (h.text, h.title, h.doc_id, h.section, h.url) == (c.text, c.title, c.doc_id, c.section, c.url)
+        assert [c.chunk_id for c in ctx.chunks] == [h.chunk_id for h in ctx.hits] == ctx.ranking[:5]
+        assert all(c.phase == "ranked" for c in ctx.chunks)
+        assert ctx.used_tokens == sum(c.n_tokens for c in ctx.chunks)
+        assert [c.scores["final"] for c in ctx.chunks] == pytest.approx([h.score for h in ctx.hits], abs=1e-6)
+    for top, budgeted in zip(retriever.retrieve(QUESTIONS, k=5, mode=mode),
+                             retriever.retrieve(QUESTIONS, k=5, mode=mode, budget=3000)):
+        assert budgeted.hits == top.hits and budgeted.budget == 3000
+        assert budgeted.used_tokens <= 3000 and all(c.phase != "ranked" for c in budgeted.chunks)
+
+
+def test_without_k_the_hits_are_the_context_in_rank_order(retriever):
+    default = RetrieverConfig().budget
+    for ctx in retriever.retrieve(QUESTIONS):
+        assert ctx.budget == default and ctx.used_tokens <= default
+        chosen = {c.chunk_id for c in ctx.chunks}
+        assert [h.chunk_id for h in ctx.hits] == [c for c in ctx.ranking if c in chosen]
+        assert {h.chunk_id: h.text for h in ctx.hits} == {c.chunk_id: c.text for c in ctx.chunks}
+
+
+def test_k_beyond_the_pool_is_refused_or_honoured_when_the_pool_is_raised(retriever):
+    with pytest.raises(SpectragError, match=r"k = 201 is more than mode 'spectral' ranks per query "
+                                            r"\(expand.max_candidates = 200\)"):
+        retriever.retrieve(QUESTIONS[0], k=201)
+    with pytest.raises(SpectragError, match=r"seed.k_dense / seed.k_bm25 = 50.*raise seed.k_dense and seed.k_bm25"):
+        retriever.retrieve(QUESTIONS[0], k=51, mode="hybrid")
+    with pytest.raises(SpectragError, match=r"seed.k_dense = 50"):
+        retriever.retrieve(QUESTIONS[0], k=60, mode="dense")
+    n = len(retriever.index.chunks)  # 102 chunks: a corpus smaller than k gives all it has
+    wide = Retriever(retriever.index, retriever.config.replace(seed__k_dense=300, expand__max_candidates=300))
+    assert len(wide.retrieve(QUESTIONS[0], k=250, mode="dense").hits) == n
+    assert len(wide.retrieve(QUESTIONS[0], k=60, mode="dense").hits) == 60
 
 
 def test_a_string_gives_one_context_and_a_path_loads(sample_index, retriever):

@@ -6,7 +6,8 @@
 - :mod:`spectrag.adapters.llamaindex`: :class:`SpectragLlamaRetriever`, a LlamaIndex
   ``BaseRetriever`` returning ``NodeWithScore``; ``pip install 'spectrag[llamaindex]'``.
 
-Both return, per query, either the top-k of the ranking (``output="top_k"``, the default) or the
-token-budgeted context in selection order (``output="context"``), with the same metadata
-(:func:`spectrag.adapters.records.records`).
+Both return, per query, either the results (``output="top_k"``, the default: the top ``k`` of the
+ranking) or the context in context order (``output="context"``: the same ``k`` chunks, or with a
+``budget`` the token-budgeted selection), as :meth:`spectrag.retriever.Retriever.retrieve` gives
+them, with the same metadata (:func:`spectrag.adapters.records.records`).
 """

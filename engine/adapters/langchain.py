@@ -31,10 +31,12 @@ _SCORED: ContextVar[dict[str, list[Document]] | None] = ContextVar("spectrag_lan
 
 class SpectragRetriever(BaseRetriever):
     """LangChain ``BaseRetriever``: the top-``k`` chunks of a query (``output="top_k"``) or its
-    token-budgeted context in selection order (``output="context"``, at most ``k`` if set).
+    context (``output="context"``: the same ``k`` chunks, or with ``budget`` the token-budgeted
+    selection in selection order), as :meth:`Retriever.retrieve` gives them.
 
     ``engine``: a :class:`spectrag.retriever.Retriever` (or build one with :meth:`from_index`).
-    ``mode`` / ``budget``: default to the engine's config.
+    ``k``: results per query (default 4; None: the context of the budget). ``mode`` / ``budget``:
+    default to the engine's config.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

@@ -27,7 +27,8 @@ except ImportError as exc:  # pragma: no cover - exercised where the extra is ab
 
 class SpectragLlamaRetriever(BaseRetriever):
     """LlamaIndex ``BaseRetriever``: the top-``k`` chunks of a query (``output="top_k"``) or its
-    token-budgeted context in selection order (``output="context"``, at most ``k`` if set)."""
+    context (``output="context"``: the same ``k`` chunks, or with ``budget`` the token-budgeted
+    selection), as :meth:`Retriever.retrieve` gives them; ``k=None``: the context of the budget."""
 
     def __init__(self, engine: Retriever, *, k: int | None = 4, mode: str | None = None, budget: int | None = None,
                  output: str = "top_k", **kwargs: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spectrag.contexts import Context
+from spectrag.contexts import RANKED, Context
 from spectrag.errors import SpectragError
 from spectrag.types import Chunk
 
@@ -18,33 +18,32 @@ def check_output(output: str) -> str:
     return output
 
 
-def records(ctx: Context, table: Sequence[Chunk], *, output: str = "top_k",
-            k: int | None = None) -> list[tuple[str, dict[str, Any], float]]:
-    """``output="top_k"``: the first ``k`` of ``ctx.hits`` (the ranking, best first);
-    ``"context"``: the selected chunks in selection order (at most ``k``). Metadata (flat, so any
-    framework or vector store keeps it): ``doc_id``, ``chunk_id``, ``title``, ``section``
-    (" > "-joined), ``url``, ``rank`` (1-based), ``score`` (the final score), ``phase`` (``core`` /
-    ``tail`` / ``backfill``; ``ranked`` for a top-k chunk outside the budgeted context),
-    ``relevance`` and ``proximity`` (None outside the context), ``n_tokens``, ``mode``."""
+def records(ctx: Context, table: Sequence[Chunk], *, output: str = "top_k") -> list[tuple[str, dict[str, Any], float]]:
+    """``output="top_k"``: ``ctx.hits`` (the results, best first); ``"context"``: the context's
+    chunks in context order. Metadata (flat, so any framework or vector store keeps it):
+    ``doc_id``, ``chunk_id``, ``title``, ``section`` (" > "-joined), ``url``, ``rank`` (1-based),
+    ``score`` (the final score), ``phase`` (``core`` / ``tail`` / ``backfill`` in a budgeted
+    context, ``ranked`` in a top-k context or outside the context), ``relevance`` and
+    ``proximity`` (None outside the context), ``n_tokens``, ``mode``."""
     chosen = {c.chunk_id: c for c in ctx.chunks}
     if output == "context":
-        rows = [(c.chunk_id, c.scores["final"]) for c in ctx.chunks[:k]]
+        rows = [(c.chunk_id, c.text, c.scores["final"]) for c in ctx.chunks]
     else:
-        rows = [(h.chunk_id, h.score) for h in ctx.hits[:k]]
+        rows = [(h.chunk_id, h.text, h.score) for h in ctx.hits]
     out = []
-    for rank, (cid, score) in enumerate(rows, start=1):
+    for rank, (cid, text, score) in enumerate(rows, start=1):
         c, sel = table[cid], chosen.get(cid)
         meta = {"doc_id": c.doc_id, "chunk_id": cid, "title": c.title, "section": " > ".join(c.section), "url": c.url,
-                "rank": rank, "score": float(score), "phase": sel.phase if sel else "ranked",
+                "rank": rank, "score": float(score), "phase": sel.phase if sel else RANKED,
                 "relevance": sel.scores["relevance"] if sel else None,
                 "proximity": sel.scores["proximity"] if sel else None, "n_tokens": c.n_tokens, "mode": ctx.mode}
-        out.append((c.text, meta, float(score)))
+        out.append((text, meta, float(score)))
     return out
 
 
 def search(engine, queries: Sequence[str], *, output: str = "top_k", k: int | None = None, mode: str | None = None,
            budget: int | None = None) -> list[list[tuple[str, dict[str, Any], float]]]:
     """:func:`records` for every query, all scored by one :meth:`Retriever.retrieve` call
-    (``engine``: a :class:`spectrag.retriever.Retriever`)."""
-    contexts = engine.retrieve(list(queries), k=k if output == "top_k" else None, mode=mode, budget=budget)
-    return [records(c, engine.index.chunks, output=output, k=k) for c in contexts]
+    (``engine``: a :class:`spectrag.retriever.Retriever`; ``k`` and ``budget`` as its own)."""
+    contexts = engine.retrieve(list(queries), k, mode=mode, budget=budget)
+    return [records(c, engine.index.chunks, output=output) for c in contexts]

@@ -15,6 +15,7 @@ from spectrag.errors import SpectragError
 from spectrag.generate import answer
 from spectrag.retriever import Retriever
 from spectrag.store import load_index
+from spectrag.util.console import progress_on
 
 
 def run_answers(index_dir: Path, query_file: Path | None, texts: list[str], *, config: RetrieverConfig, llm: LLMConfig,
@@ -30,7 +31,7 @@ def run_answers(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     queries = itertools.chain(((str(i), t) for i, t in enumerate(texts)), iter_queries(query_file) if query_file else ())
     retriever = Retriever(load_index(index_dir), config, llm=llm)
     out = out_file.open("w", encoding="utf-8") if out_file else sys.stdout
-    progress = sys.stderr.isatty()
+    progress = progress_on()
     done = 0
     try:
         while batch := list(itertools.islice(queries, batch_size)):

@@ -19,6 +19,7 @@ import torch
 from spectrag.build import build_index
 from spectrag.contexts import ranked_scores
 from spectrag.seed.rrf import reciprocal_rank_fusion
+from spectrag.util.console import progress_on
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample"
 
@@ -63,7 +64,7 @@ def run_demo(out_dir: Path | None, *, top_k: int = 5, as_json: bool = False) -> 
         target = out_dir or Path(tmp) / "sample-index"
         if not as_json:
             click.echo(f"Indexing the sample corpus ({sample_corpus()}) into {target} ...")
-        index = build_index(sample_corpus(), target, overwrite=out_dir is not None)
+        index = build_index(sample_corpus(), target, overwrite=out_dir is not None, progress=progress_on())
         r = index.report
         if not as_json:
             click.echo(f"  {r.documents} documents, {r.chunks} chunks, {r.tokens:,} tokens; "

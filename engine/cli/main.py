@@ -18,6 +18,7 @@ from spectrag.cli.llm_options import llm_config, llm_options
 from spectrag.config import KG_SOURCES, MODES, load_retriever_config, with_llm_stages, with_openie
 from spectrag.errors import SpectragError
 from spectrag.index.load import FORMATS
+from spectrag.util.console import LEVELS, LOGGER, configure_logging, progress_on, showing
 
 
 def _retriever_config(config_file: Path | None, mode: str | None, device: str | None = None):
@@ -42,6 +43,27 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+
+    return wrapper
+
+
+def _console(fn: Callable[..., Any] | None = None, *, level: str = "info") -> Any:
+    """``--quiet`` and ``--log-level``: on a terminal, progress bars and stage lines (``level``,
+    default info) on stderr; elsewhere (a pipe, a file, CI) only warnings and errors unless
+    ``--log-level`` says otherwise. The results on stdout are the same either way."""
+    if fn is None:
+        return functools.partial(_console, level=level)
+
+    @click.option("--log-level", type=click.Choice(list(LEVELS)),
+                  help=f"Messages on stderr at this level and above; stage lines are info (default: {level} on a "
+                       "terminal, else warning).")
+    @click.option("--quiet", is_flag=True, help="No progress bars and no stage lines on stderr: warnings and errors only.")
+    @functools.wraps(fn)
+    def wrapper(*args: Any, quiet: bool, log_level: str | None, **kwargs: Any) -> Any:
+        terminal = sys.stderr.isatty()
+        configure_logging(log_level or (level if terminal else "warning"), quiet=quiet)
+        with showing(terminal and not quiet):
+            return fn(*args, **kwargs)
 
     return wrapper
 
@@ -164,6 +186,7 @@ def _ray_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @llm_options
 @_ray_options
+@_console
 @_friendly
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
               openie_file: Path | None, utility_questions: bool, kg_source: str | None, overwrite: bool,
@@ -184,7 +207,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
         build = functools.partial(build_index_ray, address=ray_address, workers=workers)
     index = build(corpus, out_dir, config, fmt=fmt, overwrite=overwrite, skip_empty=skip_empty,
                   skip_invalid=skip_invalid, follow_symlinks=follow_symlinks,
-                  progress=not as_json and sys.stderr.isatty(), llm=llm_config(config_file, llm_flags))
+                  progress=not as_json and progress_on(), llm=llm_config(config_file, llm_flags))
     _report_skipped(index.report.skipped_invalid)
     summary = _summary(index.manifest, out_dir)
     summary["seconds"] = index.report.seconds
@@ -202,6 +225,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
 @click.option("--skip-invalid", is_flag=True, help="Leave out (count and list) files and records that cannot be read.")
 @click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_console
 @_friendly
 def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
             as_json: bool) -> None:
@@ -210,7 +234,7 @@ def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_inva
     from spectrag.incremental import add_documents
 
     index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
-                          follow_symlinks=follow_symlinks, progress=not as_json and sys.stderr.isatty())
+                          follow_symlinks=follow_symlinks, progress=not as_json and progress_on())
     _report_skipped(index.report.skipped_invalid)
     r = index.report
     summary = _summary(index.manifest, index_dir)
@@ -250,9 +274,10 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 @click.option("--config", "config_file", type=click.Path(path_type=Path),
               help="TOML file with [retriever] and stage tables ([seed], [expand], [propagate], [bridge], [select], ...).")
 @click.option("--device", help="auto, cpu or cuda[:i] (default: the config's, auto).")
-@click.option("--budget", type=int, help="Token budget per query (default: the config's, 12,000).")
-@click.option("-k", "top_k", type=int, help="Top-k chunks (doc id, chunk id, score) per query: `hits` in the JSONL; "
-              "the lines shown by --format text (default there: 5).")
+@click.option("--budget", type=int, help="Token budget per query: the context is the budgeted selection (default without "
+              "-k: the config's, 2,000).")
+@click.option("-k", "top_k", type=int, help="Results per query: the top k (`hits`, with text) and, without --budget, "
+              "a context of those k chunks.")
 @click.option("--format", "fmt", default="jsonl", show_default=True, type=click.Choice(["jsonl", "text"]),
               help="jsonl: one JSON object per query; text: the top hits of each query for reading.")
 @click.option("--batch-size", default=256, show_default=True, help="Queries scored together (memory grows with it).")
@@ -265,12 +290,14 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 @click.option("--no-text", is_flag=True, help="Leave chunk texts out of the JSONL.")
 @llm_options
 @_ray_options
+@_console
 @_friendly
 def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None,
                  config_file: Path | None, device: str | None, budget: int | None, top_k: int | None, fmt: str,
                  batch_size: int, out_file: Path | None, trec_file: Path | None, depth: int, level: str,
                  no_text: bool, llm_flags: dict, ray_address: str | None, workers: int) -> None:
-    """Retrieve a token-budgeted context (and the top-k) for every query, in batches."""
+    """Retrieve for every query, in batches: the top k results with text (-k) and a context of those
+    k chunks, or the context a token budget holds (--budget; the default without -k)."""
     from spectrag.cli.retrieve import (
         run_queries,  # imported on use: `spectrag --help` stays fast
     )
@@ -293,25 +320,30 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 @click.option("--max-k", default=1000, show_default=True, help="Largest k a request may ask for.")
 @click.option("--max-body-bytes", default=1 << 20, show_default=True, help="Largest request body.")
 @click.option("--graceful-s", default=30.0, show_default=True, help="On SIGTERM / Ctrl-C: seconds to finish open requests.")
-@click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              help="The server's (uvicorn's) and the engine's messages at this level and above.")
+@click.option("--quiet", is_flag=True, help="Warnings and errors only (as --log-level warning).")
 @_friendly
 def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_file: Path | None, device: str | None,
               max_batch: int, max_wait_ms: float, no_batching: bool, max_k: int, max_body_bytes: int,
-              graceful_s: float, log_level: str) -> None:
+              graceful_s: float, log_level: str, quiet: bool) -> None:
     """Serve retrieval over HTTP (POST /retrieve, GET /healthz, GET /info), batching concurrent requests."""
     from spectrag.retriever import Retriever
     from spectrag.serve.app import ServeSettings, serve  # the `serve` extra
     from spectrag.store import load_index
 
+    log_level = "warning" if quiet else log_level
+    configure_logging(log_level if log_level in LEVELS else "error")
     for name, value in (("--max-batch", max_batch), ("--max-k", max_k), ("--max-body-bytes", max_body_bytes)):
         if value < 1:
             raise SpectragError(f"{name} must be >= 1, got {value}")
-    retriever = Retriever(load_index(index_dir), _retriever_config(config_file, mode, device))
-    retriever.retrieve("warm-up")  # load the model and touch the state before the first request
+    with showing(sys.stderr.isatty() and not quiet):  # the load's progress bars
+        retriever = Retriever(load_index(index_dir), _retriever_config(config_file, mode, device))
+        retriever.retrieve("warm-up")  # load the model and touch the state before the first request
     settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching, max_k=max_k,
                              max_body_bytes=max_body_bytes)
-    click.echo(f"serving {index_dir} ({len(retriever.index.chunks):,} chunks, mode {retriever.config.mode}, "
-               f"device {retriever.state.device}) on http://{host}:{port}", err=True)
+    LOGGER.info(f"serving {index_dir} ({len(retriever.index.chunks):,} chunks, mode {retriever.config.mode}, "
+                f"device {retriever.state.device}) on http://{host}:{port}")
     serve(retriever, settings, host=host, port=port, graceful_s=graceful_s, log_level=log_level)
 
 
@@ -320,10 +352,11 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
 @click.option("-o", "--out", "out_file", required=True, type=click.Path(path_type=Path), help="The HTML page to write.")
 @click.option("--query", help="Highlight this query's seeds, expanded candidates and selected context.")
 @click.option("--mode", type=click.Choice(list(MODES)), help="Retrieval mode for --query (default: the config's).")
-@click.option("--budget", type=int, help="Token budget for --query's context (default: the config's, 12,000).")
+@click.option("--budget", type=int, help="Token budget for --query's context (default: the config's, 2,000).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever] and stage tables.")
 @click.option("--max-nodes", default=3000, show_default=True, help="Chunks drawn at most (beyond: a seeded sample).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the sample and the layout.")
+@_console
 @_friendly
 def view_cmd(index_dir: Path, out_file: Path, query: str | None, mode: str | None, budget: int | None,
              config_file: Path | None, max_nodes: int, seed: int) -> None:
@@ -352,13 +385,14 @@ def view_cmd(index_dir: Path, out_file: Path, query: str | None, mode: str | Non
 @click.option("-q", "--query", "texts", multiple=True, help="A question (repeatable).")
 @click.option("--mode", type=click.Choice(list(MODES)), help="Retrieval mode (default: the config's, spectral).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever], stage tables and [llm].")
-@click.option("--budget", type=int, help="Context tokens per question and retrieval round (default: the config's, 12,000).")
+@click.option("--budget", type=int, help="Context tokens per question and retrieval round (default: the config's, 2,000).")
 @click.option("--rounds", default=1, show_default=True,
               help="Retrieval rounds: above 1 the model may ask a follow-up question after each (iterative CoT retrieval).")
 @click.option("--batch-size", default=256, show_default=True, help="Questions answered together.")
 @click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), help="JSONL answers (default: a readable summary on stdout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the answers as JSON lines.")
 @llm_options
+@_console
 @_friendly
 def answer_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None, config_file: Path | None,
                budget: int | None, rounds: int, batch_size: int, out_file: Path | None, as_json: bool, llm_flags: dict) -> None:
@@ -374,6 +408,7 @@ def answer_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...],
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Keep the sample index here (default: a temporary folder).")
 @click.option("-k", "top_k", default=5, show_default=True, help="Chunks shown per question.")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@_console(level="warning")  # the demo reports its own steps on stdout
 @_friendly
 def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
     """Index the bundled sample corpus and retrieve context for its questions."""
@@ -390,7 +425,7 @@ def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
 @click.option("--ablations", is_flag=True, help="Also run the full pipeline with one stage or edge signal switched off at a time.")
 @click.option("--sweep", is_flag=True, help="Also vary propagate.alpha/t/damping, expand.n_seeds/max_candidates and "
               "activation.k/tau_d one at a time.")
-@click.option("--budget", type=int, help="Context tokens per question (default: the retriever's, 12,000).")
+@click.option("--budget", type=int, help="Context tokens per question (default: 12,000, the budget of the published figures).")
 @click.option("--budgets", default="", help="More budgets (comma-separated) for a context P/R/F1 table, e.g. 500,1000,2000.")
 @click.option("--batch-size", default=256, show_default=True, help="Questions scored together.")
 @click.option("--config", "config_file", type=click.Path(path_type=Path),
@@ -407,6 +442,7 @@ def demo_cmd(out_dir: Path | None, top_k: int, as_json: bool) -> None:
 @click.option("--rounds", default=1, show_default=True, help="With --generate: retrieval rounds per question "
               "(above 1: iterative CoT retrieval).")
 @llm_options
+@_console
 @_friendly
 def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: str, ablations: bool, sweep: bool,
              budget: int | None, budgets: str, batch_size: int, config_file: Path | None, openie_file: Path | None, no_openie: bool,
@@ -423,13 +459,13 @@ def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: s
         more = [int(b) for b in budgets.split(",") if b.strip()]
     except ValueError:
         raise SpectragError(f"--budgets must be comma-separated token counts, got {budgets!r}") from None
-    with progress_bars(sys.stderr.isatty()):  # a bar per run, counting questions
+    with progress_bars(progress_on()):  # a bar per run, counting questions
         result = evaluate(dataset, data, index=index_dir, methods=methods, ablations=ablations, sweep=sweep, budget=budget,
                           budgets=more, batch_size=batch_size, config=load_config(config_file) if config_file else None,
                           retriever_config=load_retriever_config(config_file) if config_file else None,
                           openie=None if no_openie else openie_file or "auto", out=out_dir,
                           plots=not no_plots, command=shlex.join(["spectrag", *sys.argv[1:]]),
-                          log=lambda m: click.echo(m, err=True), llm=llm_config(config_file, llm_flags),
+                          log=LOGGER.info, llm=llm_config(config_file, llm_flags),
                           generate=generate, rounds=rounds)
     click.echo(json.dumps(result, indent=2, ensure_ascii=False) if as_json else markdown(result))
 

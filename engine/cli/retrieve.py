@@ -1,5 +1,6 @@
-"""``spectrag retrieve``: queries through the Retriever in batches, as JSON lines or text, with a
-TREC run (chunk or document level) beside them."""
+"""``spectrag retrieve``: queries through the Retriever in batches (``-k`` and ``--budget`` as
+:meth:`Retriever.retrieve`'s ``k`` and ``budget``), as JSON lines or text, with a TREC run (chunk
+or document level, from each query's ranking and its scores) beside them."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from typing import IO
 
 from spectrag.cli.queries import iter_queries
 from spectrag.config import RetrieverConfig
-from spectrag.contexts import Context, Hit
+from spectrag.contexts import Context
 from spectrag.errors import SpectragError
-from spectrag.retriever import Retriever
+from spectrag.retriever import Retriever, check_k
 from spectrag.store import load_index
 from spectrag.types import Chunk
+from spectrag.util.console import progress_on
 from spectrag.util.io import check_unicode
 
 TEXT_HITS = 5  # hits shown per query by --format text when -k is not given
@@ -40,11 +42,12 @@ def query_ids(texts: Sequence[str], file_queries: Sequence[tuple[str, str]], sou
     return out + list(file_queries)
 
 
-def doc_hits(hits: Iterable[Hit]) -> list[tuple[str, float]]:
-    """Max-passage document ranking: each document at its best chunk's score (first seen wins a tie)."""
+def doc_hits(ranked: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Max-passage document ranking from ``(doc_id, score)`` pairs, best first: each document at
+    its best chunk's score (first seen wins a tie)."""
     best: dict[str, float] = {}
-    for h in hits:  # best first, so a document's first hit is its best
-        best.setdefault(h.doc_id, h.score)
+    for doc_id, score in ranked:  # best first, so a document's first chunk is its best
+        best.setdefault(doc_id, score)
     return sorted(best.items(), key=lambda kv: -kv[1])  # stable: equal scores keep their first-seen order
 
 
@@ -52,35 +55,34 @@ def _docno(doc_id: str) -> str:
     return re.sub(r"\s", "_", doc_id) or "_"  # TREC fields are split on white space
 
 
-def trec_lines(qid: str, ctx: Context, *, depth: int, level: str, tag: str) -> list[str]:
-    """The run lines of one query: ``qid Q0 docno rank score tag``, ``depth`` deep."""
-    rows = [(str(h.chunk_id), h.score) for h in ctx.hits] if level == "chunk" else \
-        [(_docno(d), s) for d, s in doc_hits(ctx.hits)]
+def trec_lines(qid: str, ctx: Context, *, depth: int, level: str, tag: str,
+               table: Sequence[Chunk] | None = None) -> list[str]:
+    """The run lines of one query from its ranking: ``qid Q0 docno rank score tag``, ``depth``
+    deep (at most the candidate pool); ``level="doc"`` needs the chunk ``table`` for doc ids."""
+    ranked = list(zip(ctx.ranking, ctx.ranking_scores))
+    rows = [(str(c), s) for c, s in ranked] if level == "chunk" else \
+        [(_docno(d), s) for d, s in doc_hits((table[c].doc_id, s) for c, s in ranked)]
     return [f"{qid} Q0 {docno} {rank} {score:.6f} {tag}" for rank, (docno, score) in enumerate(rows[:depth], start=1)]
 
 
-def _text_block(qid: str, ctx: Context, k: int, table: Sequence[Chunk]) -> str:
+def _text_block(qid: str, ctx: Context, k: int) -> str:
     """A query's hits for reading: rank, score, ids, title > section, the text's start."""
-    lines = [f"[{qid}] {ctx.query}\n    {ctx.mode}: {len(ctx.chunks)} chunks, {ctx.used_tokens:,} of {ctx.budget:,} "
-             f"tokens, {len(ctx.ranking)} ranked"]
+    used = f"{ctx.used_tokens:,} tokens (top {len(ctx.chunks)})" if ctx.budget is None else \
+        f"{ctx.used_tokens:,} of {ctx.budget:,} tokens"
+    lines = [f"[{qid}] {ctx.query}\n    {ctx.mode}: {len(ctx.chunks)} chunks, {used}, {len(ctx.ranking)} ranked"]
     chosen = {c.chunk_id for c in ctx.chunks}
     for rank, h in enumerate(ctx.hits[:k], start=1):
-        c = table[h.chunk_id]
-        where = " > ".join([c.title, *c.section]) if c.title else " > ".join(c.section)
+        where = " > ".join([h.title, *h.section]) if h.title else " > ".join(h.section)
         mark = "" if h.chunk_id in chosen else "  (ranked, not in the context)"
         lines.append(f"  {rank:>3}  {h.score:8.4f}  doc {h.doc_id}  chunk {h.chunk_id}  {where}{mark}\n"
-                     f"         {' '.join(c.text.split())[:100]}")
+                     f"         {' '.join(h.text.split())[:100]}")
     return "\n".join(lines) + "\n\n"
 
 
-def _json_row(qid: str, ctx: Context, k: int | None, with_text: bool) -> str:
+def _json_row(qid: str, ctx: Context, with_text: bool) -> str:
     row = {"id": qid, **ctx.to_json()}
-    if k is None:
-        row.pop("hits")
-    else:
-        row["hits"] = row["hits"][:k]
     if not with_text:
-        for c in row["chunks"]:
+        for c in row["chunks"] + row["hits"]:
             c.pop("text")
     return json.dumps(row, ensure_ascii=False) + "\n"
 
@@ -90,7 +92,7 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
                 with_text: bool, k: int | None = None, fmt: str = "jsonl", depth: int = 1000, level: str = "chunk",
                 progress: bool | None = None, llm=None, ray: str | None = None, workers: int = 0) -> int:
     """Write one JSON line (or a text block) per query, and optionally a TREC run; returns the
-    number of queries. ``progress`` (default: when stderr is a terminal) counts queries as their
+    number of queries. ``progress`` (default: :func:`~spectrag.util.console.progress_on`) counts queries as their
     batch is written. ``ray``: score on a Ray cluster at that address (``local``, ``auto``,
     ``ray://host:port``) with ``workers`` actors (:mod:`spectrag.distributed`); the output is the
     same."""
@@ -110,21 +112,18 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
         raise SpectragError(f"no queries: {query_file} holds none (blank lines are not queries)")
     if ray is not None and config.mode == "hyde":
         raise SpectragError("--ray does not run mode 'hyde' (its LLM calls are made by one process)")
-    if trec_file is not None:  # the run needs the ranking with scores, depth deep (all of it for documents)
-        want = sys.maxsize if level == "doc" else max(depth, k or 0)
-    else:
-        want = k or (TEXT_HITS if fmt == "text" else None)
+    check_k(k, config)  # before the index loads
     texts_only = [t for _, t in queries]
     if ray is None:
         retriever = Retriever(load_index(index_dir), config, llm=llm if config.mode == "hyde" else None)
         table = retriever.index.chunks
-        batches = retriever.batches(texts_only, k=want, budget=budget, batch_size=batch_size)
+        batches = retriever.batches(texts_only, k, budget=budget, batch_size=batch_size)
     else:
         from spectrag.distributed.score import scored_batches  # optional dependency (Ray)
 
-        table = load_index(index_dir).chunks if fmt == "text" else None
+        table = load_index(index_dir).chunks if trec_file is not None and level == "doc" else None
         parts = [queries[lo : lo + batch_size] for lo in range(0, len(queries), batch_size)]
-        batches = (contexts for _, contexts in scored_batches(index_dir, config, parts, k=want, budget=budget,
+        batches = (contexts for _, contexts in scored_batches(index_dir, config, parts, k=k, budget=budget,
                                                                address=ray, workers=workers))
     out: IO[str] = out_file.open("w", encoding="utf-8") if out_file else sys.stdout
     trec = trec_file.open("w", encoding="utf-8") if trec_file else None
@@ -132,12 +131,13 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     done = 0
     try:
         with tqdm(total=len(queries), unit="q", desc="queries", file=sys.stderr,
-                  disable=not (sys.stderr.isatty() if progress is None else progress)) as bar:
+                  disable=not (progress_on() if progress is None else progress)) as bar:
             for contexts in batches:
                 for (qid, _), ctx in zip(queries[done : done + len(contexts)], contexts):
-                    out.write(_text_block(qid, ctx, k or TEXT_HITS, table) if fmt == "text" else _json_row(qid, ctx, k, with_text))
+                    out.write(_text_block(qid, ctx, k or TEXT_HITS) if fmt == "text" else _json_row(qid, ctx, with_text))
                     if trec is not None:
-                        trec.writelines(line + "\n" for line in trec_lines(qid, ctx, depth=depth, level=level, tag=tag))
+                        trec.writelines(line + "\n" for line in trec_lines(qid, ctx, depth=depth, level=level, tag=tag,
+                                                                             table=table))
                 done += len(contexts)
                 out.flush()
                 bar.update(len(contexts))

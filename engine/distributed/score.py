@@ -16,7 +16,7 @@ from spectrag.config import RetrieverConfig
 from spectrag.contexts import Context, build_contexts
 from spectrag.distributed.cluster import quiet_data_context, require_ray
 from spectrag.errors import SpectragError
-from spectrag.retriever import Retriever, check_queries
+from spectrag.retriever import Retriever, check_k, check_queries
 from spectrag.store import load_index, read_manifest
 
 
@@ -41,7 +41,8 @@ class ScoreBatches:
             else:  # query vectors given (an index built from supplied embeddings): no embedding
                 qvecs = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(self.retriever.state.device)
                 result = self.retriever.score_batch(texts, budget=self.budget, mode=self.mode, qvecs=qvecs)
-                contexts.append(build_contexts(self.retriever.index, texts, result, k=self.k))
+                contexts.append(build_contexts(self.retriever.index, texts, result, self.k,
+                                               budgeted=self.k is None or self.budget is not None))
         # contexts travel as JSON text (Context.to_json / from_json: plain data, no pickle)
         return {"b": np.asarray(batch["b"], dtype=np.int64),
                 "contexts": np.array([json.dumps([c.to_json() for c in part]) for part in contexts], dtype=object)}
@@ -74,6 +75,7 @@ class RayRetriever:
         query embeddings (``Retriever.score_batch(qvecs=)``)."""
         ray = require_ray()
         quiet_data_context(ray)
+        check_k(k, self.config, mode)
         rows = [{"b": b, "texts": list(texts)} for b, texts in enumerate(batches)]
         if not rows:
             return

@@ -24,6 +24,7 @@ value: :func:`mean` averages over ``n_gold > 0`` only. An empty context has ``P 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -105,12 +106,13 @@ def mean(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 def paired_bootstrap_ci(diff: torch.Tensor, *, samples: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of per-question differences (two methods on the
-    same questions), resampling questions with a fixed seed. ``[Q]`` -> ``(low, high)``."""
+    same questions), resampling questions with a fixed seed (``scipy.stats.bootstrap``).
+    ``[Q]`` -> ``(low, high)``."""
+    from scipy import stats
+
     if diff.numel() == 0:
         return 0.0, 0.0
-    g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, diff.numel(), (samples, diff.numel()), generator=g)  # (samples, Q)
-    means = diff.to(torch.float64).cpu()[idx].mean(dim=1)
-    tail = (1 - level) / 2
-    lo, hi = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64))
-    return float(lo), float(hi)
+    values = diff.to(torch.float64).cpu().numpy()
+    ci = stats.bootstrap((values,), np.mean, n_resamples=samples, confidence_level=level, method="percentile",
+                         rng=np.random.default_rng(seed), vectorized=True).confidence_interval
+    return float(ci.low), float(ci.high)

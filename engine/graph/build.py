@@ -39,6 +39,7 @@ from spectrag.graph.spectrum import Spectrum, spectral_coordinates
 from spectrag.types import Chunk
 from spectrag.util import usage
 from spectrag.util.checks import check_csr, check_floats, check_ints, load_npy
+from spectrag.util.console import bar
 
 FOLDER = "graph"
 
@@ -91,6 +92,7 @@ def build_signals(
     makers: Mapping[str, Callable[[], sp.csr_matrix]] | None = None,
     questions: QuestionSet | None = None,
     openie_docs: list[dict] | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, sp.csr_matrix], dict[str, Any]]:
     """Every enabled edge signal as a directed sparse ``[n, n]`` matrix, and build facts.
     ``makers``: signals built another way (an incremental add updates the stored ones; a
@@ -98,7 +100,8 @@ def build_signals(
     maker may return ``(signal, facts)``, the facts stored as the built-in maker's are
     (:data:`FACTS`). ``questions``: embedded utility questions (default: those of
     ``graph.questions_file``, if any); ``openie_docs``: the LLM's OpenIE records, for the
-    entity signal when ``graph.entities_file`` is not set."""
+    entity signal when ``graph.entities_file`` is not set. ``on_step(name)``: called as each
+    signal starts (a progress bar's label)."""
 
     n = len(chunks)
     weights = config.signal_weights()
@@ -109,6 +112,8 @@ def build_signals(
     def timed(name: str, make: Callable[[], sp.csr_matrix | tuple[sp.csr_matrix, dict[str, Any]]]) -> None:
         if weights.get(name, 0) <= 0:
             return
+        if on_step is not None:
+            on_step(name)
         mark = usage.begin()
         made = makers.get(name, make)()
         if isinstance(made, tuple):  # (signal, its facts for the manifest)
@@ -198,15 +203,26 @@ def build_graph(
     ``makers`` (see :func:`build_signals`) and ``spectrum_fn`` (fused weights -> spectrum;
     default :func:`spectrum_of`) let an incremental add reuse the stored graph; ``questions``
     and ``openie_docs`` as in :func:`build_signals`."""
-    signals, info = build_signals(chunks, embeddings, config, encode=encode, makers=makers, questions=questions,
-                                  openie_docs=openie_docs)
-    mark = usage.begin()
-    fused = fuse_signals(signals, config.signal_weights(), tau=config.tau, max_degree=config.max_degree)
-    del signals  # fused.signals keeps each signal's upper triangle
-    _record(info, "fuse", mark)
-    mark = usage.begin()
-    spectrum = spectrum_fn(fused.weights) if spectrum_fn is not None else spectrum_of(fused.weights, config)
-    _record(info, "spectrum", mark)
+    steps = sum(w > 0 for w in config.signal_weights().values()) + 2  # the signals, fuse, spectrum
+    with bar(total=steps, desc="graph", unit="step") as shown:
+
+        def step(name: str) -> None:  # the step now running is the bar's label; the one before it is done
+            if getattr(shown, "postfix", None):  # a disabled bar has none until set
+                shown.update()
+            shown.set_postfix_str(name)
+
+        signals, info = build_signals(chunks, embeddings, config, encode=encode, makers=makers, questions=questions,
+                                      openie_docs=openie_docs, on_step=step)
+        step("fuse")
+        mark = usage.begin()
+        fused = fuse_signals(signals, config.signal_weights(), tau=config.tau, max_degree=config.max_degree)
+        del signals  # fused.signals keeps each signal's upper triangle
+        _record(info, "fuse", mark)
+        step("spectrum")
+        mark = usage.begin()
+        spectrum = spectrum_fn(fused.weights) if spectrum_fn is not None else spectrum_of(fused.weights, config)
+        _record(info, "spectrum", mark)
+        shown.update()
     return fused, spectrum, graph_facts(info, fused, spectrum, config)
 
 

@@ -102,6 +102,7 @@ def knn_index(
             raise ValueError(f"nlist must be in [1, n={n}] for the IVF kNN, got {nlist}")
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
         index.cp.seed, index.cp.niter, index.cp.spherical = seed, IVF_TRAIN_ITER, True
+        index.cp.min_points_per_centroid = 1  # FAISS only warns below it (from C++, on stderr); same lists
         sample = np.sort(np.random.default_rng(seed).choice(n, min(n, IVF_TRAIN_PER_LIST * nlist), replace=False))
         index.train(np.ascontiguousarray(embeddings[sample], dtype=np.float32))
         index.nprobe = max(1, min(nprobe, nlist))

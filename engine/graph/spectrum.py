@@ -29,6 +29,7 @@ from scipy.sparse.csgraph import connected_components, reverse_cuthill_mckee
 from spectrag.index.dense import load_faiss
 from spectrag.kernels.csr import torch_csr
 from spectrag.kernels.lanczos import lanczos_eigsh
+from spectrag.util.console import bar
 
 SIGMA = 3.0
 DTYPES = ("auto", "float64", "float32")
@@ -158,7 +159,9 @@ def kmeans(points: torch.Tensor, k: int, *, seed: int = 0, iters: int = 50) -> t
     x = np.ascontiguousarray(points.cpu().numpy(), dtype=np.float32)
     if k == 1:
         return torch.zeros(n, dtype=torch.int64)
-    km = load_faiss().Kmeans(x.shape[1], k, niter=iters, seed=seed + 1, max_points_per_centroid=256, verbose=False)
+    # min_points_per_centroid=1: FAISS only warns (on stderr, from C++) below it, the centres are the same
+    km = load_faiss().Kmeans(x.shape[1], k, niter=iters, seed=seed + 1, max_points_per_centroid=256,
+                             min_points_per_centroid=1, verbose=False)
     km.train(x)
     _, labels = km.index.search(x, 1)
     return torch.from_numpy(labels.ravel().astype(np.int64))
@@ -223,7 +226,14 @@ def spectral_coordinates(
         start = None
         if v0 is not None:
             start = torch.from_numpy(np.asarray(v0, dtype=np.float64)[order] if order is not None else np.asarray(v0, dtype=np.float64))
-        result = lanczos_eigsh(matvec, m_eff, which="SA", tol=tol, seed=seed, n=n, dtype=work, device="cpu", v0=start)
+        with bar(desc="spectrum (Lanczos)", unit=" vectors") as shown:  # no total: convergence decides
+
+            def counted(x: torch.Tensor) -> torch.Tensor:  # x (n, b)
+                shown.update(x.shape[1] if x.ndim == 2 else 1)
+                return matvec(x)
+
+            result = lanczos_eigsh(counted, m_eff, which="SA", tol=tol, seed=seed, n=n, dtype=work, device="cpu",
+                                   v0=start)
         lap("lanczos")
         vectors = result.eigenvectors.numpy()  # (n, m) in solve order
         values = result.eigenvalues.numpy().astype(np.float64)

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from spectrag.config import DEFAULT_MODEL, EmbedConfig
 from spectrag.errors import ConfigError
+from spectrag.util.console import LOGGER, third_party_quiet
 from spectrag.util.io import default_cache_dir
 from spectrag.util.threads import ThreadChooser
 
@@ -97,6 +98,8 @@ def _pad_tokens(value, n: int, width: int, pad: int, left: bool, fill: int = 0):
     return torch.cat([zeros, value] if left else [value, zeros], dim=1)
 
 
+# Ours over sqlite3 (standard library): one table of raw float32 bytes; diskcache or sqlitedict
+# would add a dependency (and pickle values by default) for the same table.
 class EmbeddingCache:
     """SQLite store ``(model key, sha256(text)) -> float32 vector``; safe to share between runs."""
 
@@ -177,10 +180,12 @@ class Embedder:
         self.model_path = resolve_model_path(self.config.model)
         self.device = resolve_device(self.config.device)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder never needs the hub
+        LOGGER.info(f"loading the embedding model {self.config.model} on {self.device}")
         from sentence_transformers import SentenceTransformer
 
         try:
-            self.model = SentenceTransformer(str(self.model_path), device=self.device, local_files_only=True)
+            with third_party_quiet():  # no "Loading weights" bar or advisory logs of transformers
+                self.model = SentenceTransformer(str(self.model_path), device=self.device, local_files_only=True)
         except Exception as exc:  # a broken folder fails in json, safetensors, transformers or torch: one error for all
             raise ConfigError(
                 f"embed.model {self.config.model!r}: {self.model_path} is not a loadable sentence-transformers model "

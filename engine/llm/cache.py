@@ -24,6 +24,8 @@ from spectrag.errors import ConfigError
 from spectrag.util.io import default_cache_dir
 
 FILE = "responses.sqlite"
+# Ours over sqlite3 (standard library): JSON rows committed one by one, shared by threads and
+# processes (WAL); diskcache would add a dependency that pickles values by default.
 
 
 def default_llm_cache_dir() -> Path:

@@ -181,6 +181,8 @@ class LLMClient:
 
     def _call(self, body: dict[str, Any], usage: StageUsage) -> Completion:
         """One request with retries; raises :class:`_Retryable` when they are spent."""
+        # ours, not the openai client's retries or tenacity: each retry is counted in the stage's
+        # usage report and a Retry-After header is honoured up to max_backoff, in six lines
         cfg = self.config
         for attempt in range(cfg.max_retries + 1):
             try:

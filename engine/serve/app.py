@@ -1,12 +1,15 @@
 """The HTTP face of the engine: ``spectrag serve DIR`` (FastAPI + uvicorn, the ``serve`` extra).
 
 The model and the index are loaded once; requests go through a :class:`MicroBatcher`, so
-concurrent callers share one tensor batch. Endpoints::
+concurrent callers share one tensor batch. Endpoints (request and response models, and the
+stability promise of ``/v1``: :mod:`spectrag.serve.models`)::
 
-    POST /retrieve   {"query": "..."} or {"queries": [...]}, optional "mode", "budget", "k", "text"
-                     -> {"results": [Context.to_json() per query], "took_ms": ...}
-    GET  /healthz    {"status": "ok"} (503 "closing" while shutting down)
-    GET  /info       the index, the retriever's settings, the batching settings and counters
+    POST /v1/retrieve  {"query": "..."} or {"queries": [...]}, optional "mode", "budget", "k", "text",
+                       "detail" -> {"api_version": "1", "results": [Result per query], "took_ms": ...}
+    GET  /healthz      {"status": "ok"} (503 "closing" while shutting down)
+    GET  /v1/info      the index, the retriever's settings, the batching settings and counters
+
+``/retrieve`` and ``/info`` are aliases of the ``/v1`` paths.
 
 Bad input is a 4xx with a message: 422 for a malformed body (pydantic: a field's type or range,
 an unknown field or mode, neither or both of query/queries, too many queries), 400 for what the
@@ -22,18 +25,19 @@ import asyncio
 import time
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
-from spectrag.config import MODES
+from spectrag import __version__
 from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever
-from spectrag.serve.batcher import Busy, Closing, MicroBatcher, contexts_json
+from spectrag.serve.batcher import Busy, Closing, MicroBatcher
 
 try:  # the `serve` extra
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
-    from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+    from spectrag.serve.models import API_VERSION, ErrorResponse, Health, Info, RetrieveResponse, request_model, result_of
 except ImportError as exc:  # pragma: no cover - exercised where the extra is absent
     raise ImportError("spectrag serve needs FastAPI and uvicorn: pip install 'spectrag[serve]'") from exc
 
@@ -64,24 +68,8 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
     """The app over ``retriever``; its batcher starts with the app and drains when it stops
     (``app.state.batcher`` holds it, with its counters in ``.stats``)."""
     settings = settings or ServeSettings()
-
-    class RetrieveRequest(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        query: str | None = Field(None, max_length=settings.max_query_chars)
-        queries: list[str] | None = Field(None, min_length=1, max_length=settings.max_batch)
-        mode: Literal[MODES] | None = None  # type: ignore[valid-type]
-        budget: int | None = Field(None, ge=1)
-        k: int | None = Field(None, ge=1, le=settings.max_k)
-        text: bool = True  # chunk texts in the answer
-
-        @model_validator(mode="after")
-        def _one_of(self):
-            if (self.query is None) == (self.queries is None):
-                raise ValueError("give exactly one of query (a string) or queries (a list of strings)")
-            if self.queries is not None and (long := [i for i, q in enumerate(self.queries)
-                                                      if len(q) > settings.max_query_chars]):
-                raise ValueError(f"query {long[0]} has more than {settings.max_query_chars} characters")
-            return self
+    RetrieveRequest = request_model(max_query_chars=settings.max_query_chars, max_batch=settings.max_batch,
+                                    max_k=settings.max_k)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -91,7 +79,7 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
         # uvicorn has waited for the open requests; answer anything still queued, then stop
         await asyncio.to_thread(app.state.batcher.close)
 
-    app = FastAPI(title="spectrag", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="spectrag", version=__version__, lifespan=lifespan)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
@@ -106,10 +94,14 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
                 "error": f"request body of {length} bytes; at most {settings.max_body_bytes}"})
         return await call_next(request)
 
-    @app.post("/retrieve")
+    errors = {code: {"model": ErrorResponse} for code in (400, 413, 422, 503)}
+
+    @app.post("/v1/retrieve", response_model=RetrieveResponse, response_model_exclude_unset=True, responses=errors)
+    @app.post("/retrieve", response_model=RetrieveResponse, response_model_exclude_unset=True, responses=errors,
+              deprecated=True, summary="Retrieve (alias of /v1/retrieve)")
     async def retrieve(req: RetrieveRequest, request: Request) -> Any:
         start = time.perf_counter()
-        queries = [req.query] if req.query is not None else req.queries
+        queries = req.texts()
         batcher: MicroBatcher = request.app.state.batcher
         try:
             contexts = await asyncio.wrap_future(batcher.submit(queries, mode=req.mode, budget=req.budget, k=req.k))
@@ -117,19 +109,22 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
             return JSONResponse(status_code=503, content={"error": str(exc)})
         except SpectragError as exc:
             return JSONResponse(status_code=400, content={"error": str(exc)})
-        return {"results": contexts_json(contexts, with_text=req.text),
-                "took_ms": round(1000 * (time.perf_counter() - start), 3)}
+        results = [result_of(c, text=req.text, detail=req.detail) for c in contexts]
+        return RetrieveResponse(api_version=API_VERSION, results=results,
+                                took_ms=round(1000 * (time.perf_counter() - start), 3))
 
-    @app.get("/healthz")
+    @app.get("/healthz", response_model=Health, responses={503: {"model": Health}})
     async def healthz(request: Request) -> Any:
         if request.app.state.batcher.closed:
             return JSONResponse(status_code=503, content={"status": "closing"})
         return {"status": "ok"}
 
-    @app.get("/info")
+    @app.get("/v1/info", response_model=Info)
+    @app.get("/info", response_model=Info, deprecated=True, summary="Info (alias of /v1/info)")
     async def info(request: Request) -> Any:
         index = retriever.index
         return {
+            "version": __version__,
             "index": {"path": str(index.path), "counts": index.manifest["counts"],
                       "embedding": index.manifest["embedding"], "graph": index.graph is not None,
                       "knowledge_graph": index.kg is not None},

@@ -5,7 +5,8 @@ every tensor); callers only enqueue. The worker takes the first waiting request,
 gathering for at most ``max_wait_ms`` after it arrived, or until ``max_batch`` queries are in
 hand, and scores what it gathered with ONE :meth:`Retriever.score_batch` call per (mode, budget)
 (the pipeline takes one of each per batch; requests differing there are scored side by side in the
-same round). Each caller's future gets its own contexts, ``k`` cut to what it asked for.
+same round). Each caller's future gets its own contexts, with its own ``k`` (the ranking does not
+depend on the budget, so a top-k request shares any batch of its mode).
 
 ``enabled=False`` scores every request alone (the same worker, no gathering): the reference the
 load test compares against. :meth:`close` stops taking requests and returns when every request
@@ -19,11 +20,11 @@ import threading
 import time
 from collections import defaultdict
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from spectrag.contexts import Context, build_contexts
+from spectrag.contexts import build_contexts
 from spectrag.errors import SpectragError
-from spectrag.retriever import Retriever, check_queries
+from spectrag.retriever import Retriever, check_k, check_queries
 
 _STOP = object()  # queued by close(): after it, nothing more arrives
 
@@ -42,6 +43,7 @@ class _Request:
     mode: str
     budget: int
     k: int | None
+    budgeted: bool = True  # the context: the budgeted selection (else the top k, Retriever.retrieve's rule)
     future: Future = field(default_factory=Future)
     arrived: float = field(default_factory=time.perf_counter)
 
@@ -95,7 +97,9 @@ class MicroBatcher:
         if budget is not None and budget < 1:
             raise SpectragError(f"budget must be >= 1 token, got {budget}")
         config = self.retriever.config
-        req = _Request(queries, mode or config.mode, config.budget if budget is None else int(budget), k)
+        check_k(k, config, mode)
+        req = _Request(queries, mode or config.mode, config.budget if budget is None else int(budget), k,
+                       budgeted=k is None or budget is not None)
         with self._lock:
             if self._closing:
                 raise Closing("the server is shutting down; retry on another instance")
@@ -155,14 +159,17 @@ class MicroBatcher:
     def _score(self, batch: list[_Request]) -> None:
         """One ``score_batch`` per (mode, budget) among ``batch``; each future gets its slice."""
         groups: dict[tuple[str, int], list[_Request]] = defaultdict(list)
-        for req in batch:
-            groups[(req.mode, req.budget)].append(req)
+        for req in sorted(batch, key=lambda r: not r.budgeted):  # budgeted requests make the groups
+            # a top-k context does not depend on the budget: it joins any group of its mode
+            key = (req.mode, req.budget) if req.budgeted else next((g for g in groups if g[0] == req.mode),
+                                                                   (req.mode, req.budget))
+            groups[key].append(req)
         for (mode, budget), reqs in groups.items():
             texts = [q for r in reqs for q in r.queries]
-            k = max((r.k for r in reqs if r.k is not None), default=None)
             try:
                 result = self.retriever.score_batch(texts, mode=mode, budget=budget)
-                contexts = build_contexts(self.retriever.index, texts, result, k=k)
+                contexts = build_contexts(self.retriever.index, texts, result, [r.k for r in reqs for _ in r.queries],
+                                          budgeted=[r.budgeted for r in reqs for _ in r.queries])
             except Exception as exc:  # noqa: BLE001  (the callers get the error; the worker goes on)
                 for r in reqs:
                     r.future.set_exception(exc)
@@ -170,11 +177,8 @@ class MicroBatcher:
                 continue
             lo = 0
             for r in reqs:
-                mine = contexts[lo : lo + len(r.queries)]
+                r.future.set_result(contexts[lo : lo + len(r.queries)])
                 lo += len(r.queries)
-                if k is not None and r.k != k:  # asked for fewer hits than its batch mates (or none)
-                    mine = [replace(c, hits=c.hits[: r.k or 0]) for c in mine]
-                r.future.set_result(mine)
             self._done(reqs, batch_size=len(texts))
 
     def _done(self, reqs: list[_Request], *, batch_size: int = 0, errors: int = 0) -> None:
@@ -188,12 +192,3 @@ class MicroBatcher:
                 s.batches += 1
                 s.max_batch_seen = max(s.max_batch_seen, batch_size)
 
-
-def contexts_json(contexts: list[Context], *, with_text: bool = True) -> list[dict]:
-    """What the server answers for each context: :meth:`Context.to_json`, texts optional."""
-    rows = [c.to_json() for c in contexts]
-    if not with_text:
-        for row in rows:
-            for c in row["chunks"]:
-                c.pop("text")
-    return rows

@@ -1,5 +1,6 @@
-"""What the page draws: nodes (chunks), edges (fused graph, coloured by their dominant signal) and,
-for a query, its seeds, expanded candidates and selected context.
+"""What the page draws: nodes (chunks), edges (fused graph, coloured by their dominant signal),
+clusters named by their main documents and, for a query, its seeds, expanded candidates and
+selected context (the context listed with titles, sections and scores).
 
 Beyond ``max_nodes`` chunks the graph is sampled: the query's chunks are always kept, the rest is
 a seeded uniform sample, and the edges are those among the kept chunks (degrees stay those of the
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from spectrag.config import RetrieverConfig
+from spectrag.contexts import build_contexts
 from spectrag.interop.pyg import fused_edges
 from spectrag.retriever import Retriever
 from spectrag.view.layout import force_layout, spectral_start
@@ -30,17 +32,35 @@ class QueryRoles:
     seeds: list[int] = field(default_factory=list)
     candidates: list[int] = field(default_factory=list)
     selected: list[int] = field(default_factory=list)
+    scores: dict[int, float] = field(default_factory=dict)  # final score of each candidate
+    budget: int | None = None
+    used_tokens: int = 0
 
 
 def query_roles(retriever: Retriever, query: str, *, budget: int | None = None) -> QueryRoles:
     """Run ``query`` through the pipeline (:meth:`Retriever.score_batch`) and name its chunks'
-    roles (the seeds are the pipeline's own, ``BatchResult.seeds``)."""
+    roles (the seeds are the pipeline's own, ``BatchResult.seeds``), with the final scores."""
     result = retriever.score_batch([query], budget=budget)
+    ctx = build_contexts(retriever.index, [query], result)[0]
     roles = QueryRoles(query, result.mode, candidates=[c for c in result.candidates[0].tolist() if c >= 0],
-                       selected=[c for c in result.selected_ids()[0].tolist() if c >= 0])
+                       selected=[c.chunk_id for c in ctx.chunks], scores=dict(zip(ctx.ranking, ctx.ranking_scores)),
+                       budget=ctx.budget, used_tokens=ctx.used_tokens)
     if result.seeds is not None:  # activation seeds entities, not chunks
         roles.seeds = [c for c in result.seeds[0].tolist() if c >= 0]
     return roles
+
+
+def cluster_names(titles: list[str], clusters: np.ndarray, top: int = 2) -> list[dict[str, Any]]:
+    """Each cluster named by its ``top`` most frequent document titles (ties: first seen), with
+    its size: ``[{"id", "name", "size"}]`` by cluster id."""
+    out = []
+    for cid in np.unique(clusters).tolist():
+        counts: dict[str, int] = {}
+        for i in np.flatnonzero(clusters == cid).tolist():
+            counts[titles[i]] = counts.get(titles[i], 0) + 1
+        names = sorted(counts, key=lambda t: -counts[t])[:top]  # stable: ties keep their first-seen order
+        out.append({"id": int(cid), "name": " · ".join(names), "size": int(sum(counts.values()))})
+    return out
 
 
 def _sample(n: int, keep: list[int], max_nodes: int, seed_: int) -> np.ndarray:
@@ -56,7 +76,10 @@ def _sample(n: int, keep: list[int], max_nodes: int, seed_: int) -> np.ndarray:
 def view_data(index, *, roles: QueryRoles | None = None, max_nodes: int = 3000, seed_: int = 0,
               iterations: int = 120) -> dict[str, Any]:
     """The page's JSON: ``nodes`` (id, x, y, size, cluster, title, section, doc, degree, wdeg,
-    role), ``edges`` as ``[source, target, signal index, weight]``, ``signals``, counts."""
+    role, and for a query's candidates their final ``score`` and, in the context, ``rank``),
+    ``edges`` as ``[source, target, signal index, weight]``, ``signals``, ``cluster_names``
+    (the drawn chunks' clusters by their main documents), ``query`` (with its ``context``: the
+    selected chunks in order with title, section, score, phase and tokens), counts."""
     src, dst, weight, attr, names = fused_edges(index)
     n = len(index.chunks)
     alpha = index.config.graph.signal_weights()
@@ -78,26 +101,42 @@ def view_data(index, *, roles: QueryRoles | None = None, max_nodes: int = 3000, 
     clusters = np.asarray(index.graph["clusters"])
     pos = force_layout(spectral_start(coords, seed_), local[es], local[ed], ew, groups=clusters[kept], iterations=iterations)
     top = float(wdeg.max()) if n else 1.0
+    rank = {c: i + 1 for i, c in enumerate(roles.selected)} if roles is not None else {}
+    scores = roles.scores if roles is not None else {}
     nodes = []
     for j, cid in enumerate(kept.tolist()):
         c = index.chunks[cid]
-        nodes.append({"id": cid, "x": round(float(pos[j, 0]), 5), "y": round(float(pos[j, 1]), 5),
-                      "size": round(1 + 7 * float(wdeg[cid]) / max(top, 1e-12), 3), "cluster": int(clusters[cid]),
-                      "title": c.title, "section": " > ".join(c.section), "doc": c.doc_id, "degree": int(deg[cid]),
-                      "wdeg": round(float(wdeg[cid]), 4), "role": role.get(cid, "")})
+        node = {"id": cid, "x": round(float(pos[j, 0]), 5), "y": round(float(pos[j, 1]), 5),
+                "size": round(1 + 7 * float(wdeg[cid]) / max(top, 1e-12), 3), "cluster": int(clusters[cid]),
+                "title": c.title, "section": " > ".join(c.section), "doc": c.doc_id, "degree": int(deg[cid]),
+                "wdeg": round(float(wdeg[cid]), 4), "role": role.get(cid, "")}
+        if cid in scores:
+            node["score"] = round(float(scores[cid]), 4)
+        if cid in rank:
+            node["rank"] = rank[cid]
+        nodes.append(node)
+    context = []
+    if roles is not None:
+        for cid in roles.selected:
+            c = index.chunks[cid]
+            context.append({"id": cid, "title": c.title or c.doc_id, "section": " > ".join(c.section[1:] or c.section),
+                            "score": round(float(scores.get(cid, 0.0)), 4), "tokens": c.n_tokens})
     signal_counts = np.bincount(esig, minlength=len(names)).tolist()
     return {
         "nodes": nodes,
         "edges": [[int(a), int(b), int(s), round(float(w), 4)] for a, b, s, w in zip(es, ed, esig, ew)],
         "signals": [{"name": s, "edges": cnt} for s, cnt in zip(names, signal_counts)],
         "clusters": int(clusters.max()) + 1 if n else 0,
+        "cluster_names": cluster_names([index.chunks[c].title or index.chunks[c].doc_id for c in kept.tolist()],
+                                       clusters[kept]),
         "total_nodes": n,
         "total_edges": int((src < dst).sum()),
         "sampled": len(kept) < n,
         "index": str(index.path),
         "query": None if roles is None else {
             "text": roles.query, "mode": roles.mode, "seeds": len(roles.seeds), "candidates": len(roles.candidates),
-            "selected": len(roles.selected)},
+            "selected": len(roles.selected), "budget": roles.budget, "used_tokens": roles.used_tokens,
+            "context": context},
     }
 
 

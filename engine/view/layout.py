@@ -11,10 +11,14 @@ Shapes: ``coords [n, m]``, edges ``src, dst [E]`` (both directions or one), ``we
 positions ``[n, 2]`` in ``[0, 1]^2``. Deterministic for a given ``seed``.
 """
 
+# Ours, not networkx's spring_layout: networkx is a test dependency only, and this runs the whole
+# [n, n] step as one torch operation with the spectral-cluster pull the view needs.
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+from spectrag.util.console import bar
 
 
 def spectral_start(coords: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -48,7 +52,7 @@ def force_layout(start: np.ndarray, src: np.ndarray, dst: np.ndarray, weight: np
     g = torch.as_tensor(np.unique(groups, return_inverse=True)[1].reshape(-1), dtype=torch.int64) if groups is not None else None
     sizes = torch.bincount(g).clamp(min=1)[:, None] if g is not None else None
     step = 0.1
-    for it in range(iterations):
+    for it in bar(range(iterations), desc="layout", unit=" steps"):
         delta = pos[:, None, :] - pos[None, :, :]  # (n, n, 2)
         dist2 = (delta * delta).sum(-1).clamp(min=1e-6)  # (n, n)
         disp = (delta * (k * k / dist2)[..., None]).sum(1)  # repulsion: k^2 / d along the unit vector

@@ -72,6 +72,11 @@ def test_documents_carry_the_hits_and_their_metadata(engine):
     assert {"title", "section", "url", "relevance", "proximity", "n_tokens"} <= first.metadata.keys()
     context = SpectragRetriever(engine=engine, k=None, output="context", budget=600).invoke(QUESTIONS[0])
     assert [d.metadata["chunk_id"] for d in context] == [c.chunk_id for c in engine.retrieve(QUESTIONS[0], budget=600).chunks]
+    # k without a budget: the context is the k results (k means k, as a vector store's retriever)
+    top = SpectragRetriever(engine=engine, k=3).invoke(QUESTIONS[1])
+    as_context = SpectragRetriever(engine=engine, k=3, output="context").invoke(QUESTIONS[1])
+    assert [d.id for d in top] == [d.id for d in as_context] and len(top) == 3
+    assert all(d.metadata["phase"] == "ranked" and d.page_content for d in as_context)
     with pytest.raises(ValueError, match="output"):
         SpectragRetriever(engine=engine, output="all")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
@@ -24,6 +25,39 @@ def test_help_on_every_command(run):
     for cmd in ([], ["index"], ["info"], ["demo"], ["retrieve"], ["answer"], ["serve"], ["view"], ["eval"]):
         result = run(*cmd, "--help")
         assert result.exit_code == 0 and "Usage:" in result.output
+
+
+def test_long_commands_take_quiet_and_a_log_level(run):
+    for cmd in ("index", "add", "retrieve", "eval", "answer", "view", "demo", "serve"):
+        text = run(cmd, "--help").output
+        assert "--quiet" in text and "--log-level" in text, cmd
+
+
+def test_stage_lines_follow_the_log_level(run, tmp_path):
+    """Not a terminal: no stage lines unless --log-level info asks; --quiet wins over it."""
+    plain = run("index", FOLDER, "-o", tmp_path / "a", "--json")
+    assert plain.exit_code == 0 and plain.stderr == "", plain.stderr
+    told = run("index", FOLDER, "-o", tmp_path / "b", "--json", "--log-level", "info")
+    assert told.exit_code == 0 and "embed: " in told.stderr and "graph: " in told.stderr, told.stderr
+    quiet = run("index", FOLDER, "-o", tmp_path / "c", "--json", "--log-level", "info", "--quiet")
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.stderr
+
+
+def test_python_m_spectrag_demo_prints_no_third_party_noise(tmp_path, embed_cache):
+    """``spectrag demo`` as a user runs it (a real process: FAISS and transformers write to the
+    process's stderr, not to Python's): nothing on stderr, the demo's report on stdout."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SPECTRAG_CACHE_DIR": embed_cache}
+    done = subprocess.run([sys.executable, "-m", "spectrag", "demo", "-k", "2"], capture_output=True, text=True,
+                          timeout=600, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr == "", done.stderr[-2000:]
+    assert "Gold documents in the top 2" in done.stdout
+    quiet = subprocess.run([sys.executable, "-m", "spectrag", "info", "--help"], capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert quiet.returncode == 0 and quiet.stderr == ""
 
 
 def test_index_then_info(run, tmp_path):

@@ -11,7 +11,6 @@ from click.testing import CliRunner
 
 from spectrag.cli.demo import sample_questions
 from spectrag.cli.retrieve import doc_hits, query_ids
-from spectrag.contexts import Hit
 from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever
 
@@ -33,7 +32,11 @@ def test_cli_retrieve_writes_jsonl_and_trec(sample_index, tmp_path):
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == ["x0", "x1", "x2"]
-    assert all(r["used_tokens"] <= 1000 and "hits" not in r for r in rows)
+    assert all(r["used_tokens"] <= r["budget"] == 1000 for r in rows)
+    for r in rows:  # no -k: the hits are the context's chunks, in rank order, with their text
+        chosen = {c["chunk_id"]: c["text"] for c in r["chunks"]}
+        assert [h["chunk_id"] for h in r["hits"]] == [c for c in r["ranking"] if c in chosen]
+        assert all(h["text"] == chosen[h["chunk_id"]] for h in r["hits"])
     lines = [line.split() for line in trec.read_text().splitlines()]
     assert len(lines) == 3 * 7 and lines[0][:4] == ["x0", "Q0", str(rows[0]["ranking"][0]), "1"]
     # real scores: the final scores of the Retriever's top-k, falling with rank
@@ -53,26 +56,30 @@ def test_cli_retrieve_doc_level_tsv_queries_k_and_text(sample_index, tmp_path):
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == ["q2", "q1", "t2"]  # -q ids skip the file's (q1 is taken)
-    assert all(len(r["hits"]) == 4 for r in rows)
-    full = Retriever(sample_index).retrieve(QUESTIONS[0], k=10_000, budget=800).hits
+    assert all(len(r["hits"]) == 4 and r["budget"] == 800 for r in rows)  # -k with --budget: the budgeted context
+    ranking = Retriever(sample_index).retrieve(QUESTIONS[0], budget=800).ranking
     docs = [line.split() for line in trec.read_text().splitlines() if line.startswith("q1 ")]
-    assert [d[2] for d in docs] == list(dict.fromkeys(h.doc_id for h in full))  # max-passage order
+    assert [d[2] for d in docs] == list(dict.fromkeys(sample_index.chunks[c].doc_id for c in ranking))  # max-passage
     assert len({d[2] for d in docs}) == len(docs) and all(float(a[4]) >= float(b[4]) for a, b in zip(docs, docs[1:]))
     text = _run("retrieve", sample_index.path, "-q", QUESTIONS[0], "--format", "text", "-k", 2)
     assert text.exit_code == 0, text.output
     assert text.output.count("  chunk ") == 2 and f"[q1] {QUESTIONS[0]}" in text.output
+    only_k = _run("retrieve", sample_index.path, "-q", QUESTIONS[0], "-k", 3)  # k means k: a context of 3 chunks
+    row = json.loads(only_k.output)
+    assert len(row["hits"]) == len(row["chunks"]) == 3 and row["budget"] is None and row["hits"][0]["text"]
 
 
 def test_query_ids_and_max_passage():
     assert query_ids(["a", "b"], [("q1", "x"), ("3", "y")]) == [("q2", "a"), ("q3", "b"), ("q1", "x"), ("3", "y")]
     with pytest.raises(SpectragError, match="query id 'z' appears twice"):
         query_ids([], [("z", "x"), ("z", "y")], "f.tsv")
-    hits = [Hit("a", 3, 0.9), Hit("b", 5, 0.8), Hit("a", 4, 0.7), Hit("c", 1, 0.8)]
-    assert doc_hits(hits) == [("a", 0.9), ("b", 0.8), ("c", 0.8)]
+    ranked = [("a", 0.9), ("b", 0.8), ("a", 0.7), ("c", 0.8)]
+    assert doc_hits(ranked) == [("a", 0.9), ("b", 0.8), ("c", 0.8)]
 
 
 def test_cli_retrieve_bad_options(sample_index, tmp_path):
     for args, message in ((["-k", 0], "-k must be >= 1"), (["--depth", 0], "--depth must be >= 1"),
+                          (["-k", 500], "k = 500 is more than mode 'spectral' ranks per query"),
                           (["--device", "gpu"], "device must be auto, cpu or cuda"), (["--batch-size", 0], "--batch-size must be >= 1")):
         result = _run("retrieve", sample_index.path, "-q", "x", *args)
         assert result.exit_code == 2 and message in result.output, result.output

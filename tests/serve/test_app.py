@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from spectrag.cli.demo import sample_questions
 from spectrag.retriever import Retriever
 from spectrag.serve.app import ServeSettings, create_app
+from spectrag.serve.models import result_of
 
 QUESTIONS = [q["question"] for q in sample_questions()]
 
@@ -47,12 +48,13 @@ def running(app):
 
 def _post_all(url, bodies):
     with ThreadPoolExecutor(len(bodies)) as pool, httpx.Client(timeout=120) as client:
-        return list(pool.map(lambda b: client.post(url + "/retrieve", json=b), bodies))
+        return list(pool.map(lambda b: client.post(url + "/v1/retrieve", json=b), bodies))
 
 
 def test_concurrent_requests_equal_direct_calls_in_one_batch(retriever):
-    bodies = [{"query": q, "k": k, "budget": 900} for q, k in zip(QUESTIONS[:6], [3, None, 5, 3, 1, 2])]
-    bodies.append({"queries": QUESTIONS[6:8], "k": 4, "budget": 900, "text": False})
+    bodies = [{"query": q, "k": k, "budget": b} for q, k, b in zip(QUESTIONS[:6], [3, None, 5, 3, 1, 2],
+                                                                    [900, 900, None, 900, None, 900])]
+    bodies.append({"queries": QUESTIONS[6:8], "k": 4, "budget": 900, "text": False, "detail": True})
     app = create_app(retriever, ServeSettings(max_batch=8, max_wait_ms=10_000))  # one batch when 8 are in
     with running(app) as (_, url):
         responses = _post_all(url, bodies)
@@ -61,14 +63,17 @@ def test_concurrent_requests_equal_direct_calls_in_one_batch(retriever):
     assert stats["batches"] == 1 and stats["queries"] == 8 and stats["requests"] == 7
     for body, response in zip(bodies, responses):
         queries = [body["query"]] if "query" in body else body["queries"]
-        want = [c.to_json() for c in retriever.retrieve(queries, k=body["k"], budget=900)]
-        if body.get("text") is False:
-            for row in want:
-                for c in row["chunks"]:
-                    c.pop("text")
-        if body["k"] is None:
-            assert all(row["hits"] == [] for row in want)
-        assert response.json()["results"] == want
+        contexts = retriever.retrieve(queries, k=body["k"], budget=body["budget"])
+        want = [result_of(c, text=body.get("text", True), detail=body.get("detail", False)).model_dump(exclude_unset=True)
+                for c in contexts]
+        got = response.json()
+        assert got["api_version"] == "1" and got["results"] == want
+        for row, ctx in zip(got["results"], contexts):
+            assert [h["chunk_id"] for h in row["hits"]] == [h.chunk_id for h in ctx.hits]
+            assert ("ranking" in row) == ("scores" in row["chunks"][0]) == body.get("detail", False)
+            assert ("text" in row["hits"][0]) == ("text" in row["chunks"][0]) == body.get("text", True)
+            if body["budget"] is None:  # k without a budget: the context is the k hits
+                assert row["budget"] is None and [c["chunk_id"] for c in row["chunks"]] == [h["chunk_id"] for h in row["hits"]]
 
 
 def test_batching_off_scores_each_request_alone(retriever):
@@ -94,11 +99,17 @@ def test_batching_off_scores_each_request_alone(retriever):
     ({"query": "x" * 101}, 422, "query: String should have at most 100 characters"),
     ({"queries": ["ok", "y" * 101]}, 422, "query 1 has more than 100 characters"),
     ({"query": "x", "mode": "activation"}, 400, "knowledge graph"),
+    ({"query": "x", "k": 40, "mode": "dense", "budget": 10}, 200, ""),
+    ({"query": "x", "k": 300}, 400, "k = 300 is more than mode 'spectral' ranks per query (expand.max_candidates = 200)"),
 ])
 def test_bad_requests_get_a_4xx_with_a_message(retriever, body, status, message):
-    app = create_app(retriever, ServeSettings(max_batch=4, max_k=50, max_query_chars=100, max_body_bytes=2000))
+    max_k = 1000 if body.get("k") == 300 else 50
+    app = create_app(retriever, ServeSettings(max_batch=4, max_k=max_k, max_query_chars=100, max_body_bytes=2000))
     with TestClient(app) as client:
         response = client.post("/retrieve", json=body)
+    if status == 200:
+        assert response.status_code == 200 and len(response.json()["results"][0]["hits"]) == body["k"], response.text
+        return
     assert response.status_code == status and message in response.json()["error"], response.text
 
 
@@ -110,8 +121,33 @@ def test_malformed_and_oversized_bodies(retriever):
         big = client.post("/retrieve", json={"query": "x" * 3000})
         assert big.status_code == 413 and "at most 2000" in big.json()["error"]
         assert client.get("/healthz").json() == {"status": "ok"}
-        info = client.get("/info").json()
+        assert client.get("/info").json() == client.get("/v1/info").json()
+        info = client.get("/v1/info").json()
         assert info["index"]["counts"]["chunks"] == len(retriever.index.chunks) and info["serve"]["max_body_bytes"] == 2000
+
+
+def test_openapi_types_the_requests_and_responses(retriever):
+    """/openapi.json names the request and response models of /v1/retrieve (and of its alias),
+    the error model of each 4xx, and the health model."""
+    with TestClient(create_app(retriever, ServeSettings(max_k=77))) as client:
+        spec = client.get("/openapi.json").json()
+        small = client.post("/v1/retrieve", json={"query": QUESTIONS[0]}).json()
+    schemas = spec["components"]["schemas"]
+    for path in ("/v1/retrieve", "/retrieve"):
+        post = spec["paths"][path]["post"]
+        assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/RetrieveRequest")
+        assert post["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/RetrieveResponse")
+        for code in ("400", "413", "422", "503"):
+            assert post["responses"][code]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
+    assert spec["paths"]["/retrieve"]["post"]["deprecated"] is True
+    assert spec["paths"]["/healthz"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/Health")
+    assert {"Hit", "ContextChunk", "Result"} <= schemas.keys()
+    assert schemas["RetrieveRequest"]["properties"]["k"]["anyOf"][0]["maximum"] == 77
+    assert {"text", "title", "doc_id", "section", "url", "score"} <= schemas["Hit"]["properties"].keys()
+    # the default answer: hits and the context with their texts; no ranking, no per-stage scores
+    row = small["results"][0]
+    assert row["hits"] and row["hits"][0]["text"] and "ranking" not in row and "scores" not in row["chunks"][0]
+    assert row["budget"] == retriever.config.budget
 
 
 def test_shutdown_answers_every_accepted_request(retriever):

@@ -28,6 +28,7 @@ def test_query_roles_come_from_the_pipeline(sample_index):
     roles = query_roles(retriever, QUESTIONS[0], budget=800)
     ctx = retriever.retrieve(QUESTIONS[0], budget=800)
     assert roles.selected == [c.chunk_id for c in ctx.chunks] and roles.mode == "spectral"
+    assert roles.scores == dict(zip(ctx.ranking, ctx.ranking_scores)) and roles.used_tokens == ctx.used_tokens
     assert len(roles.seeds) == min(retriever.config.expand.n_seeds, len(sample_index.chunks))
     assert set(roles.seeds) <= set(roles.candidates) and set(roles.selected) <= set(roles.candidates)
     assert set(roles.candidates) == set(ctx.ranking)
@@ -50,6 +51,30 @@ def test_edges_are_coloured_by_their_dominant_signal(sample_index):
         contrib = [alpha.get(name, 0.0) * full[name][a, b] for name in names]
         assert contrib[s] == max(contrib)
     assert sum(s["edges"] for s in data["signals"]) == len(data["edges"])
+
+
+def test_context_list_labels_and_cluster_names(sample_index):
+    """The query's context is listed in order with title, section and score; its chunks carry
+    their rank and score; each cluster is named by its most frequent document titles."""
+    roles = query_roles(Retriever(sample_index), QUESTIONS[0], budget=800)
+    data = view_data(sample_index, roles=roles, iterations=5)
+    table = sample_index.chunks
+    listed = data["query"]["context"]
+    assert [c["id"] for c in listed] == roles.selected
+    for c in listed:
+        chunk = table[c["id"]]
+        assert c["title"] == chunk.title and c["tokens"] == chunk.n_tokens
+        assert c["score"] == pytest.approx(roles.scores[c["id"]], abs=1e-4)
+    by_id = {node["id"]: node for node in data["nodes"]}
+    assert [by_id[c]["rank"] for c in roles.selected] == list(range(1, len(roles.selected) + 1))
+    assert all("score" in by_id[c] for c in roles.candidates) and all("rank" not in by_id[c] for c in roles.seeds
+                                                                       if c not in roles.selected)
+    clusters = np.asarray(sample_index.graph["clusters"])
+    for entry in data["cluster_names"]:
+        members = [table[i].title for i in np.flatnonzero(clusters == entry["id"])]
+        top = max(set(members), key=members.count)
+        assert entry["size"] == len(members) and members.count(entry["name"].split(" · ")[0]) == members.count(top)
+    assert sum(e["size"] for e in data["cluster_names"]) == len(table)
 
 
 def test_sampling_keeps_the_query_chunks_and_the_layout_is_deterministic(sample_index):
@@ -83,6 +108,11 @@ def test_page_draws_the_graph_in_headless_chromium(sample_index, tmp_path):
     for name in sample_index.graph["signals"]:
         assert f'data-signal="{name}"' in legend and f">{name} <" in legend.replace("</span>", "")
     assert "selected context" in legend and "seeds" in legend and "expanded candidates" in legend
+    ctx = Retriever(sample_index).retrieve(QUESTIONS[0], budget=800)
+    listed = re.findall(r'<li data-chunk="(\d+)">.*?<span class="title">([^<]*)</span>', legend)
+    assert [(int(i), t) for i, t in listed] == [(c.chunk_id, c.title) for c in ctx.chunks]  # the context, in order
+    named = re.findall(r'<div class="cluster" data-cluster="(\d+)">', legend)  # the rendered legend, not the script
+    assert sorted(map(int, named)) == sorted(set(np.asarray(sample_index.graph["clusters"]).tolist()))
     shot = tmp_path / "graph.png"
     done = run(f"--screenshot={shot}")
     assert shot.is_file(), done.stderr[-2000:]
