@@ -65,6 +65,9 @@ def compare(alone, batched) -> dict:
         for ca, cb in zip(a.chunks, b.chunks):
             if ca.chunk_id == cb.chunk_id:
                 gap = max([gap] + [relative_gap(ca.scores[k], cb.scores[k]) for k in ca.scores])
+        for ha, hb in zip(a.hits, b.hits):
+            if ha.chunk_id == hb.chunk_id:
+                gap = max(gap, relative_gap(ha.score, hb.score))
     return {"ranking_differs": rank_diff, "context_differs": ctx_diff, "max_relative_score_gap": gap}
 
 
@@ -85,12 +88,13 @@ def main() -> None:
         index, texts = got
         for mode in args.modes.split(","):
             alone_r = Retriever(index, RetrieverConfig(mode=mode, threads=1, device="cpu"))
-            alone = alone_r.retrieve(texts, k=10, batch_size=1)
+            budget = alone_r.config.budget  # the default context budget, selection and all
+            alone = alone_r.retrieve(texts, k=10, budget=budget, batch_size=1)
             for threads in (int(t) for t in args.thread_counts.split(",")):
                 r = Retriever(index, RetrieverConfig(mode=mode, threads=threads, device="cpu"))
                 for batch in (int(b) for b in args.batches.split(",")):
                     row = {"set": key, "mode": mode, "batch": batch, "threads": threads, "questions": len(texts),
-                           **compare(alone, r.retrieve(texts, k=10, batch_size=batch))}
+                           **compare(alone, r.retrieve(texts, k=10, budget=budget, batch_size=batch))}
                     rows.append(row)
                     print(row, flush=True)
     record["rows"] = rows

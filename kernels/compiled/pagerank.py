@@ -14,96 +14,93 @@ from spectrag.kernels.compiled.runtime import jit, parallel_rows
 from spectrag.kernels.pagerank import PageRankNotConverged, PageRankResult, check_params, check_restart
 
 
-def _row_dot(w, col, x, lo, hi):
-    """``sum_e w[e] x[col[e]]`` over ``[lo, hi)`` in float64, in order (as a CSR product)."""
-    acc = 0.0
-    for e in range(lo, hi):
-        acc += w[e] * x[col[e]]
-    return acc
-
-
 def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, tol, max_iter, scores, iters,
                    residual, converged, status):
     n = indptr.shape[0] - 1
     width = candidates.shape[1]
-    slot_of = np.full(n, -1, np.int64)
+    slot_of = np.full(n, -1, np.int64)  # node -> its compact index in the pool (real members only)
+    real = np.empty(width, np.int64)  # compact index -> pool position
     x = np.empty(width, np.float64)
     xn = np.empty(width, np.float64)
     p = np.empty(width, np.float64)
     inv = np.empty(width, np.float64)
     dangling = np.empty(width, np.bool_)
     start = np.empty(width + 1, np.int64)  # the pool's walk matrix P^T = A D^-1 as local CSR
-    local_col = np.empty(0, np.int64)
+    local_col = np.empty(0, np.int32)
     local_w = np.empty(0, np.float64)
     for b in range(lo, hi):
+        nb = 0
         need = 0
         for i in range(width):
             v = candidates[b, i]
             if v >= 0:
-                slot_of[v] = i
+                slot_of[v] = nb
+                real[nb] = i
+                nb += 1
                 need += indptr[v + 1] - indptr[v]
         if need > local_col.shape[0]:
-            local_col = np.empty(2 * need, np.int64)
+            local_col = np.empty(2 * need, np.int32)
             local_w = np.empty(2 * need, np.float64)
         # the induced edges in the graph's column order, with their weights; then A D^-1
         nnz = 0
-        nb = 0
         total = 0.0
-        for i in range(width):
-            start[i] = nnz
+        for r in range(nb):
+            start[r] = nnz
             deg = 0.0
-            v = candidates[b, i]
-            if v >= 0:
-                nb += 1
-                total += restart[b, i]
-                for e in range(indptr[v], indptr[v + 1]):
-                    j = slot_of[indices[e]]
-                    if j >= 0:
-                        local_col[nnz] = j
-                        local_w[nnz] = np.float64(np.float32(data[e]))
-                        if not (local_w[nnz] >= 0.0 and local_w[nnz] < np.inf):
-                            status[b] = 1
-                        deg += local_w[nnz]
-                        nnz += 1
-            dangling[i] = v >= 0 and deg == 0.0
-            inv[i] = 1.0 / deg if deg > 0.0 else 0.0
-        start[width] = nnz
+            v = candidates[b, real[r]]
+            total += restart[b, real[r]]
+            for e in range(indptr[v], indptr[v + 1]):
+                j = slot_of[indices[e]]
+                if j >= 0:
+                    w = np.float64(np.float32(data[e]))
+                    if not (w >= 0.0 and w < np.inf):
+                        status[b] = 1
+                    local_col[nnz] = j
+                    local_w[nnz] = w
+                    deg += w
+                    nnz += 1
+            dangling[r] = deg == 0.0
+            inv[r] = 1.0 / deg if deg > 0.0 else 0.0
+        start[nb] = nnz
         for e in range(nnz):
             local_w[e] = local_w[e] * inv[local_col[e]]  # A[i, j] / d_j (A symmetric)
         first = 1.0 / max(nb, 1)
-        for i in range(width):
-            real = candidates[b, i] >= 0
-            p[i] = restart[b, i] / total if real else 0.0
-            x[i] = first if real else 0.0
+        lost = 0.0  # the mass on dangling nodes, returned along the restart vector
+        for r in range(nb):
+            p[r] = restart[b, real[r]] / total
+            x[r] = first
+            if dangling[r]:
+                lost += first
         threshold = nb * tol
         done = False
         it = 0
         err = np.inf
         while it < max_iter and not done:
             it += 1
-            lost = 0.0
-            for i in range(width):
-                if dangling[i]:
-                    lost += x[i]
             scale = lost * damping + (1.0 - damping)
             err = 0.0
-            for i in range(width):
-                xn[i] = _row_dot(local_w, local_col, x, start[i], start[i + 1]) * damping + p[i] * scale
-                err += abs(xn[i] - x[i])
-            for i in range(width):
-                x[i] = xn[i]
+            lost = 0.0
+            for r in range(nb):
+                acc = 0.0
+                for e in range(start[r], start[r + 1]):
+                    acc += local_w[e] * x[local_col[e]]
+                value = acc * damping + p[r] * scale
+                err += abs(value - x[r])
+                xn[r] = value
+                if dangling[r]:
+                    lost += value
+            x, xn = xn, x
             done = err < threshold
         for i in range(width):
-            scores[b, i] = x[i]
-            v = candidates[b, i]
-            if v >= 0:
-                slot_of[v] = -1
+            scores[b, i] = 0.0
+        for r in range(nb):
+            scores[b, real[r]] = x[r]
+            slot_of[candidates[b, real[r]]] = -1
         iters[b] = it
         residual[b] = err
         converged[b] = done
 
 
-_row_dot = jit(_row_dot)
 _ppr_pool_rows = jit(_ppr_pool_rows)
 
 
