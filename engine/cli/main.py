@@ -404,6 +404,48 @@ def answer_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...],
                 rounds=rounds, batch_size=batch_size, out_file=out_file, as_json=as_json)
 
 
+@main.command("bench")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--queries", "query_file", type=click.Path(path_type=Path),
+              help="Queries to time (JSONL, JSON list or text, as retrieve --queries; default: 512 made from the index's chunks).")
+@click.option("--modes", default="spectral,hybrid,dense", show_default=True, help="Comma-separated retrieval modes.")
+@click.option("--batch-sizes", default="1,64,256", show_default=True, help="Comma-separated queries per batch.")
+@click.option("--threads", "thread_counts", default="", help="Comma-separated CPU thread counts (default: 1 and all cores).")
+@click.option("--repeats", default=5, show_default=True, help="Timed batches per figure, after one warm-up.")
+@click.option("--latency-queries", default=100, show_default=True, help="Queries timed one at a time (batch-1 latency).")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever] and stage tables.")
+@click.option("--device", help="auto, cpu or cuda[:i] (default: the config's, auto).")
+@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON instead of tables.")
+@_console
+@_friendly
+def bench_cmd(index_dir: Path, query_file: Path | None, modes: str, batch_sizes: str, thread_counts: str, repeats: int,
+              latency_queries: int, config_file: Path | None, device: str | None, as_json: bool) -> None:
+    """Time retrieval on an index: queries/s per mode, batch size and thread count, ms per stage,
+    batch-1 latency, with the machine, threads, load average and versions."""
+    import os
+
+    from spectrag.cli.queries import iter_queries
+    from spectrag.eval.throughput import BenchSettings, format_table, run_bench, sample_queries
+    from spectrag.store import load_index
+
+    def ints(text: str, what: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise SpectragError(f"--{what} must be comma-separated integers, got {text!r}") from None
+
+    config = _retriever_config(config_file, None, device)
+    unknown = [m for m in modes.split(",") if m not in MODES]
+    if unknown:
+        raise SpectragError(f"--modes: unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
+    threads = ints(thread_counts, "threads") or tuple(sorted({1, os.cpu_count() or 1}))
+    settings = BenchSettings(tuple(modes.split(",")), ints(batch_sizes, "batch-sizes"), threads, repeats, latency_queries)
+    index = load_index(index_dir)
+    queries = [t for _, t in iter_queries(query_file)] if query_file else sample_queries(index, 512)
+    record = run_bench(index, queries, settings, config, log=LOGGER.info)
+    click.echo(json.dumps(record, indent=1) if as_json else format_table(record))
+
+
 @main.command("demo")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Keep the sample index here (default: a temporary folder).")
 @click.option("-k", "top_k", default=5, show_default=True, help="Chunks shown per question.")
