@@ -12,6 +12,7 @@ from functools import lru_cache
 import torch
 
 _HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+_CPUS = os.cpu_count() or 1  # read once: the call is a system call, and parallel_rows runs per stage
 
 
 def available() -> bool:
@@ -51,7 +52,7 @@ def parallel_rows(kernel: Callable, rows: int, *args, threads: int | None = None
     is independent (a query's result never depends on the range it is in), so any split gives
     the same output; fewer than ``min_rows`` rows per worker run on the caller's thread."""
     threads = torch.get_num_threads() if threads is None else threads
-    threads = max(1, min(threads, rows // max(min_rows, 1), os.cpu_count() or 1))
+    threads = max(1, min(threads, rows // max(min_rows, 1), _CPUS))
     if threads == 1 or rows == 0:
         kernel(0, rows, *args)
         return
