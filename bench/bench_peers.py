@@ -188,7 +188,13 @@ def bench_index(index, texts, qvecs, info: dict, args) -> dict:
     qv = qvecs.numpy()
     W = index.graph["weights"]
     peer = SpectragCodePeer(E, W, index.graph["coordinates"], np.array([c.n_tokens for c in index.chunks]))
-    torch.set_num_threads(1)
+    with _common.limit_threads(1):  # the peers at one thread, numpy's BLAS (threadpoolctl) included
+        _time_peers(out, index, texts, qvecs, E, qv, W, peer, base, B, args)
+    torch.set_num_threads(os.cpu_count() or 1)
+    return out
+
+
+def _time_peers(out, index, texts, qvecs, E, qv, W, peer, base, B, args) -> None:
     out["peers"]["SpectRAG code (networkx, per query)"] = row = time_peer(lambda q: peer.query(q, base.budget),
                                                                          list(qv[: args.peer_queries]), args.peer_budget_s)
     log(f"  peer SpectRAG code: {row['qps']:.1f} q/s over {row['queries']} queries")
@@ -232,8 +238,6 @@ def bench_index(index, texts, qvecs, info: dict, args) -> dict:
     ref = reference_check(index, texts, qvecs, base.replace(mode="spectral"), min(args.peer_queries, 32), base.budget)
     out["peers"]["project reference (spectral, per query)"] = ref
     log(f"  reference: {ref['qps']:.2f} q/s; identical on {ref['identical']}/{ref['queries']}")
-    torch.set_num_threads(os.cpu_count() or 1)
-    return out
 
 
 def markdown(record: dict) -> str:
@@ -267,7 +271,8 @@ def markdown(record: dict) -> str:
               "activation). `x the peer`: engine spectral/hybrid/ppr/combined rows against the SpectRAG-code peer, "
               "ppr-graph and the PPR kernels against HippoRAG's igraph PPR (same graph, same seeds, same damping), "
               "activation against SA-RAG. Peers and the reference run with one "
-              "thread; `default` is `RetrieverConfig()` (its thread count chosen from measured batch times)."]
+              "thread, numpy's BLAS pinned to one thread as well (threadpoolctl); `default` is `RetrieverConfig()` "
+              "(its thread count chosen from measured batch times), `1 thread` pins the engine to one."]
     return "\n".join(lines) + "\n"
 
 
