@@ -161,6 +161,44 @@ def kill_once(name: str, *, after: float = 0.0, timeout: float = 120.0):
     return thread
 
 
+#: the batch-invariance guarantee (README, "Batch invariance"): rankings, contexts, ids and text
+#: exact; scores within this relative tolerance (a batch may be scored by other kernels, e.g. on a GPU)
+SCORE_RTOL = 1e-6
+
+
+def _plain(x):
+    """Contexts, hits, documents and nodes as nested dicts / lists of plain values."""
+    if hasattr(x, "to_json"):
+        return _plain(x.to_json())
+    if hasattr(x, "page_content"):  # a LangChain Document
+        return {"page_content": x.page_content, "metadata": _plain(x.metadata), "id": getattr(x, "id", None)}
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return _plain(dataclasses.asdict(x))
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def assert_same_results(got, want, rtol: float = SCORE_RTOL, where: str = "result") -> None:
+    """``got`` equals ``want`` as the batch-invariance guarantee states: every id, string, order
+    and length exact, every float within ``rtol`` (relative)."""
+    got, want = _plain(got), _plain(want)
+    if isinstance(want, float) and isinstance(got, (float, int)) and not isinstance(got, bool):
+        assert abs(got - want) <= rtol * max(abs(got), abs(want)), f"{where}: {got!r} != {want!r} (rtol {rtol})"
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), f"{where}: keys {sorted(got)} != {sorted(want)}"
+        for k in want:
+            assert_same_results(got[k], want[k], rtol, f"{where}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{where}: {len(got)} items != {len(want)}"
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert_same_results(a, b, rtol, f"{where}[{i}]")
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
+
+
 def shared_file(*parts: str) -> Path:
     """A file under ../shared/data, or skip the test with the reason."""
     path = SHARED_DATA.joinpath(*parts)

@@ -6,6 +6,7 @@ answering with LlamaIndex's MockLLM."""
 from __future__ import annotations
 
 import pytest
+from conftest import assert_same_results
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.retrievers import BaseRetriever
@@ -56,7 +57,7 @@ def test_retrieve_batch_is_one_tensor_batch(engine, monkeypatch):
     want = [_key(retriever.retrieve(q)) for q in QUESTIONS[:4]]
     calls, original = [], engine.score_batch
     monkeypatch.setattr(engine, "score_batch", lambda queries, **kw: calls.append(len(queries)) or original(queries, **kw))
-    assert [_key(n) for n in retriever.retrieve_batch(QUESTIONS[:3] + [QueryBundle(QUESTIONS[3])])] == want
+    assert_same_results([_key(n) for n in retriever.retrieve_batch(QUESTIONS[:3] + [QueryBundle(QUESTIONS[3])])], want)
     assert calls == [4]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from conftest import assert_same_results
 
 from spectrag.cli.demo import sample_questions
 from spectrag.errors import SpectragError
@@ -52,7 +53,7 @@ def test_concurrent_submits_share_one_batch_and_equal_direct_calls(retriever):
         batcher.close()
     assert batcher.stats.batches == 1 and batcher.stats.max_batch_seen == 8 and batcher.stats.requests == 7
     for req, contexts in zip(requests, got):
-        assert _json(contexts) == _json(retriever.retrieve(req["queries"], k=req["k"], budget=700))
+        assert_same_results(contexts, retriever.retrieve(req["queries"], k=req["k"], budget=700))
 
 
 def test_without_batching_every_request_is_its_own_batch(retriever):
@@ -76,8 +77,8 @@ def test_modes_and_budgets_are_scored_apart_and_errors_stay_with_their_caller(re
             futures[2].result(timeout=120)
         for i in (0, 1, 3):
             req = requests[i]
-            assert _json(futures[i].result(timeout=120)) == _json(
-                retriever.retrieve(req["queries"], mode=req["mode"], budget=req.get("budget")))
+            assert_same_results(futures[i].result(timeout=120),
+                                retriever.retrieve(req["queries"], mode=req["mode"], budget=req.get("budget")))
         assert batcher.submit([QUESTIONS[4]]).result(timeout=120)  # the worker went on
     finally:
         batcher.close()
