@@ -44,13 +44,24 @@ def test_batch_equals_single_queries(retriever, qvecs, mode):
         assert batch.ranking()[b, :width].tolist() == one.ranking()[0].tolist()
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "spectral"])
+def test_a_query_alone_at_one_thread_equals_it_in_any_batch_at_two(sample_index, mode):
+    """Batch invariance (README): the same ranking and context for a query alone (one thread)
+    and among companions in batches of any size at another thread count; scores within SCORE_RTOL."""
+    alone = Retriever(sample_index, RetrieverConfig(mode=mode, threads=1, device="cpu"))
+    many = Retriever(sample_index, RetrieverConfig(mode=mode, threads=2, device="cpu"))
+    want = alone.retrieve(QUESTIONS, k=10, budget=1200, batch_size=1)
+    for batch_size in (3, 7, len(QUESTIONS)):
+        assert_same_results(many.retrieve(QUESTIONS[::-1], k=10, budget=1200, batch_size=batch_size)[::-1], want)
+
+
 @pytest.mark.parametrize("mode", ["heat", "ppr", "spectral"])
-def test_torch_backend_equals_scipy(sample_index, retriever, qvecs, mode):
-    """Expansion and blocks as torch tensors (what a GPU runs) give the CPU path's results."""
+def test_torch_backend_equals_compiled(sample_index, retriever, qvecs, mode):
+    """The torch kernels (what a GPU runs) give the compiled CPU kernels' results."""
     on_device = Retriever(sample_index, replace(retriever.config, backend="torch"))
-    scipy_path = Retriever(sample_index, replace(retriever.config, backend="compiled"))  # what auto runs on the CPU
+    compiled = Retriever(sample_index, replace(retriever.config, backend="compiled"))  # what auto runs on the CPU
     got = on_device.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
-    want = scipy_path.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
+    want = compiled.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs)
     assert torch.equal(got.candidates, want.candidates)
     assert torch.allclose(got.scores, want.scores, atol=1e-6)
     assert torch.equal(got.selected, want.selected)
