@@ -26,7 +26,7 @@ Threads: torch, BLAS (threadpoolctl; ARPACK's dense work also with 1 thread, ``-
 and FAISS/OpenMP get ``--threads``. Runs: median of ``--repeats`` per size (no warm-up: one
 solve is long). Results: ``--out`` (default ``results/spectrum_cpu.md``) and ``.json``; an
 earlier run's figures are in ``results/graph_cpu.md`` (its spectrum sections).
-``bench_lanczos.py`` asks the same question on a random graph at one size.
+
 """
 
 from __future__ import annotations
