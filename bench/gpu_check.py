@@ -377,7 +377,7 @@ def kernel_checks(dev: torch.device, check) -> None:
 
 def stage_checks(dev: torch.device, check) -> None:
     """The engine's device stages against its CPU path: expansion, induced blocks, BM25 search,
-    and the whole pipeline (device + torch graph backend vs CPU + scipy graph backend)."""
+    and the whole pipeline (device + torch kernels vs CPU + compiled kernels)."""
     cpu = torch.device("cpu")
     sdata = make_data(3000, cpu, 5)
     sq = make_queries(sdata, 24, 6)
@@ -388,7 +388,7 @@ def stage_checks(dev: torch.device, check) -> None:
 
     def expansion():
         out = expand_torch(ids.to(dev), w.to(dev), TorchCSR.from_scipy(W, dev), max_candidates=P)[0]
-        return 1.0 - same_rows(out, cand_cpu), "fraction of queries whose pool differs from the scipy path"
+        return 1.0 - same_rows(out, cand_cpu), "fraction of queries whose pool differs from the compiled CPU path"
 
     def blocks():
         ref = np.zeros((cand_cpu.shape[0], P, P), dtype=np.float32)

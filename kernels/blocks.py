@@ -77,7 +77,7 @@ class BlockGraph:
 def induced_blocks(candidates: torch.Tensor, graphs: list[tuple], n: int) -> list[BlockGraph]:
     """The induced subgraph of every pool in each of several graphs over the same ``n`` nodes,
     locating the pools once, as torch tensors on the candidates' device (the reference of the
-    compiled CPU kernel, :func:`spectrag.kernels.compiled.blocks.induced_blocks_compiled`).
+    compiled CPU kernels, :meth:`spectrag.kernels.compiled.blocks.PoolGraphs.materialize`).
 
     Args:
         candidates: ``[B, P]`` node ids, -1 padded (a node at most once per row).
