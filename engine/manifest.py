@@ -19,6 +19,7 @@ from typing import Any
 from spectrag.config import DEFAULT_SIGNAL_WEIGHTS
 from spectrag.errors import IndexFormatError
 from spectrag.graph.build import FOLDER as GRAPH
+from spectrag.graph.stored import GROUPS as UPDATE_GROUPS
 from spectrag.index.dense import DenseIndex
 from spectrag.index.lexical import TOKEN_FILES, BM25Index
 from spectrag.kg.store import FOLDER as KG
@@ -137,6 +138,7 @@ def format_files(manifest: dict[str, Any]) -> tuple[set[str], list[tuple[str, ..
         required |= {f"{GRAPH}/signals/{s}.{p}.npy" for s in graph["signal_edges"] for p in ("rows", "cols", "weights")}
         optional.append(tuple(f"{GRAPH}/relations.{p}.npy" for p in ("indptr", "indices", "data")))
         optional.append((f"{GRAPH}/questions.vectors.npy", f"{GRAPH}/questions.owners.npy"))  # utility questions
+        optional += [tuple(f"{GRAPH}/{f}" for f in group) for group in UPDATE_GROUPS.values()]  # for updates
     if manifest.get("kg"):
         required |= {f"{KG}/entities.json", f"{KG}/relations.json", f"{KG}/incidence.indptr.npy", f"{KG}/incidence.indices.npy",
                      f"{KG}/entity_embeddings.npy", f"{KG}/text_embeddings.npy"}

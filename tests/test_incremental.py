@@ -24,7 +24,7 @@ from spectrag.graph.fuse import signal_matrix
 from spectrag.graph.signals import semantic_edges
 from spectrag import add_documents
 from spectrag.index.chunk import chunk_document
-from spectrag.incremental import semantic_update, warm_start
+
 from spectrag.index.lexical import BM25Index
 from spectrag.index.load import iter_documents
 from spectrag.store import MANIFEST

@@ -1,0 +1,93 @@
+"""The index's history in its manifest: one entry per build, add, delete, update and compact
+(``history``), and the state since the last full build (``incremental``): operations, chunks
+changed, and whether the spectrum is exact (Lanczos to ``graph.lanczos_tol``) or warm-started
+(:mod:`spectrag.graph.warm`). ``spectrag info`` prints both (:func:`history_lines`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+OPERATIONS = ("build", "add", "delete", "update", "compact")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def history(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's history; an index written before it was kept gets its build (and the
+    adds it lists under ``additions``) reconstructed."""
+    if isinstance(manifest.get("history"), list):
+        return list(manifest["history"])
+    additions = manifest.get("additions") or []
+    counts = manifest["counts"]
+    added_docs = sum(int(a.get("documents", 0)) for a in additions)
+    added_chunks = sum(int(a.get("chunks", 0)) for a in additions)
+    out = [{"op": "build", "date": manifest.get("created", ""), "documents": counts["documents"] - added_docs,
+            "chunks": counts["chunks"] - added_chunks, "source": manifest["source"].get("path", "")}]
+    out += [{"op": "add", "date": a.get("created", ""), "documents": int(a.get("documents", 0)),
+             "chunks": int(a.get("chunks", 0)), "source": a.get("path", "")} for a in additions]
+    return out
+
+
+def spectrum_state(manifest: dict[str, Any]) -> str:
+    """``exact`` or ``warm-started`` (the current coordinates), ``none`` without a graph."""
+    graph = manifest.get("graph") or {}
+    if not graph:
+        return "none"
+    return "warm-started" if (graph.get("spectrum") or {}).get("method") == "warm block Rayleigh-Ritz" else "exact"
+
+
+def record(manifest: dict[str, Any], entry: dict[str, Any], *, full: bool) -> dict[str, Any]:
+    """``manifest`` with ``entry`` appended to its history and the ``incremental`` state moved
+    on (reset by a full recomputation: ``full``)."""
+    entries = history(manifest) + [entry]
+    state = manifest.get("incremental") or {"since": history(manifest)[0]["date"], "operations": 0, "changed_chunks": 0}
+    if full:
+        state = {"since": entry["date"], "operations": 0, "changed_chunks": 0}
+    else:
+        state = {**state, "operations": state["operations"] + 1,
+                 "changed_chunks": state["changed_chunks"] + entry.get("chunks_added", 0) + entry.get("chunks_removed", 0)}
+    out = {k: v for k, v in manifest.items() if k != "additions"}
+    out.update(history=entries, incremental={**state, "spectrum": spectrum_state(manifest)})
+    return out
+
+
+def history_lines(manifest: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(label, text)`` rows for ``spectrag info``: each history entry and the state."""
+    rows = []
+    for e in history(manifest):
+        what = {"build": lambda: f"{e.get('documents', 0):,} documents, {e.get('chunks', 0):,} chunks",
+                "compact": lambda: f"{e.get('chunks', 0):,} chunks recomputed from scratch"}.get(
+            e["op"], lambda: _change(e))()
+        rows.append((e["op"], f"{e.get('date', '')}  {what}"))
+    state = manifest.get("incremental")
+    if manifest.get("graph"):
+        spectrum = spectrum_state(manifest)
+        sp = manifest["graph"].get("spectrum") or {}
+        if not state or not state.get("operations"):
+            rows.append(("graph state", f"as built (spectrum {spectrum})"))
+        else:
+            rows.append(("graph state", f"{state['operations']} incremental operation(s) since the full build of "
+                                        f"{state['since']} ({state['changed_chunks']:,} chunks changed); spectrum "
+                                        f"{spectrum} (max residual {sp.get('max_residual', 0):.1e}); "
+                                        "`spectrag compact` recomputes it from scratch"))
+    return rows
+
+
+def _change(e: dict[str, Any]) -> str:
+    parts = []
+    if e.get("documents_added"):
+        parts.append(f"+{e['documents_added']:,} documents (+{e.get('chunks_added', 0):,} chunks)")
+    if e.get("documents_removed"):
+        parts.append(f"-{e['documents_removed']:,} documents (-{e.get('chunks_removed', 0):,} chunks)")
+    if e.get("documents_replaced"):
+        parts.append(f"{e['documents_replaced']:,} replaced")
+    if e.get("documents_unchanged"):
+        parts.append(f"{e['documents_unchanged']:,} unchanged")
+    if e["op"] == "add" and "documents" in e and not parts:  # a reconstructed add
+        parts.append(f"+{e['documents']:,} documents (+{e.get('chunks', 0):,} chunks)")
+    if e.get("compacted"):
+        parts.append("then compacted")
+    return ", ".join(parts) or "no change"
