@@ -54,25 +54,30 @@ def record(manifest: dict[str, Any], entry: dict[str, Any], *, full: bool) -> di
     return out
 
 
-def history_lines(manifest: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(label, text)`` rows for ``spectrag info``: each history entry and the state."""
+def history_lines(entries: list[dict[str, Any]], state: dict[str, Any] | None,
+                  graph: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """``(label, text)`` rows for ``spectrag info``: each :func:`history` entry, then the state
+    since the last full build (``state``: the manifest's ``incremental``; ``graph``: its graph
+    entry, for the spectrum)."""
     rows = []
-    for e in history(manifest):
-        what = {"build": lambda: f"{e.get('documents', 0):,} documents, {e.get('chunks', 0):,} chunks",
-                "compact": lambda: f"{e.get('chunks', 0):,} chunks recomputed from scratch"}.get(
-            e["op"], lambda: _change(e))()
-        rows.append((e["op"], f"{e.get('date', '')}  {what}"))
-    state = manifest.get("incremental")
-    if manifest.get("graph"):
-        spectrum = spectrum_state(manifest)
-        sp = manifest["graph"].get("spectrum") or {}
-        if not state or not state.get("operations"):
-            rows.append(("graph state", f"as built (spectrum {spectrum})"))
+    for e in entries:
+        if e["op"] == "build":
+            what = f"{e.get('documents', 0):,} documents, {e.get('chunks', 0):,} chunks"
+        elif e["op"] == "compact":
+            what = f"{e.get('chunks', 0):,} chunks: graph, spectrum and knowledge graph recomputed from scratch"
         else:
-            rows.append(("graph state", f"{state['operations']} incremental operation(s) since the full build of "
-                                        f"{state['since']} ({state['changed_chunks']:,} chunks changed); spectrum "
-                                        f"{spectrum} (max residual {sp.get('max_residual', 0):.1e}); "
-                                        "`spectrag compact` recomputes it from scratch"))
+            what = _change(e)
+        rows.append((e["op"], f"{e.get('date', '')}  {what}"))
+    if graph:
+        sp = graph.get("spectrum") or {}
+        spectrum = spectrum_state({"graph": graph})
+        residual = f"max residual {sp.get('max_residual', 0):.1e}"
+        if not state or not state.get("operations"):
+            rows.append(("since full build", f"no edit; spectrum {spectrum} ({residual})"))
+        else:
+            rows.append(("since full build", f"{state['operations']} edit(s) since {state['since']}, "
+                                             f"{state['changed_chunks']:,} chunks changed; spectrum {spectrum} "
+                                             f"({residual}); `spectrag compact` recomputes the graph from scratch"))
     return rows
 
 
