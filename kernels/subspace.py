@@ -6,8 +6,8 @@ from a block that already nearly spans them (e.g. an earlier graph's eigenvector
 .. math::
     \\mathcal{K} = \\operatorname{span}[\\,X,\\ AX,\\ \\dots,\\ A^{s} X\\,], \\qquad X \\in \\mathbb{R}^{n \\times b},
 
-built block by block with full re-orthogonalization (classical Gram--Schmidt twice, then a
-QR of the block), restarted from the ``b`` lowest Ritz vectors until the ``k`` wanted ones
+built block by block with full re-orthogonalization (classical Gram--Schmidt and a Cholesky
+QR of the block, twice), restarted from the ``b`` lowest Ritz vectors until the ``k`` wanted ones
 have residuals :math:`\\|A x_i - \\theta_i x_i\\|_2 \\le` ``tol`` or ``max_iter`` restarts are
 spent. Each restart costs ``(s + 1) b`` operator applications (as ``s + 1`` block products,
 which a sparse matrix serves faster than single vectors) and ``O(n (s + 1)^2 b^2)`` for the
@@ -51,12 +51,22 @@ class SubspaceResult:
     n_matvec: int
 
 
+def _cholesky_qr(block: Tensor) -> Tensor:
+    """The Q of ``block [n, b]`` by Cholesky QR (a b x b Gram matrix: 3x faster than Householder
+    QR on tall blocks); Householder QR where the Gram matrix is not positive definite."""
+    factor, info = torch.linalg.cholesky_ex(block.T @ block)
+    if int(info) != 0:
+        return torch.linalg.qr(block)[0]
+    return torch.linalg.solve_triangular(factor, block.T, upper=False).T
+
+
 def _orthonormalize(basis: Tensor | None, block: Tensor) -> Tensor:
-    """``block`` made orthonormal and orthogonal to the orthonormal ``basis`` ``[n, p]``."""
+    """``block`` made orthonormal and orthogonal to the orthonormal ``basis`` ``[n, p]``
+    (projection and Cholesky QR, twice: CholeskyQR2's accuracy)."""
     for _ in range(2):
         if basis is not None:
             block = block - basis @ (basis.T @ block)
-        block, _ = torch.linalg.qr(block)
+        block = _cholesky_qr(block)
     return block
 
 

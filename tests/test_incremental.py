@@ -263,3 +263,167 @@ def test_nested_title_drops_an_old_citation_edge(edited):
     assert cit[min(src, target), max(src, target)] == 0
     harbour = [i for i, c in enumerate(after_add.chunks) if c.doc_id == "doc119"]
     assert harbour and cit[min(src, harbour[0]), max(src, harbour[0])] == 1
+
+
+# ---------------------------------------------------------------------- bad input, no write
+
+
+@pytest.fixture
+def base_copy(edited, tmp_path) -> Path:
+    """A copy of the index right after the add (120 documents)."""
+    shutil.copytree(edited[2] / "after-add", tmp_path / "idx")
+    return tmp_path / "idx"
+
+
+def snapshot(path: Path) -> dict:
+    return {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+def test_unknown_ids_and_empty_results_write_nothing(base_copy, tmp_path):
+    before = snapshot(base_copy)
+    with pytest.raises(CorpusError, match=r"2 of 3 document id\(s\) to delete are not in the index \('nope', 'doc999'\)"):
+        delete_documents(base_copy, ["doc005", "nope", "doc999"])
+    with pytest.raises(CorpusError, match="no document id to delete"):
+        delete_documents(base_copy, [])
+    everything = sorted({c.doc_id for c in load_index(base_copy).chunks})
+    with pytest.raises(CorpusError, match="would leave the index without chunks"):
+        delete_documents(base_copy, everything)
+    assert snapshot(base_copy) == before
+    assert sorted(p.name for p in base_copy.parent.iterdir()) == [".idx.lock", "idx"]
+
+
+def test_an_update_without_changes_writes_nothing(base_copy, tmp_path):
+    before = snapshot(base_copy)
+    same = write_jsonl(tmp_path / "same.jsonl", synthetic_docs(120)[40:44])
+    index = update_documents(base_copy, same, embeddings=chunk_vectors(same, SYNTH_CONFIG))
+    assert index.report.documents_unchanged == 4 and index.report.documents == 0
+    assert snapshot(base_copy) == before
+
+
+def test_add_clash_and_supplied_embeddings(base_copy, edited, tmp_path):
+    root = edited[2]
+    with pytest.raises(CorpusError, match=r"document id 'doc000' is already in the index .*\(90 of 90 ids clash\)"):
+        add_supplied(base_copy, root / "old.jsonl")
+    with pytest.raises(SpectragError, match=r"pass embeddings \(float32 \[\d+, 32\]\)"):
+        update_documents(base_copy, root / "update.jsonl")
+    with pytest.raises(CorpusError, match=r"embeddings has 3 rows, expected one per chunk"):
+        update_documents(base_copy, root / "update.jsonl", embeddings=np.zeros((3, DIM), np.float32))
+    empty = write_jsonl(tmp_path / "empty.jsonl", [{"id": "x1", "text": "  "}])
+    with pytest.raises(CorpusError, match="document 'x1' is empty"):
+        add_documents(base_copy, empty, embeddings=np.zeros((0, DIM), np.float32))
+
+
+def test_missing_and_corrupt_index(base_copy, edited, tmp_path):
+    with pytest.raises(IndexFormatError, match="no such index folder"):
+        delete_documents(tmp_path / "nothing", ["doc001"])
+    data = bytearray((base_copy / "chunks.jsonl").read_bytes())
+    data[10] ^= 1
+    (base_copy / "chunks.jsonl").write_bytes(bytes(data))
+    with pytest.raises(IndexFormatError, match="chunks.jsonl is corrupt"):
+        delete_documents(base_copy, ["doc001"])
+
+
+# ----------------------------------------------------- failures at each step, kills, concurrency
+
+STEPS = {  # where an edit can fail: (module, attribute)
+    "bm25": ("spectrag.index.lexical", "BM25Index.save"),
+    "embeddings": ("spectrag.incremental.edit", "new_vectors"),
+    "kNN lists": ("spectrag.graph.update", "update_lists"),
+    "entity rows": ("spectrag.graph.update", "update_entity_signal"),
+    "spectrum": ("spectrag.graph.update", "warm_spectrum"),
+    "chunk table": ("spectrag.incremental.edit", "write_edited_chunks"),
+    "graph files": ("spectrag.incremental.edit", "save_graph"),
+    "manifest": ("spectrag.incremental.edit", "write_manifest"),
+}
+
+
+@pytest.mark.parametrize("operation", ["delete", "update"])
+@pytest.mark.parametrize("step", list(STEPS))
+def test_a_failure_at_any_step_leaves_the_old_index(base_copy, edited, monkeypatch, operation, step):
+    import importlib
+
+    before = snapshot(base_copy)
+    module, name = STEPS[step]
+    target = importlib.import_module(module)
+    owner, attr = (getattr(target, name.split(".")[0]), name.split(".")[1]) if "." in name else (target, name)
+
+    def explode(*args, **kwargs):
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(owner, attr, explode)
+    with pytest.raises(OSError, match="no space"):
+        if operation == "delete":
+            delete_documents(base_copy, ["doc004", "doc100"], compact_above=None)
+        else:
+            update = edited[2] / "update.jsonl"
+            update_documents(base_copy, update, embeddings=chunk_vectors(update, SYNTH_CONFIG), compact_above=None)
+    assert snapshot(base_copy) == before
+    assert sorted(p.name for p in base_copy.parent.iterdir()) == [".idx.lock", "idx"]  # no temporary folder left
+
+
+WORKER = """
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[4])
+from test_incremental import SYNTH_CONFIG, chunk_vectors
+from spectrag import add_documents, delete_documents
+mode, index, arg = sys.argv[1], sys.argv[2], sys.argv[3]
+if mode == "delete":
+    delete_documents(index, arg.split(","), compact_above=None)
+else:
+    add_documents(index, arg, embeddings=chunk_vectors(arg, SYNTH_CONFIG), compact_above=None)
+"""
+
+
+def _worker(mode: str, index: Path, arg: str, kill: str | None = None):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("SPECTRAG_KILL_AT", None)
+    if kill:
+        env["SPECTRAG_KILL_AT"] = kill
+    return subprocess.Popen([sys.executable, "-c", WORKER, mode, str(index), arg, str(Path(__file__).parent)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_kill_during_the_swap_leaves_the_old_or_the_new_index(base_copy, tmp_path):
+    """A delete killed (as kill -9) after writing, after syncing and between the renames of the
+    fallback swap: the path loads, as the old or the new version."""
+    n_docs = len({c.doc_id for c in load_index(base_copy).chunks})
+    runs = []
+    for i, point in enumerate(["swap:written", "swap:synced", "swap:exchanged"]):
+        target = tmp_path / f"k{i}" / "idx"
+        target.parent.mkdir()
+        shutil.copytree(base_copy, target)
+        runs.append((point, target, _worker("delete", target, "doc004,doc005", kill=point)))
+    for point, target, proc in runs:
+        assert proc.wait(timeout=600) == 137, (point, proc.stderr.read())
+        documents = load_index(target, verify=True).manifest["counts"]["documents"]
+        assert documents in (n_docs, n_docs - 2), (point, documents)
+
+
+def test_concurrent_writers_run_one_after_the_other(base_copy, edited):
+    """A delete and an add started together both succeed (the second waits for the lock) and
+    the index holds the effect of both."""
+    extra = write_jsonl(edited[2] / "extra.jsonl", synthetic_docs(130, seed=9)[125:128])
+    procs = [_worker("delete", base_copy, "doc004,doc005"), _worker("add", base_copy, str(extra))]
+    for proc in procs:
+        assert proc.wait(timeout=600) == 0, proc.stderr.read()
+    ids = {c.doc_id for c in load_index(base_copy).chunks}
+    assert "doc004" not in ids and "doc005" not in ids and {"doc125", "doc126", "doc127"} <= ids
+    assert [e["op"] for e in load_index(base_copy).manifest["history"]][-2:] in (["delete", "add"], ["add", "delete"])
+
+
+def test_past_the_threshold_an_edit_compacts(base_copy, edited, tmp_path):
+    """compact_above: an edit that brings the changed chunks past the share recomputes the graph
+    from scratch (its spectrum by Lanczos), and says so."""
+    index = delete_documents(base_copy, ["doc004"], compact_above=0.001)
+    assert index.report.compacted and index.manifest["history"][-1]["compacted"]
+    assert index.manifest["graph"]["spectrum"]["method"] == "lanczos"
+    assert index.manifest["incremental"]["operations"] == 0
+    records = {d["id"]: d for d in synthetic_docs(120)}
+    fresh = fresh_build_of(index, records, tmp_path, "fresh")
+    for name in fresh.manifest["files"]:
+        assert file_hash(index, name) == file_hash(fresh, name), name

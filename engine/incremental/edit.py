@@ -29,7 +29,16 @@ from spectrag.index.dense import DenseIndex, load_faiss
 from spectrag.index.lexical import BM25Index
 from spectrag.kg.build import build_kg
 from spectrag.kg.store import save_kg
-from spectrag.store import CHUNKS, EMBEDDINGS, MANIFEST, Index, atomic_directory, load_index, write_manifest
+from spectrag.store import (
+    CHUNKS,
+    EMBEDDINGS,
+    MANIFEST,
+    Index,
+    atomic_directory,
+    load_index,
+    read_manifest,
+    write_manifest,
+)
 from spectrag.types import Chunk
 
 #: an edit that brings the chunks changed since the last full build (added + removed) above this
@@ -189,7 +198,7 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
         stage("write")
     path = old.path
     del old
-    index = load_index(path, verify=False)
+    index = Index(path, read_manifest(path, verify=False), chunks=chunks)  # the table just written, not parsed again
     index.report = report
     return index
 
