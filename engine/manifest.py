@@ -93,8 +93,11 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
     for key in ("seconds", "cpu_seconds"):  # stage -> seconds, printed by `spectrag info`
         if key in manifest and not all(_number(v) for v in manifest[key].values()):
             raise IndexFormatError(f"{where}: manifest field {key!r} must map stages to numbers")
-    if "additions" in manifest and not isinstance(manifest["additions"], list):
-        raise IndexFormatError(f"{where}: manifest field 'additions' must be a list")
+    for key in ("additions", "history"):  # read by `spectrag info` and the next edit
+        if key in manifest and not (isinstance(manifest[key], list) and all(isinstance(e, dict) for e in manifest[key])):
+            raise IndexFormatError(f"{where}: manifest field {key!r} must be a list of tables")
+    if "history" in manifest and not all(isinstance(e.get("op"), str) for e in manifest["history"]):
+        raise IndexFormatError(f"{where}: every entry of the manifest's 'history' needs an 'op' string")
     if manifest.get("graph"):
         _check_graph_entry(manifest["graph"], counts["chunks"], f"{where} (graph)")
     if manifest.get("kg"):

@@ -181,7 +181,7 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
              "documents_replaced": report.documents_replaced, "documents_unchanged": report.documents_unchanged,
              "spectrum": (manifest.get("graph") or {}).get("spectrum", {}).get("method"), "compacted": report.compacted,
              "seconds": round(sum(report.seconds.values()), 3)}
-    manifest = record(manifest, entry, full=exact)
+    manifest = record(old.manifest, manifest, entry, full=exact)
     with atomic_directory(old.path, overwrite=True) as tmp:
         np.save(tmp / EMBEDDINGS, vectors)
         load_faiss().write_index(dense, str(tmp / DenseIndex.FILE))

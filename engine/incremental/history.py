@@ -39,18 +39,19 @@ def spectrum_state(manifest: dict[str, Any]) -> str:
     return "warm-started" if (graph.get("spectrum") or {}).get("method") == "warm block Rayleigh-Ritz" else "exact"
 
 
-def record(manifest: dict[str, Any], entry: dict[str, Any], *, full: bool) -> dict[str, Any]:
-    """``manifest`` with ``entry`` appended to its history and the ``incremental`` state moved
-    on (reset by a full recomputation: ``full``)."""
-    entries = history(manifest) + [entry]
-    state = manifest.get("incremental") or {"since": history(manifest)[0]["date"], "operations": 0, "changed_chunks": 0}
+def record(old: dict[str, Any], new: dict[str, Any], entry: dict[str, Any], *, full: bool) -> dict[str, Any]:
+    """``new`` (the edited index's manifest) with the history of ``old`` (the manifest it
+    replaces) plus ``entry``, and the ``incremental`` state moved on (reset by a full
+    recomputation: ``full``)."""
+    entries = history(old)
+    state = old.get("incremental") or {"since": entries[0]["date"], "operations": 0, "changed_chunks": 0}
     if full:
         state = {"since": entry["date"], "operations": 0, "changed_chunks": 0}
     else:
         state = {**state, "operations": state["operations"] + 1,
                  "changed_chunks": state["changed_chunks"] + entry.get("chunks_added", 0) + entry.get("chunks_removed", 0)}
-    out = {k: v for k, v in manifest.items() if k != "additions"}
-    out.update(history=entries, incremental={**state, "spectrum": spectrum_state(manifest)})
+    out = {k: v for k, v in new.items() if k != "additions"}
+    out.update(history=[*entries, entry], incremental={**state, "spectrum": spectrum_state(new)})
     return out
 
 
