@@ -28,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spectrag.graph.signals import KNN_MARGIN, coo, knn_index, top_k_per_row
-from spectrag.index.dense import exact_search, rescore
+from spectrag.index.dense import TIE_TOL, exact_search, rescore
 
 #: neighbours kept per row beyond ``k``, for removals to consume before a row needs a search
 KNN_RESERVE = 8
@@ -144,18 +144,19 @@ def update_lists(old: NeighbourLists, remap: np.ndarray, vectors: np.ndarray, in
     cut = np.zeros(n_keep, dtype=bool)  # the merge dropped entries it could not vouch for
     if n > n_keep and n_keep:  # merge each old row's nearest new chunks
         new_index = knn_index(vectors[n_keep:], "exact", tile=tile)
-        cand, _ = search_lists(new_index, vectors, np.arange(n_keep), width, min_cos=min_cos, offset=n_keep, tile=tile)
-        both = np.concatenate([ids, cand], axis=1)
-        exact, merged = rescore(vectors, vectors[:n_keep], both, both.shape[1])  # float64, sorted
+        rows = _near_new(new_index, vectors[:n_keep], scores, length, width, min_cos, tile)
+        cand, _ = search_lists(new_index, vectors, rows, width, min_cos=min_cos, offset=n_keep, tile=tile)
+        both = np.concatenate([ids[rows], cand], axis=1)
+        exact, merged = rescore(vectors, vectors[rows], both, both.shape[1])  # float64, sorted
         # below the larger of the two lists' last scores a chunk of either side may be missing; a
         # new-side list shorter than ``width`` holds every new chunk above the cosine floor
-        floor = np.maximum(_score_of(exact, merged, _last(ids)),
+        floor = np.maximum(_score_of(exact, merged, _last(ids[rows])),
                            np.where((cand >= 0).sum(axis=1) == width, _score_of(exact, merged, _last(cand)), -np.inf))
         w = exact.astype(np.float32)
         above = (merged >= 0) & (w > max(min_cos, 0.0))
         valid = above & (exact >= floor[:, None])
-        cut = (above & ~valid).any(axis=1)
-        ids, scores = _left(merged, np.minimum(w, 1.0), valid, width)
+        cut[rows] = (above & ~valid).any(axis=1)
+        ids[rows], scores[rows] = _left(merged, np.minimum(w, 1.0), valid, width)
         length = (ids >= 0).sum(axis=1)
     redo = np.flatnonzero((length < min(k, n - 1)) & (lost | cut))
     if redo.size:
@@ -163,6 +164,20 @@ def update_lists(old: NeighbourLists, remap: np.ndarray, vectors: np.ndarray, in
     new_rows = np.arange(n_keep, n)
     new_ids, new_scores = search_lists(index, vectors, new_rows, width, min_cos=min_cos, tile=tile)
     return NeighbourLists(np.vstack([ids, new_ids]), np.vstack([scores, new_scores])), int(redo.size)
+
+
+def _near_new(new_index, queries: np.ndarray, scores: np.ndarray, length: np.ndarray, width: int, min_cos: float,
+              tile: int) -> np.ndarray:
+    """The old rows a new chunk may enter: whose best new chunk (a plain FAISS search) scores
+    within :data:`~spectrag.index.dense.TIE_TOL` of their last entry or above it, or whose list
+    has room and a new chunk above the cosine floor. The others keep their lists as they are,
+    which saves re-scoring every row in float64."""
+    best = np.empty(len(queries), dtype=np.float32)
+    for lo in range(0, len(queries), tile):
+        best[lo : lo + tile] = new_index.search(np.ascontiguousarray(queries[lo : lo + tile], dtype=np.float32), 1)[0][:, 0]
+    last = scores[np.arange(len(scores)), np.maximum(length - 1, 0)]
+    room = length < width
+    return np.flatnonzero((best > max(min_cos, 0.0) - TIE_TOL) & (room | (best >= last - TIE_TOL)))
 
 
 def _last(ids: np.ndarray) -> np.ndarray:

@@ -7,7 +7,8 @@ random columns, and as many supported on the new chunks, so that low modes the o
 lacks (a new topic, a new component) can enter.
 
 **Solve.** :func:`spectrag.kernels.subspace.subspace_eigsh` on the deflated Laplacian
-(:mod:`spectrag.graph.spectrum`): Rayleigh--Ritz on ``[X, L'X]``, restarted at most
+(:mod:`spectrag.graph.spectrum`): Rayleigh--Ritz on the start block ``X``, then, if that is not
+enough, on ``[X, L'X]``, restarted at most
 :data:`MAX_ITER` times, until every eigen-residual ``||L x_i - theta_i x_i||_2 <=``
 :data:`WARM_TOL`. That is a backward error: the coordinates are the exact eigenvectors of a
 Laplacian within ``WARM_TOL`` (spectral norm) of the current one (``||L|| <= 2``), closer than a
@@ -36,8 +37,10 @@ WARM_TOL = 2e-2
 MAX_ITER = 3
 #: random guard columns of the start block (and as many on the new chunks, when there are any)
 GUARD = 8
-#: k-means iterations from the previous centroids (a cold start runs 50)
+#: k-means iterations from the previous centroids when the cluster count changes (a cold start runs 50)
 KMEANS_ITER = 10
+#: the share by which the cluster count may differ from the build's before k-means runs again
+KEEP_CLUSTERS = 0.05
 
 
 def extend_rows(weights: sp.csr_matrix, previous: np.ndarray) -> np.ndarray:
@@ -77,7 +80,9 @@ def warm_spectrum(weights: sp.csr_matrix, previous: np.ndarray, previous_labels:
     if m == 0 or m_eff != m:  # the dimension changes (a tiny graph): solve from scratch
         return None
     x0 = torch.from_numpy(start_block(weights, previous, seed=config.seed)).to(work)
-    result = subspace_eigsh(matvec, x0, m, tol=WARM_TOL, max_iter=MAX_ITER, depth=1)
+    result = subspace_eigsh(matvec, x0, m, tol=WARM_TOL, max_iter=1, depth=0)  # Rayleigh-Ritz on the block alone
+    if not result.converged:
+        result = subspace_eigsh(matvec, x0, m, tol=WARM_TOL, max_iter=MAX_ITER, depth=1)
     if not result.converged:
         return None
     solved = time.perf_counter() - tick
@@ -102,10 +107,14 @@ def cluster_count(n: int, config: GraphConfig) -> int:
 
 
 def warm_kmeans(coords: np.ndarray, previous_labels: np.ndarray, config: GraphConfig) -> tuple[np.ndarray, int]:
-    """k-means labels ``[n]`` of the row-normalized ``coords [n, m]`` (Ng-Jordan-Weiss, as the
-    build clusters), started from the centroids of the previous clusters of the first
-    ``len(previous_labels)`` nodes: :data:`KMEANS_ITER` Lloyd iterations. Clusters left empty,
-    or wanted beyond the previous count, start at random nodes; surplus ones are the smallest."""
+    """Cluster labels ``[n]`` of the row-normalized ``coords [n, m]`` (Ng-Jordan-Weiss, as the
+    build clusters) given the previous labels of the first ``len(previous_labels)`` nodes: while
+    there are about as many clusters as the build makes for ``n`` nodes, the kept nodes keep
+    their clusters and each new node joins the nearest centroid (a small edit moves the clusters
+    little; ``spectrag compact`` runs k-means again); when the count is more than
+    :data:`KEEP_CLUSTERS` away from the build's count for ``n`` nodes, :data:`KMEANS_ITER`
+    Lloyd iterations start from the previous centroids (clusters left empty, or wanted beyond the
+    previous count, start at random nodes; surplus ones are the smallest)."""
     n = coords.shape[0]
     k = cluster_count(n, config)
     points = coords / np.maximum(np.linalg.norm(coords, axis=1, keepdims=True), 1e-12)
@@ -117,6 +126,15 @@ def warm_kmeans(coords: np.ndarray, previous_labels: np.ndarray, config: GraphCo
     sums = np.zeros((len(sizes), points.shape[1]), dtype=np.float64)
     np.add.at(sums, prev, points[: len(prev)])
     alive = np.flatnonzero(sizes > 0)
+    if abs(len(alive) - k) <= KEEP_CLUSTERS * k:  # about the build's count: keep the clusters
+        centroids = np.ascontiguousarray(sums[alive] / sizes[alive, None], dtype=np.float32)
+        labels = np.empty(n, dtype=np.int32)
+        labels[: len(prev)] = np.searchsorted(alive, prev)  # numbered 0 .. len(alive) - 1
+        if n > len(prev):
+            index = load_faiss().IndexFlatL2(points.shape[1])
+            index.add(centroids)
+            labels[len(prev):] = index.search(points[len(prev):], 1)[1][:, 0]
+        return labels, len(alive)
     alive = alive[np.argsort(-sizes[alive], kind="stable")][:k]  # the largest first
     centroids = sums[alive] / sizes[alive, None]
     if len(centroids) < k:

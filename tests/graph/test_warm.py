@@ -68,7 +68,7 @@ def test_warm_pairs_are_within_the_stated_tolerance_of_eigsh(remove, add):
     gap = next_value - theta.max()
     assert gap > 0.1
     assert np.linalg.norm(q @ q.T - vectors @ vectors.T, 2) <= np.linalg.norm(residuals) / gap + 1e-4
-    assert len(np.unique(spectrum.clusters)) <= cluster_count(weights.shape[0], config)
+    assert abs(len(np.unique(spectrum.clusters)) - cluster_count(weights.shape[0], config)) <= 1
     assert spectrum.clusters.shape == (weights.shape[0],)
 
 
