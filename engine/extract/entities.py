@@ -287,7 +287,8 @@ def _extract_one(text: str, out: set[str]) -> None:
 
 
 def extract_entities(
-    texts: Sequence[str], titles: Sequence[str] | None = None, *, workers: int = 0
+    texts: Sequence[str], titles: Sequence[str] | None = None, *, workers: int = 0,
+    matcher: TitleMatcher | None = None,
 ) -> list[list[str]]:
     """Sorted unique normalized entity keys of each text (rules in the module docstring); with
     ``titles``, the corpus titles each text mentions are added. Shapes: ``[T]`` -> ``[T][*]``.
@@ -296,7 +297,8 @@ def extract_entities(
     texts are split into contiguous blocks (:func:`spectrag.util.pool.map_blocks`), so the result
     does not depend on it.
     """
-    matcher = TitleMatcher(titles) if titles else None
+    if matcher is None:  # (a caller that extracts several times passes one built of ``titles``)
+        matcher = TitleMatcher(titles) if titles else None
     keys = [normalize_entity(t) for t in titles] if titles else []
 
     def block(lo: int, hi: int) -> list[list[str]]:

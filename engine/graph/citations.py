@@ -147,14 +147,24 @@ def _expand(src: list[int], dst_doc: list[int], kinds: list[int], ptr: np.ndarra
     return np.repeat(src_a, counts), targets[first + offsets], np.repeat(kind_a, counts)
 
 
+def document_titles(chunks: Sequence[Chunk]) -> list[str]:
+    """Each document's title, documents in order of their first chunk (the title list
+    :func:`citation_edges` matches)."""
+    first: dict[str, str] = {}
+    for c in chunks:
+        first.setdefault(c.doc_id, c.title)
+    return list(first.values())
+
+
 def citation_edges(chunks: Sequence[Chunk], *, max_targets_per_doc: int = 4, title_mentions: bool = True,
-                   sources: np.ndarray | None = None) -> CitationEdges:
+                   sources: np.ndarray | None = None, matcher: TitleMatcher | None = None) -> CitationEdges:
     """Link / footnote / url / title-mention edges between chunks (see the module docstring).
 
     Chunks of one document are recognised by their ``doc_id``; a document's "first" chunks are
     its first ones in the order given. ``sources``: only the edges from these chunks (indices;
-    an index update recomputes the chunks an edit touches), every chunk still a target.
-    Shapes: ``[n]`` chunks -> edge arrays ``[E]``.
+    an index update recomputes the chunks an edit touches), every chunk still a target;
+    ``matcher``: a :class:`TitleMatcher` of :func:`document_titles` of ``chunks`` (built once by
+    a caller that needs it again). Shapes: ``[n]`` chunks -> edge arrays ``[E]``.
     """
     if max_targets_per_doc < 1:
         raise ValueError(f"max_targets_per_doc must be >= 1, got {max_targets_per_doc}")
@@ -234,7 +244,7 @@ def citation_edges(chunks: Sequence[Chunk], *, max_targets_per_doc: int = 4, tit
 
     if title_mentions and n:
         own_keys = [title_key(t) for t in titles]
-        matcher = TitleMatcher(titles)
+        matcher = matcher if matcher is not None else TitleMatcher(titles)
         scanned = np.flatnonzero(scan)
         for i, found in zip(scanned.tolist(), matcher.find([chunks[i].text for i in scanned.tolist()])):
             if not found:

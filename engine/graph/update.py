@@ -34,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spectrag.config import GraphConfig
+from spectrag.extract.entities import extract_entities
 from spectrag.extract.titles import TitleMatcher
 from spectrag.graph import signals as sig
 from spectrag.graph.build import (
@@ -45,7 +46,7 @@ from spectrag.graph.build import (
     entity_signal,
     spectrum_of,
 )
-from spectrag.graph.citations import CitationEdges, _url_key, citation_edges
+from spectrag.graph.citations import CitationEdges, _url_key, citation_edges, document_titles
 from spectrag.graph.entity_update import update_entity_signal
 from spectrag.graph.fuse import signal_matrix
 from spectrag.graph.lists import lists_from_signal, lists_signal, update_lists
@@ -142,9 +143,10 @@ def citation_sources(chunks: Sequence[Chunk], edit: GraphEdit, old: CitationEdge
 
 
 def update_citations(chunks: Sequence[Chunk], edit: GraphEdit, old: CitationEdges, sources: np.ndarray,
-                     config: GraphConfig) -> CitationEdges:
+                     config: GraphConfig, matcher: TitleMatcher | None = None) -> CitationEdges:
     """The directed citations of ``chunks``: the stored ones of the chunks not in ``sources``
-    (renumbered, those into removed chunks dropped) and the recomputed ones of ``sources``."""
+    (renumbered, those into removed chunks dropped) and the recomputed ones of ``sources``
+    (``matcher``: a title matcher of :func:`~spectrag.graph.citations.document_titles`)."""
     remap = np.asarray(edit.remap, dtype=np.int64)
     n = len(chunks)
     r, c = remap[np.asarray(old.rows, dtype=np.int64)], remap[np.asarray(old.cols, dtype=np.int64)]
@@ -153,7 +155,7 @@ def update_citations(chunks: Sequence[Chunk], edit: GraphEdit, old: CitationEdge
     ok = (r >= 0) & (c >= 0)
     ok[ok] = ~is_source[r[ok]]
     fresh = citation_edges(list(chunks), max_targets_per_doc=config.citation_max_targets,
-                           title_mentions=config.title_mentions, sources=sources)
+                           title_mentions=config.title_mentions, sources=sources, matcher=matcher)
     rows = np.concatenate([r[ok], fresh.rows])
     cols = np.concatenate([c[ok], fresh.cols])
     kind = np.concatenate([np.asarray(old.kind)[ok], fresh.kind])
@@ -191,7 +193,8 @@ def update_graph(
     remap = np.asarray(edit.remap, dtype=np.int64)
     n, n_keep = len(chunks), edit.n_keep
     new = chunks[n_keep:]
-    titles = sorted({c.title for c in chunks if c.title})
+    titles = document_titles(chunks)
+    matcher = TitleMatcher(titles)  # one automaton for the extractor and the citations
     changed_titles = [t for _, t, _ in edit.removed_docs + edit.added_docs if t]
     retitled = title_mentions(chunks, np.arange(n_keep), bm25, changed_titles)  # entities and citations read titles
     facts: dict[str, Any] = {"extracted_again": int(len(retitled))}
@@ -211,7 +214,10 @@ def update_graph(
     def entity():
         if "entity" not in stored:  # an index written before entity keys were stored: all rows
             return entity_signal(chunks, config)
-        extract = lambda part: _entities(part, config, titles=titles)[0]  # noqa: E731
+        if config.entities_file:
+            extract = lambda part: _entities(part, config)[0]  # noqa: E731
+        else:
+            extract = lambda part: extract_entities([c.text for c in part], titles, matcher=matcher)  # noqa: E731
         signal, counts, lists = update_entity_signal(chunks, remap, stored["entity"], old_graph["signals"]["entity"],
                                                      retitled, config, extract)
         return signal, {"source": config.entities_file or "built-in extractor", **counts}, lists
@@ -220,7 +226,7 @@ def update_graph(
         if "citation" not in stored:
             return citation_signal(chunks, config)
         sources = citation_sources(chunks, edit, stored["citation"], retitled)
-        edges = update_citations(chunks, edit, stored["citation"], sources, config)
+        edges = update_citations(chunks, edit, stored["citation"], sources, config, matcher)
         return citation_matrix(edges), {**{k: int(v) for k, v in edges.counts.items()},
                                         "recomputed_sources": int(len(sources))}, edges
 
