@@ -28,27 +28,12 @@ Shapes: ``X0 [n, b]`` with ``b >= k`` -> eigenvalues ``[k]``, eigenvectors ``[n,
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
-__all__ = ["SubspaceResult", "subspace_eigsh"]
+from spectrag.kernels.lanczos import LanczosResult
 
-
-@dataclass(frozen=True)
-class SubspaceResult:
-    """Output of :func:`subspace_eigsh`: ``eigenvalues [k]`` ascending, orthonormal
-    ``eigenvectors [n, k]``, explicit ``residual_norms [k]``, whether every one is within
-    ``tol`` (``converged``), restarts (``n_iter``) and operator applications counted per
-    column (``n_matvec``)."""
-
-    eigenvalues: Tensor
-    eigenvectors: Tensor
-    residual_norms: Tensor
-    converged: bool
-    n_iter: int
-    n_matvec: int
+__all__ = ["subspace_eigsh"]
 
 
 def _cholesky_qr(block: Tensor) -> Tensor:
@@ -78,9 +63,11 @@ def subspace_eigsh(
     tol: float,
     max_iter: int = 4,
     depth: int = 2,
-) -> SubspaceResult:
+) -> LanczosResult:
     """The ``k`` smallest eigenpairs of the symmetric operator ``A`` (``[n, b] -> [n, b]``)
-    reachable from the block ``X0 [n, b]`` (see the module docstring), in ``X0``'s dtype.
+    reachable from the block ``X0 [n, b]`` (see the module docstring), in ``X0``'s dtype, as a
+    :class:`~spectrag.kernels.lanczos.LanczosResult` (``n_iter``: restarts; ``method``:
+    ``"subspace"``).
 
     ``depth``: block Krylov steps per restart (0: plain Rayleigh--Ritz on ``X0``); ``max_iter``:
     restarts (at least one). Does not raise when ``tol`` is not reached: ``converged`` says so.
@@ -110,4 +97,5 @@ def subspace_eigsh(
         residuals = torch.linalg.vector_norm(AX - X * theta[:b], dim=0)
         if bool((residuals[:k] <= tol).all()):
             break
-    return SubspaceResult(theta[:k], X[:, :k], residuals[:k], bool((residuals[:k] <= tol).all()), it, n_matvec)
+    return LanczosResult(theta[:k], X[:, :k], residuals[:k], bool((residuals[:k] <= tol).all()), it, n_matvec,
+                         method="subspace")

@@ -209,6 +209,17 @@ def _edit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                              "full build exceed this share of the index (default: 0.25).")(fn)
 
 
+def _corpus_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """How ``add`` and ``update`` read CORPUS: ``--format``, ``--skip-empty``, ``--skip-invalid``,
+    ``--follow-symlinks``."""
+    fn = click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder.")(fn)
+    fn = click.option("--skip-invalid", is_flag=True,
+                      help="Leave out (count and list) files and records that cannot be read.")(fn)
+    fn = click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")(fn)
+    return click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]),
+                        help="Corpus format.")(fn)
+
+
 def _edited(index, index_dir: Path, as_json: bool) -> None:
     from spectrag.cli.edit import edit_line, edit_summary
 
@@ -230,10 +241,7 @@ def _compact_above(value: float | None) -> dict[str, float]:
 @main.command("add")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.argument("corpus", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]), help="Corpus format.")
-@click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")
-@click.option("--skip-invalid", is_flag=True, help="Leave out (count and list) files and records that cannot be read.")
-@click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder.")
+@_corpus_options
 @_edit_options
 @_friendly
 def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
@@ -270,10 +278,7 @@ def delete_cmd(index_dir: Path, doc_ids: tuple[str, ...], id_values: tuple[str, 
 @main.command("update")
 @click.argument("index_dir", type=click.Path(path_type=Path))
 @click.argument("corpus", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]), help="Corpus format.")
-@click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")
-@click.option("--skip-invalid", is_flag=True, help="Leave out (count and list) files and records that cannot be read.")
-@click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder.")
+@_corpus_options
 @_edit_options
 @_friendly
 def update_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,

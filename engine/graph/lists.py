@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from spectrag.graph.signals import KNN_MARGIN, coo, knn_index, top_k_per_row
+from spectrag.graph.signals import KNN_MARGIN, knn_index, top_k_per_row
 from spectrag.index.dense import TIE_TOL, exact_search, rescore
 
 #: neighbours kept per row beyond ``k``, for removals to consume before a row needs a search
@@ -85,12 +85,15 @@ def search_lists(index, vectors: np.ndarray, rows: np.ndarray, width: int, *, mi
 
 def lists_signal(lists: NeighbourLists, k: int) -> sp.csr_matrix:
     """The semantic signal ``[n, n]``: each row's first ``k`` entries (what
-    :func:`spectrag.graph.signals.semantic_edges` keeps)."""
+    :func:`spectrag.graph.signals.semantic_edges` keeps), as canonical CSR (a list holds no self
+    and no repeated id, so no deduplication and no cut are needed)."""
     n = len(lists)
     ids, scores = np.asarray(lists.ids)[:, :k], np.asarray(lists.scores)[:, :k]
-    rows = np.repeat(np.arange(n, dtype=np.int64), ids.shape[1]).reshape(ids.shape)
     valid = ids >= 0
-    return top_k_per_row(coo(rows[valid], ids[valid], scores[valid], n), k)
+    rows = np.repeat(np.arange(n, dtype=np.int64), valid.sum(axis=1))
+    out = sp.csr_matrix((scores[valid].astype(np.float32), (rows, ids[valid])), shape=(n, n))
+    out.sum_duplicates()  # sorts each row's columns
+    return out
 
 
 def semantic_lists(embeddings: np.ndarray, k: int, *, reserve: int = KNN_RESERVE, min_cos: float = 0.0,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ from spectrag.store import (
     write_manifest,
 )
 from spectrag.types import Chunk
+
+_package_versions = lru_cache(maxsize=1)(_versions)  # importlib.metadata lookups: 0.1 s each time
 
 #: an edit that brings the chunks changed since the last full build (added + removed) above this
 #: share of the index recomputes the graph from scratch, as ``spectrag compact`` does
@@ -170,7 +173,7 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
         skipped_invalid=counts.get("skipped_invalid", 0) + len(report.skipped_invalid),
         embedding_cache_hits=report.cache_hits,
     )
-    manifest.update(counts=counts, modified=now(), versions=_versions())
+    manifest.update(counts=counts, modified=now(), versions=dict(_package_versions()))
     if graph is not None:
         manifest["graph"] = graph[2]
     if kg is not None:
