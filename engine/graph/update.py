@@ -83,8 +83,8 @@ def title_mentions(chunks: Sequence[Chunk], scope: np.ndarray, bm25: BM25Index, 
     if not matcher.n_patterns or not len(scope):
         return np.zeros(0, dtype=np.int64)
     candidates: set[int] = set()
-    for title in dict.fromkeys(titles):
-        terms = bm25._tokenize([title])[0]
+    unique = list(dict.fromkeys(titles))
+    for title, terms in zip(unique, bm25._tokenize(unique)):  # one tokenizer call for all titles
         if not terms or title.casefold() != title.lower():
             candidates = set(np.asarray(scope).tolist())
             break
