@@ -341,6 +341,20 @@ def render(result: dict, header: dict) -> str:
                          f"{v['R@5 compacted']:.4f} | {v['same ranking after compact']} |")
         lines += ["", f"After compact, {q['files identical after compact']} of {q['files']} index files are "
                   "byte-identical to the fresh build's.", ""]
+    lines += ["## Reading", "",
+              "* The rebuild is a build of the updated corpus (the base's size); the delete's corpus is 1 % smaller "
+              "and the add's 1 % larger, within the spread between repeats. On 2wiki-dev both sides take the chunk "
+              "vectors from the embedding cache: a rebuild without the cache embeds every passage (16 passages/s on "
+              "this machine, `bench/results/embed_cpu.md`), an edit only the new chunks.",
+              "* From `graph.knn_exact_max_n` = 100,000 chunks on, a build's semantic kNN is approximate (IVF); an "
+              "edit searches exactly, so at 10^5 the edited index's semantic signal can differ from the rebuild's "
+              "(the files listed as differing above): the edit's is the exact one.",
+              "* What an edit still pays in proportion to the index: checking and loading the old index (the chunk "
+              "table is parsed), fusing the signals, the warm-started spectrum (a few block products), and writing, "
+              "hashing and syncing every file of the new version. The rebuild's chunking, BM25 scoring, kNN search, "
+              "entity extraction and products and Lanczos are what it saves.",
+              "* The machine is shared (the load averages are in the tables): the ratios, measured interleaved, are "
+              "the result; the seconds are not."]
     return "\n".join(lines) + "\n"
 
 

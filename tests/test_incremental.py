@@ -14,7 +14,6 @@ import hashlib
 import json
 import random
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,19 +21,13 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from spectrag import build_index, load_index
-from spectrag.config import EmbedConfig, IndexConfig
+from spectrag import add_documents, build_index, compact_index, delete_documents, load_index, update_documents
+from spectrag.config import EmbedConfig, IndexConfig, RetrieverConfig
 from spectrag.errors import CorpusError, IndexFormatError, SpectragError
 from spectrag.graph.fuse import signal_matrix
-from spectrag.graph.signals import semantic_edges
-from spectrag import add_documents, compact_index, delete_documents, update_documents
 from spectrag.index.chunk import chunk_document
-
-from spectrag.index.lexical import BM25Index
 from spectrag.index.load import iter_documents
-from spectrag.store import MANIFEST
 from spectrag.retriever import Retriever
-from spectrag.config import RetrieverConfig
 
 DIM = 32
 TOPICS = 6

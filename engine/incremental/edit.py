@@ -147,10 +147,7 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
             else:
                 files = old.manifest["files"]
                 groups = [g for g, names in GROUPS.items() if all(f"graph/{f}" in files for f in names)]
-                docs = lambda rows: list(dict.fromkeys((old.chunks[i].doc_id, old.chunks[i].title, old.chunks[i].url)  # noqa: E731
-                                                       for i in rows))
-                edit = GraphEdit(remap, docs(removed.tolist()),
-                                 list(dict.fromkeys((c.doc_id, c.title, c.url) for c in new_chunks)))
+                edit = GraphEdit(remap, _documents(old.chunks[i] for i in removed.tolist()), _documents(new_chunks))
                 graph = update_graph(old.graph, load_stored(old.path / "graph", len(old), groups), chunks, edit,
                                      vectors, dense, bm25, config.graph, encode=encode, questions=questions)
             report.spectrum = {k: graph[2]["spectrum"].get(k) for k in
@@ -165,26 +162,12 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
             report.embedded, report.cache_hits = embedder.texts, embedder.cache_hits
             embedder.close()
 
-    manifest = {k: v for k, v in old.manifest.items() if k not in ("format", "format_version", "files")}
-    counts = dict(manifest["counts"])
-    counts.update(
-        documents=len({c.doc_id for c in chunks}), chunks=len(chunks), tokens=sum(c.n_tokens for c in chunks),
-        skipped_empty_documents=counts.get("skipped_empty_documents", 0) + report.skipped_empty,
-        skipped_invalid=counts.get("skipped_invalid", 0) + len(report.skipped_invalid),
-        embedding_cache_hits=report.cache_hits,
-    )
-    manifest.update(counts=counts, modified=now(), versions=dict(_package_versions()))
-    if graph is not None:
-        manifest["graph"] = graph[2]
-    if kg is not None:
-        manifest["kg"] = kg[1]
-    entry = {"op": report.operation, "date": now(), **(entry or {}),
-             "documents_added": report.documents, "chunks_added": len(new_chunks),
-             "documents_removed": report.documents_removed, "chunks_removed": int(removed.size),
-             "documents_replaced": report.documents_replaced, "documents_unchanged": report.documents_unchanged,
-             "spectrum": (manifest.get("graph") or {}).get("spectrum", {}).get("method"), "compacted": report.compacted,
-             "seconds": round(sum(report.seconds.values()), 3)}
-    manifest = record(old.manifest, manifest, entry, full=exact)
+    manifest = _edited_manifest(old, report, chunks, graph, kg, entry={
+        "op": report.operation, "date": now(), **(entry or {}), "documents_added": report.documents,
+        "chunks_added": len(new_chunks), "documents_removed": report.documents_removed,
+        "chunks_removed": int(removed.size), "documents_replaced": report.documents_replaced,
+        "documents_unchanged": report.documents_unchanged, "compacted": report.compacted,
+        "seconds": round(sum(report.seconds.values()), 3)}, exact=exact)
     with atomic_directory(old.path, overwrite=True) as tmp:
         np.save(tmp / EMBEDDINGS, vectors)
         load_faiss().write_index(dense, str(tmp / DenseIndex.FILE))
@@ -204,6 +187,32 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
     index = Index(path, read_manifest(path, verify=False), chunks=chunks)  # the table just written, not parsed again
     index.report = report
     return index
+
+
+def _documents(chunks) -> list[tuple[str, str, str]]:
+    """The documents of ``chunks`` as ``(doc_id, title, url)``, in order, once each."""
+    return list(dict.fromkeys((c.doc_id, c.title, c.url) for c in chunks))
+
+
+def _edited_manifest(old: Index, report: EditReport, chunks: list[Chunk], graph, kg, *, entry: dict[str, Any],
+                     exact: bool) -> dict[str, Any]:
+    """The new version's manifest: the old one with the counts, the graph and knowledge-graph
+    facts, the versions, and ``entry`` recorded in the history (:func:`record`)."""
+    manifest = {k: v for k, v in old.manifest.items() if k not in ("format", "format_version", "files")}
+    counts = dict(manifest["counts"])
+    counts.update(
+        documents=len({c.doc_id for c in chunks}), chunks=len(chunks), tokens=sum(c.n_tokens for c in chunks),
+        skipped_empty_documents=counts.get("skipped_empty_documents", 0) + report.skipped_empty,
+        skipped_invalid=counts.get("skipped_invalid", 0) + len(report.skipped_invalid),
+        embedding_cache_hits=report.cache_hits,
+    )
+    manifest.update(counts=counts, modified=now(), versions=dict(_package_versions()))
+    if graph is not None:
+        manifest["graph"] = graph[2]
+    if kg is not None:
+        manifest["kg"] = kg[1]
+    entry["spectrum"] = (manifest.get("graph") or {}).get("spectrum", {}).get("method")
+    return record(old.manifest, manifest, entry, full=exact)
 
 
 def open_for_edit(index_dir: Path) -> tuple[Index, bytes]:

@@ -17,7 +17,6 @@ from spectrag.graph.build import _entities, build_signals, citation_signal, enti
 from spectrag.graph.citations import citation_edges
 from spectrag.graph.entity_update import update_entity_signal
 from spectrag.graph.signals import knn_index
-from spectrag.graph.stored import EntityLists
 from spectrag.graph.update import (
     GraphEdit,
     citation_sources,
@@ -115,7 +114,6 @@ def test_entity_keys_and_recomputed_rows_are_the_builds(edit):
 def test_semantic_adjacency_and_section_are_the_builds(edit):
     """update_graph's makers through build_signals, against build_signals of the final chunks."""
     from spectrag.graph.build import build_graph
-    from spectrag.graph.stored import load_stored  # noqa: F401  (the stored groups come from a build here)
     from spectrag.graph.update import update_graph
 
     old_chunks, chunks, g, bm25 = edit
