@@ -57,6 +57,16 @@ def _locked(index_dir: Path, what: str, run: Callable[[], Index]) -> Index:
         return run()
 
 
+def _open(index_dir: Path, operation: str, on_stage: Callable[[str], None] | None):
+    """An edit's report, its stage recorder, and the old index (every checksum verified) with its
+    manifest's bytes; the ``verify`` stage recorded."""
+    report = EditReport(operation=operation)
+    stage = stage_recorder(report, on_stage)
+    old, manifest_bytes = open_for_edit(index_dir)
+    stage("verify")
+    return report, stage, old, manifest_bytes
+
+
 def add_documents(
     index_dir: str | Path,
     source: str | Path,
@@ -79,10 +89,7 @@ def add_documents(
     index_dir, source = Path(index_dir), Path(source)
 
     def run() -> Index:
-        report = EditReport(operation="add")
-        stage = stage_recorder(report, on_stage)
-        old, manifest_bytes = open_for_edit(index_dir)
-        stage("verify")
+        report, stage, old, manifest_bytes = _open(index_dir, "add", on_stage)
         fmt_, docs = read_corpus(source, fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
                                  follow_symlinks=follow_symlinks, report=report)
         existing = {c.doc_id for c in old.chunks}
@@ -121,10 +128,7 @@ def delete_documents(
         raise CorpusError("no document id to delete was given")
 
     def run() -> Index:
-        report = EditReport(operation="delete")
-        stage = stage_recorder(report, on_stage)
-        old, manifest_bytes = open_for_edit(index_dir)
-        stage("verify")
+        report, stage, old, manifest_bytes = _open(index_dir, "delete", on_stage)
         present = {c.doc_id for c in old.chunks}
         unknown = [d for d in wanted if d not in present]
         if unknown:
@@ -170,10 +174,7 @@ def update_documents(
     index_dir, source = Path(index_dir), Path(source)
 
     def run() -> Index:
-        report = EditReport(operation="update")
-        stage = stage_recorder(report, on_stage)
-        old, manifest_bytes = open_for_edit(index_dir)
-        stage("verify")
+        report, stage, old, manifest_bytes = _open(index_dir, "update", on_stage)
         fmt_, docs = read_corpus(source, fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
                                  follow_symlinks=follow_symlinks, report=report)
         stage("load")
@@ -215,10 +216,7 @@ def compact_index(index_dir: str | Path, *, progress: bool = False,
     index_dir = Path(index_dir)
 
     def run() -> Index:
-        report = EditReport(operation="compact")
-        stage = stage_recorder(report, on_stage)
-        old, manifest_bytes = open_for_edit(index_dir)
-        stage("verify")
+        report, stage, old, manifest_bytes = _open(index_dir, "compact", on_stage)
         return apply_edit(old, manifest_bytes, keep=np.ones(len(old), dtype=bool), new_chunks=[], report=report,
                           stage=stage, progress=progress, exact=True, entry={"chunks": len(old)})
 
