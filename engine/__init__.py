@@ -6,7 +6,8 @@ Offline, in the order data flows (``engine/`` installs as ``spectrag``)::
     extract/  entities, titles, OpenIE, relations    (shared by graph/ and kg/)
     graph/    signals -> fuse -> spectrum, the relational graph
     kg/       the knowledge graph for spreading activation
-    build.py  build_index        store.py  the index on disk      incremental.py  add_documents
+    build.py  build_index        store.py  the index on disk
+    incremental/  add_documents, delete_documents, update_documents, compact_index
 
 Online, for a batch of queries at once::
 
@@ -58,6 +59,9 @@ from spectrag.errors import ConfigError, CorpusError, IndexFormatError, Spectrag
 _LAZY = {
     "build_index": "spectrag.build",
     "add_documents": "spectrag.incremental",
+    "delete_documents": "spectrag.incremental",
+    "update_documents": "spectrag.incremental",
+    "compact_index": "spectrag.incremental",
     "Index": "spectrag.store",
     "load_index": "spectrag.store",
     "Retriever": "spectrag.retriever",
@@ -117,10 +121,13 @@ __all__ = [
     "add_documents",
     "answer",
     "build_index",
+    "compact_index",
+    "delete_documents",
     "evaluate",
     "load_config",
     "load_index",
     "load_llm_config",
     "load_retriever_config",
     "run",
+    "update_documents",
 ]

@@ -318,10 +318,11 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
             save_kg(tmp, kg[0])
         if llm_facts is not None:
             save_llm_outputs(tmp, llm_questions, openie_docs, llm_facts)
+        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         write_manifest(
             tmp,
             {
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "created": created,
                 "source": {"path": str(source), "format": fmt,
                            **({"skipped_invalid": [list(x) for x in report.skipped_invalid[:1000]]}
                               if report.skipped_invalid else {})},
@@ -351,6 +352,9 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
                 "kg": kg[1] if kg is not None else None,
                 "llm": llm_facts,
                 "versions": _versions(),
+                # builds, adds, deletes, updates and compactions (spectrag.incremental.history)
+                "history": [{"op": "build", "date": created, "documents": report.documents, "chunks": report.chunks,
+                             "source": str(source)}],
                 **({"distributed": stages.facts} if stages.facts is not None else {}),
             },
         )

@@ -21,6 +21,7 @@ from typing import Any
 from spectrag.config import DEFAULT_SIGNAL_WEIGHTS
 from spectrag.errors import IndexFormatError
 from spectrag.graph.build import FOLDER as GRAPH
+from spectrag.graph.stored import GROUPS as UPDATE_GROUPS
 from spectrag.index.dense import DenseIndex
 from spectrag.index.lexical import TOKEN_FILES, BM25Index
 from spectrag.kg.store import FOLDER as KG
@@ -94,8 +95,11 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
     for key in ("seconds", "cpu_seconds"):  # stage -> seconds, printed by `spectrag info`
         if key in manifest and not all(_number(v) for v in manifest[key].values()):
             raise IndexFormatError(f"{where}: manifest field {key!r} must map stages to numbers")
-    if "additions" in manifest and not isinstance(manifest["additions"], list):
-        raise IndexFormatError(f"{where}: manifest field 'additions' must be a list")
+    for key in ("additions", "history"):  # read by `spectrag info` and the next edit
+        if key in manifest and not (isinstance(manifest[key], list) and all(isinstance(e, dict) for e in manifest[key])):
+            raise IndexFormatError(f"{where}: manifest field {key!r} must be a list of tables")
+    if "history" in manifest and not all(isinstance(e.get("op"), str) for e in manifest["history"]):
+        raise IndexFormatError(f"{where}: every entry of the manifest's 'history' needs an 'op' string")
     if manifest.get("graph"):
         _check_graph_entry(manifest["graph"], counts["chunks"], f"{where} (graph)")
     if manifest.get("kg"):
@@ -139,6 +143,7 @@ def format_files(manifest: dict[str, Any]) -> tuple[set[str], list[tuple[str, ..
         required |= {f"{GRAPH}/signals/{s}.{p}.npy" for s in graph["signal_edges"] for p in ("rows", "cols", "weights")}
         optional.append(tuple(f"{GRAPH}/relations.{p}.npy" for p in ("indptr", "indices", "data")))
         optional.append((f"{GRAPH}/questions.vectors.npy", f"{GRAPH}/questions.owners.npy"))  # utility questions
+        optional += [tuple(f"{GRAPH}/{f}" for f in group) for group in UPDATE_GROUPS.values()]  # for updates
     if manifest.get("kg"):
         required |= {f"{KG}/entities.json", f"{KG}/relations.json", f"{KG}/incidence.indptr.npy", f"{KG}/incidence.indices.npy",
                      f"{KG}/entity_embeddings.npy", f"{KG}/text_embeddings.npy"}

@@ -344,14 +344,16 @@ class Index:
     return scores and chunk ids ``[B, k]``.
     """
 
-    def __init__(self, path: Path, manifest: dict[str, Any], *, device: str = "cpu") -> None:
+    def __init__(self, path: Path, manifest: dict[str, Any], *, device: str = "cpu",
+                 chunks: list[Chunk] | None = None) -> None:
         self.path = Path(path)
         self.manifest = manifest
         self.config = IndexConfig.from_dict(manifest["config"], source=str(self.path / MANIFEST))
         files = manifest["files"]  # only listed files are read (read_manifest checked them)
         n, dim = manifest["counts"]["chunks"], manifest["embedding"]["dim"]
         shown = bar(total=4, desc="loading index", unit=" parts", postfix="chunks")  # a stage of 10^6 chunks takes seconds
-        self.chunks = read_chunks(self.path / CHUNKS, n)
+        # ``chunks``: the table when the caller holds it (an index edit that has just written it)
+        self.chunks = read_chunks(self.path / CHUNKS, n) if chunks is None or len(chunks) != n else chunks
         self.embeddings = check_floats(load_npy(self.path / EMBEDDINGS, f"{self.path / EMBEDDINGS}"),
                                        f"{self.path / EMBEDDINGS}", (n, dim))
         if self.embeddings.dtype != np.float32:

@@ -19,6 +19,7 @@ from spectrag.kernels.pagerank import (
     personalized_pagerank,
     personalized_pagerank_dense_batched,
 )
+from spectrag.kernels.subspace import subspace_eigsh
 from spectrag.kernels.topk import sort_by_score_then_id, tiled_topk_ip
 
 __all__ = [
@@ -37,5 +38,6 @@ __all__ = [
     "personalized_pagerank_dense_batched",
     "sort_by_score_then_id",
     "spreading_activation",
+    "subspace_eigsh",
     "tiled_topk_ip",
 ]

@@ -1,7 +1,12 @@
-"""Incremental indexing (spectrag.incremental) against a full rebuild of the union: chunks,
-embeddings, dense and BM25 search, every graph signal, the fused graph, the spectrum and the
-Retriever's results; the exact semantic kNN update against semantic_edges; atomicity and bad
-input. (Lanczos warm starts, which the spectrum update uses: tests/kernels/test_lanczos.py.)"""
+"""Living indexes (spectrag.incremental): add, delete, update and compact against a fresh build
+of the final corpus (in the index's order). Synthetic corpus with supplied vectors: after a
+sequence of edits the chunks, embeddings, dense and BM25 files are the build's, every signal but
+the entity one is the build's, the entity keys are, the spectrum is within its stated residual
+of scipy's eigsh; after `compact` every file is the build's and retrieval is identical. Bad
+input, failures injected at each write step, kills during the swap and concurrent writers.
+(The parts: tests/graph/test_lists.py, test_graph_update.py, test_warm.py,
+tests/index/test_bm25_scores.py, tests/kernels/test_subspace.py. The sample corpus with the
+model, the CLI and deleted text in every output: tests/test_incremental_sample.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +14,6 @@ import hashlib
 import json
 import random
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,19 +21,13 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from spectrag import build_index, load_index
-from spectrag.config import EmbedConfig, IndexConfig
+from spectrag import add_documents, build_index, compact_index, delete_documents, load_index, update_documents
+from spectrag.config import EmbedConfig, IndexConfig, RetrieverConfig
 from spectrag.errors import CorpusError, IndexFormatError, SpectragError
 from spectrag.graph.fuse import signal_matrix
-from spectrag.graph.signals import semantic_edges
-from spectrag import add_documents
 from spectrag.index.chunk import chunk_document
-from spectrag.incremental import semantic_update, warm_start
-from spectrag.index.lexical import BM25Index
 from spectrag.index.load import iter_documents
-from spectrag.store import MANIFEST
 from spectrag.retriever import Retriever
-from spectrag.config import RetrieverConfig
 
 DIM = 32
 TOPICS = 6
@@ -98,40 +96,6 @@ def add_supplied(index_dir: Path, corpus: Path, config: IndexConfig = SYNTH_CONF
     return add_documents(index_dir, corpus, embeddings=chunk_vectors(corpus, config))
 
 
-@pytest.fixture(scope="module")
-def synth(tmp_path_factory):
-    """(old index path, incremental index, full rebuild, corpora folder): 90 + 30 documents."""
-    root = tmp_path_factory.mktemp("synth")
-    docs = synthetic_docs(120)
-    old_corpus = write_jsonl(root / "old.jsonl", docs[:90])
-    new_corpus = write_jsonl(root / "new.jsonl", docs[90:])
-    full_corpus = write_jsonl(root / "full.jsonl", docs)
-    build_supplied(old_corpus, root / "old")
-    shutil.copytree(root / "old", root / "inc")
-    inc = add_supplied(root / "inc", new_corpus)
-    full = build_supplied(full_corpus, root / "full")
-    return root / "old", inc, full, root
-
-
-# ------------------------------------------------------------------------------------- checks
-
-
-def assert_same_graph(inc, full, perm: np.ndarray | None = None, atol: float = 1e-6) -> None:
-    """Fused W within ``atol``, eigenvalues within 1e-6, spectral projectors within 1e-4;
-    ``perm[i]`` is the full build's id of incremental chunk ``i``."""
-    p = np.arange(len(inc)) if perm is None else perm
-    w_inc, w_full = inc.graph["weights"], full.graph["weights"][p][:, p]
-    assert (w_inc != 0).nnz == (w_full != 0).nnz and abs(w_inc - w_full).max() <= atol
-    np.testing.assert_array_equal((w_inc != 0).toarray(), (w_full != 0).toarray())
-    np.testing.assert_allclose(inc.graph["eigenvalues"], full.graph["eigenvalues"], atol=1e-6)
-    u = np.asarray(inc.graph["coordinates"], dtype=np.float64)
-    v = np.asarray(full.graph["coordinates"], dtype=np.float64)[p]
-    u, v = np.linalg.qr(u)[0], np.linalg.qr(v)[0]  # stored as float32: re-orthonormalize
-    assert np.linalg.norm(u @ u.T - v @ v.T, 2) <= 1e-4
-    cosines = np.linalg.svd(u.T @ v, compute_uv=False)
-    assert np.sqrt(max(0.0, 1 - cosines.min() ** 2)) <= 1e-4  # sine of the largest principal angle
-
-
 def stored_signal_matrix(index, name: str) -> sp.csr_matrix:
     return signal_matrix(index.graph["signals"][name], len(index), symmetric=False)
 
@@ -145,262 +109,314 @@ def assert_same_retrieval(inc, full, queries: list[str], qvecs: torch.Tensor) ->
         torch.testing.assert_close(a.scores, b.scores, atol=1e-5, rtol=0)
 
 
-# ------------------------------------------------------------------------- synthetic: no model
+def fresh_build_of(index, records: dict[str, dict], root: Path, name: str):
+    """A build of the index's documents, in its order, from ``records`` (id -> record)."""
+    order = list(dict.fromkeys(c.doc_id for c in index.chunks))
+    corpus = write_jsonl(root / f"{name}.jsonl", [records[i] for i in order])
+    return build_supplied(corpus, root / name)
 
 
-def test_synthetic_add_equals_full_rebuild(synth):
-    _, inc, full, _ = synth
-    assert len(inc) == len(full) > 200
-    assert inc.chunks == full.chunks  # same chunks, same order, same ids
-    np.testing.assert_array_equal(np.asarray(inc.embeddings), np.asarray(full.embeddings))
-    for name in ("dense.faiss", "bm25/data.npy", "bm25/indices.npy", "bm25/indptr.npy", "bm25/vocab.json",
-                 "bm25/tokens.indptr.npy", "bm25/tokens.ids.npy"):
-        assert inc.manifest["files"][name]["sha256"] == full.manifest["files"][name]["sha256"], name
-    for name in SIGNALS:
-        a, b = stored_signal_matrix(inc, name), stored_signal_matrix(full, name)
-        assert (a != b).nnz == 0 or abs(a - b).max() <= 1e-6, name
-        np.testing.assert_array_equal((a != 0).toarray(), (b != 0).toarray())
-    assert_same_graph(inc, full)
-    np.testing.assert_array_equal(inc.graph["clusters"], full.graph["clusters"])
-    np.testing.assert_array_equal(inc.graph["rcm_order"], full.graph["rcm_order"])
+EDIT = {"compact_above": None}  # the edits below never compact by themselves
 
 
-def test_synthetic_search_and_retrieval_match(synth):
-    _, inc, full, _ = synth
-    rng = np.random.default_rng(5)
-    qv = rng.standard_normal((8, DIM)).astype(np.float32)
-    qv /= np.linalg.norm(qv, axis=1, keepdims=True)
+@pytest.fixture(scope="module")
+def edited(tmp_path_factory):
+    """90 documents built; 30 added; 4 deleted (doc001 mentions "Skarholt Harbour", doc095 was
+    added); an update with one changed document, one unchanged and five new. Returns the
+    edited index (not compacted), a fresh build of its final corpus, the folder, and the index
+    right after the add."""
+    root = tmp_path_factory.mktemp("edited")
+    docs = synthetic_docs(120) + synthetic_docs(130, seed=9)[120:125]  # doc119: "Skarholt Harbour"
+    records = {d["id"]: d for d in docs}
+    build_supplied(write_jsonl(root / "old.jsonl", docs[:90]), root / "idx")
+    add_supplied_ = add_documents(root / "idx", write_jsonl(root / "add.jsonl", docs[90:120]),
+                                  embeddings=chunk_vectors(root / "add.jsonl", SYNTH_CONFIG), **EDIT)
+    shutil.copytree(root / "idx", root / "after-add")
+    delete_documents(root / "idx", ["doc003", "doc017", "doc001", "doc095"], **EDIT)
+    changed = dict(records["doc010"], text=records["doc010"]["text"] + "\n\n## Later\n\nSkarholt Harbour grew in 1921.")
+    records["doc010"] = changed
+    update = write_jsonl(root / "update.jsonl", [changed, records["doc011"], *docs[120:125]])
+    inc = update_documents(root / "idx", update, embeddings=chunk_vectors(update, SYNTH_CONFIG), **EDIT)
+    assert add_supplied_.report.operation == "add"
+    return inc, fresh_build_of(inc, records, root, "fresh"), root, load_index(root / "after-add")
+
+
+def file_hash(index, name: str) -> str | None:
+    return index.manifest["files"].get(name, {}).get("sha256")
+
+
+def test_update_report_counts(edited):
+    inc = edited[0]
+    r = inc.report
+    assert (r.operation, r.documents_replaced, r.documents_unchanged, r.documents) == ("update", 1, 1, 6)
+    assert r.documents_removed == 1 and r.chunks_removed == r.chunks - sum(
+        1 for c in inc.chunks if c.doc_id in {f"doc{i}" for i in range(120, 125)})
+
+
+def test_exact_parts_equal_a_fresh_build(edited):
+    """Chunks, vectors, the dense and BM25 files, the exact signals, the entity keys and the
+    directed citations: the build's, file for file."""
+    inc, fresh, _, _ = edited
+    assert inc.chunks == fresh.chunks and len(inc) > 200
+    np.testing.assert_array_equal(np.asarray(inc.embeddings), np.asarray(fresh.embeddings))
+    exact = ["chunks.jsonl", "embeddings.npy", "dense.faiss", *(f"bm25/{n}" for n in (
+        "data.npy", "indices.npy", "indptr.npy", "vocab.json", "tokens.indptr.npy", "tokens.ids.npy"))]
+    exact += [f"graph/signals/{s}.{p}.npy" for s in ("semantic", "adjacency", "section", "citation")
+              for p in ("rows", "cols", "weights")]
+    exact += [f"graph/{f}" for f in ("entities.indptr.npy", "entities.ids.npy", "entities.keys.json",
+                                     "citations.rows.npy", "citations.cols.npy", "citations.kind.npy")]
+    for name in exact:
+        assert file_hash(inc, name) is not None and file_hash(inc, name) == file_hash(fresh, name), name
+
+
+def test_entity_signal_is_close_to_the_builds(edited):
+    inc, fresh, _, _ = edited
+    a, b = stored_signal_matrix(inc, "entity"), stored_signal_matrix(fresh, "entity")
+    ea, eb = set(zip(*a.nonzero())), set(zip(*b.nonzero()))
+    assert len(ea & eb) >= 0.9 * len(eb) and len(ea & eb) >= 0.9 * len(ea)
+    common = (a != 0).multiply(b != 0)
+    assert abs((a - b).multiply(common)).max() <= 0.05
+    recomputed = inc.manifest["graph"]["entities"]["recomputed_rows"]
+    assert 0 < recomputed < len(inc)
+
+
+def test_spectrum_is_within_its_stated_tolerance(edited):
+    """The stored coordinates against the stored graph's Laplacian and scipy's eigsh."""
+    from scipy.sparse.linalg import eigsh
+
+    from spectrag.graph.spectrum import laplacian_csr
+    from spectrag.graph.warm import WARM_TOL
+
+    inc = edited[0]
+    report = inc.manifest["graph"]["spectrum"]
+    tol = WARM_TOL if report["method"].startswith("warm") else 1e-5
+    lap = laplacian_csr(inc.graph["weights"])
+    x = np.asarray(inc.graph["coordinates"], np.float64)
+    theta = np.asarray(inc.graph["eigenvalues"])
+    assert np.linalg.norm(lap @ x - x * theta, axis=0).max() <= tol + 1e-5
+    comps = inc.manifest["graph"]["components"] + inc.manifest["graph"]["isolated_nodes"]
+    values = np.sort(eigsh(lap, k=len(theta) + comps, which="SA", tol=1e-10)[0])
+    nontrivial = values[np.abs(values) > 1e-8][: len(theta)]
+    np.testing.assert_allclose(theta, nontrivial, atol=tol + 1e-6)
+
+
+def test_compact_equals_a_fresh_build_file_for_file(edited, tmp_path):
+    inc, fresh, _, _ = edited
+    shutil.copytree(inc.path, tmp_path / "c")
+    compacted = compact_index(tmp_path / "c")
+    assert compacted.report.operation == "compact"
+    assert set(compacted.manifest["files"]) == set(fresh.manifest["files"])
+    for name in fresh.manifest["files"]:
+        assert file_hash(compacted, name) == file_hash(fresh, name), name
+    assert compacted.manifest["graph"]["spectrum"]["method"] == "lanczos"
+    assert compacted.manifest["incremental"]["operations"] == 0
     queries = [f"{_word(100 + j)} visited {_word(300 + j % TOPICS).lower()} Skarholt" for j in range(8)]
-    for search in ("dense_search", "bm25_search"):
-        arg = qv if search == "dense_search" else queries
+    qv = np.random.default_rng(5).standard_normal((8, DIM)).astype(np.float32)
+    qv /= np.linalg.norm(qv, axis=1, keepdims=True)
+    assert_same_retrieval(compacted, fresh, queries, torch.from_numpy(qv))
+
+
+def test_history_and_state(edited):
+    m = edited[0].manifest
+    assert [e["op"] for e in m["history"]] == ["build", "add", "delete", "update"]
+    assert m["history"][2]["documents_removed"] == 4 and m["history"][2]["chunks_removed"] > 4
+    assert m["incremental"]["operations"] == 3
+    assert m["incremental"]["changed_chunks"] == sum(e["chunks_added"] + e["chunks_removed"] for e in m["history"][1:])
+    assert m["incremental"]["spectrum"] in ("warm-started", "exact")
+    assert "additions" not in m
+    load_index(edited[0].path)  # every checksum verifies
+
+
+def test_retrieval_before_compact_is_close(edited):
+    inc, fresh, _, _ = edited
+    queries = [f"{_word(100 + j)} visited {_word(300 + j % TOPICS).lower()} Skarholt" for j in range(8)]
+    qv = np.random.default_rng(6).standard_normal((8, DIM)).astype(np.float32)
+    qv /= np.linalg.norm(qv, axis=1, keepdims=True)
+    for search, arg in (("dense_search", qv), ("bm25_search", queries)):  # exact parts: identical
         s1, i1 = getattr(inc, search)(arg, 10)
-        s2, i2 = getattr(full, search)(arg, 10)
+        s2, i2 = getattr(fresh, search)(arg, 10)
         np.testing.assert_array_equal(i1, i2)
         np.testing.assert_allclose(s1, s2, atol=1e-6)
-    assert_same_retrieval(inc, full, queries, torch.from_numpy(qv))
+    for mode in ("hybrid", "spectral"):
+        a = Retriever(inc, RetrieverConfig(device="cpu")).score_batch(queries, mode=mode, qvecs=torch.from_numpy(qv))
+        b = Retriever(fresh, RetrieverConfig(device="cpu")).score_batch(queries, mode=mode, qvecs=torch.from_numpy(qv))
+        top_a, top_b = a.ranking()[:, :5], b.ranking()[:, :5]
+        overlap = np.mean([len(set(x.tolist()) & set(y.tolist())) / 5 for x, y in zip(top_a, top_b)])
+        assert overlap >= 0.8, (mode, overlap)
 
 
-def test_nested_title_drops_an_old_citation_edge(synth):
+def test_nested_title_drops_an_old_citation_edge(edited):
     """An old chunk mentioning "Skarholt Harbour" cited "Skarholt" until a document of that
-    longer title arrived: the add must remove the old edge, as a rebuild does."""
-    old_path, inc, _, _ = synth
-    old = load_index(old_path)
-    src = next(i for i, c in enumerate(old.chunks) if c.doc_id == "doc001" and "Skarholt Harbour" in c.text)
-    target = next(i for i, c in enumerate(old.chunks) if c.doc_id == "doc000")
-    assert stored_signal_matrix(old, "citation")[min(src, target), max(src, target)] == 1
-    new_cit = stored_signal_matrix(inc, "citation")
-    assert new_cit[min(src, target), max(src, target)] == 0
-    harbour = next(i for i, c in enumerate(inc.chunks) if c.doc_id == "doc119")
-    assert new_cit[min(src, harbour), max(src, harbour)] == 1
+    longer title arrived: the add removes the old edge, as a build does."""
+    after_add = edited[3]
+    old = load_index(edited[2] / "after-add")
+    src = next(i for i, c in enumerate(after_add.chunks) if c.doc_id == "doc001" and "Skarholt Harbour" in c.text)
+    target = next(i for i, c in enumerate(after_add.chunks) if c.doc_id == "doc000")
+    cit = stored_signal_matrix(old, "citation")
+    assert cit[min(src, target), max(src, target)] == 0
+    harbour = [i for i, c in enumerate(after_add.chunks) if c.doc_id == "doc119"]
+    assert harbour and cit[min(src, harbour[0]), max(src, harbour[0])] == 1
 
 
-def test_manifest_records_the_addition(synth):
-    _, inc, full, _ = synth
-    m = inc.manifest
-    assert m["counts"]["documents"] == 120 and m["counts"]["chunks"] == len(inc)
-    assert m["counts"]["tokens"] == full.manifest["counts"]["tokens"]
-    (addition,) = m["additions"]
-    assert addition["documents"] == 30 and addition["first_chunk"] == len(inc) - addition["chunks"]
-    assert m["graph"]["spectrum"]["warm_start"] and m["graph"]["spectrum"]["converged"]
-    assert inc.report.lanczos["n_iter"] >= 1 and inc.report.seconds["bm25"] >= 0
-    # every stage has its wall and CPU seconds and peak RSS, in the report and the manifest
-    assert set(inc.report.cpu_seconds) == set(inc.report.peak_rss_mib) == set(inc.report.seconds) >= {"verify", "bm25"}
-    assert addition["cpu_seconds"].items() <= inc.report.cpu_seconds.items()  # written before the "write" stage
-    assert addition["peak_rss_mib"] and min(inc.report.peak_rss_mib.values()) > 0
-    load_index(inc.path)  # every checksum verifies
-
-
-def test_added_chunks_out_of_full_build_order_compare_modulo_permutation(tmp_path):
-    """Old = even records, new = odd ones: the full build interleaves them; with no top-k cut
-    (so no tie broken by chunk id) the graphs are equal modulo the permutation."""
-    config = replace(SYNTH_CONFIG, graph=replace(SYNTH_CONFIG.graph, entity_top_k=10_000, max_degree=10_000))
-    docs = synthetic_docs(80, seed=3)
-    old = write_jsonl(tmp_path / "old.jsonl", docs[0::2])
-    new = write_jsonl(tmp_path / "new.jsonl", docs[1::2])
-    full_corpus = write_jsonl(tmp_path / "full.jsonl", docs)
-    build_supplied(old, tmp_path / "inc", config)
-    inc = add_supplied(tmp_path / "inc", new, config)
-    full = build_supplied(full_corpus, tmp_path / "full", config)
-    where = {(c.doc_id, c.start): i for i, c in enumerate(full.chunks)}
-    perm = np.array([where[(c.doc_id, c.start)] for c in inc.chunks])
-    assert sorted(perm.tolist()) == list(range(len(full))) and not np.array_equal(perm, np.arange(len(full)))
-    assert [full.chunks[j] for j in perm] == inc.chunks
-    np.testing.assert_array_equal(np.asarray(inc.embeddings), np.asarray(full.embeddings)[perm])
-    assert_same_graph(inc, full, perm)
-
-
-# ----------------------------------------------------------------------- the exact kNN update
-
-
-@pytest.mark.parametrize(("n", "n_old", "k", "min_cos"), [(300, 240, 10, 0.0), (120, 5, 10, 0.0), (200, 150, 4, 0.2)])
-def test_semantic_update_equals_semantic_edges(n, n_old, k, min_cos):
-    rng = np.random.default_rng(n + n_old)
-    x = rng.standard_normal((n, 16)).astype(np.float32)
-    x[: n // 3] += 2.0  # some cluster structure
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    old = semantic_edges(x[:n_old], k, min_cos=min_cos)
-    old_sym = old.maximum(old.T).tocsr()  # what an index stores
-    got = semantic_update(old_sym, x, n_old, k, min_cos=min_cos)
-    want = semantic_edges(x, k, min_cos=min_cos)
-    np.testing.assert_array_equal((got != 0).toarray(), (want != 0).toarray())
-    assert abs(got - want).max() <= 1e-6
-
-
-def test_warm_start_extends_by_neighbour_means():
-    w = sp.csr_matrix(np.array([[0, 1, 0, 1], [1, 0, 0, 3], [0, 0, 0, 0], [1, 3, 0, 0]], dtype=np.float32))
-    prev = np.array([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]])
-    got = warm_start(w, prev)
-    np.testing.assert_allclose(got, [[1, 0], [0, 1], [5, 5], [0.25, 0.75]])
-
-
-# ---------------------------------------------------------------------- atomicity, bad input
+# ---------------------------------------------------------------------- bad input, no write
 
 
 @pytest.fixture
-def old_copy(synth, tmp_path) -> Path:
-    old_path = synth[0]
-    shutil.copytree(old_path, tmp_path / "idx")
+def base_copy(edited, tmp_path) -> Path:
+    """A copy of the index right after the add (120 documents)."""
+    shutil.copytree(edited[2] / "after-add", tmp_path / "idx")
     return tmp_path / "idx"
 
 
-@pytest.mark.parametrize("where", ["bm25", "spectrum"])
-def test_failed_add_leaves_the_old_index(old_copy, synth, monkeypatch, where):
-    import spectrag.incremental as inc_mod
+def snapshot(path: Path) -> dict:
+    return {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
 
-    before = {p.relative_to(old_copy): p.read_bytes() for p in old_copy.rglob("*") if p.is_file()}
+
+def test_unknown_ids_and_empty_results_write_nothing(base_copy, tmp_path):
+    before = snapshot(base_copy)
+    with pytest.raises(CorpusError, match=r"2 of 3 document id\(s\) to delete are not in the index \('nope', 'doc999'\)"):
+        delete_documents(base_copy, ["doc005", "nope", "doc999"])
+    with pytest.raises(CorpusError, match="no document id to delete"):
+        delete_documents(base_copy, [])
+    everything = sorted({c.doc_id for c in load_index(base_copy).chunks})
+    with pytest.raises(CorpusError, match="would leave the index without chunks"):
+        delete_documents(base_copy, everything)
+    assert snapshot(base_copy) == before
+    assert sorted(p.name for p in base_copy.parent.iterdir()) == [".idx.lock", "idx"]
+
+
+def test_an_update_without_changes_writes_nothing(base_copy, tmp_path):
+    before = snapshot(base_copy)
+    same = write_jsonl(tmp_path / "same.jsonl", synthetic_docs(120)[40:44])
+    index = update_documents(base_copy, same, embeddings=chunk_vectors(same, SYNTH_CONFIG))
+    assert index.report.documents_unchanged == 4 and index.report.documents == 0
+    assert snapshot(base_copy) == before
+
+
+def test_add_clash_and_supplied_embeddings(base_copy, edited, tmp_path):
+    root = edited[2]
+    with pytest.raises(CorpusError, match=r"document id 'doc000' is already in the index .*\(90 of 90 ids clash\)"):
+        add_supplied(base_copy, root / "old.jsonl")
+    with pytest.raises(SpectragError, match=r"pass embeddings \(float32 \[\d+, 32\]\)"):
+        update_documents(base_copy, root / "update.jsonl")
+    with pytest.raises(CorpusError, match=r"embeddings has 3 rows, expected one per chunk"):
+        update_documents(base_copy, root / "update.jsonl", embeddings=np.zeros((3, DIM), np.float32))
+    empty = write_jsonl(tmp_path / "empty.jsonl", [{"id": "x1", "text": "  "}])
+    with pytest.raises(CorpusError, match="document 'x1' is empty"):
+        add_documents(base_copy, empty, embeddings=np.zeros((0, DIM), np.float32))
+
+
+def test_missing_and_corrupt_index(base_copy, edited, tmp_path):
+    with pytest.raises(IndexFormatError, match="no such index folder"):
+        delete_documents(tmp_path / "nothing", ["doc001"])
+    data = bytearray((base_copy / "chunks.jsonl").read_bytes())
+    data[10] ^= 1
+    (base_copy / "chunks.jsonl").write_bytes(bytes(data))
+    with pytest.raises(IndexFormatError, match="chunks.jsonl is corrupt"):
+        delete_documents(base_copy, ["doc001"])
+
+
+# ----------------------------------------------------- failures at each step, kills, concurrency
+
+STEPS = {  # where an edit can fail: (module, attribute)
+    "bm25": ("spectrag.index.lexical", "BM25Index.save"),
+    "embeddings": ("spectrag.incremental.edit", "new_vectors"),
+    "kNN lists": ("spectrag.graph.update", "update_lists"),
+    "entity rows": ("spectrag.graph.update", "update_entity_signal"),
+    "spectrum": ("spectrag.graph.update", "warm_spectrum"),
+    "chunk table": ("spectrag.incremental.edit", "write_edited_chunks"),
+    "graph files": ("spectrag.incremental.edit", "save_graph"),
+    "manifest": ("spectrag.incremental.edit", "write_manifest"),
+}
+
+
+@pytest.mark.parametrize("operation", ["delete", "update"])
+@pytest.mark.parametrize("step", list(STEPS))
+def test_a_failure_at_any_step_leaves_the_old_index(base_copy, edited, monkeypatch, operation, step):
+    import importlib
+
+    before = snapshot(base_copy)
+    module, name = STEPS[step]
+    target = importlib.import_module(module)
+    owner, attr = (getattr(target, name.split(".")[0]), name.split(".")[1]) if "." in name else (target, name)
 
     def explode(*args, **kwargs):
         raise OSError("no space left on device")
 
-    if where == "bm25":
-        monkeypatch.setattr(BM25Index, "save", explode)
-    else:
-        monkeypatch.setattr(inc_mod, "warm_spectrum", explode)
+    monkeypatch.setattr(owner, attr, explode)
     with pytest.raises(OSError, match="no space"):
-        add_supplied(old_copy, synth[3] / "new.jsonl")
-    after = {p.relative_to(old_copy): p.read_bytes() for p in old_copy.rglob("*") if p.is_file()}
-    assert after == before
-    assert sorted(p.name for p in old_copy.parent.iterdir()) == [".idx.lock", "idx"]  # no temporary folder left
-    assert len(load_index(old_copy)) == len(load_index(synth[0]))
+        if operation == "delete":
+            delete_documents(base_copy, ["doc004", "doc100"], compact_above=None)
+        else:
+            update = edited[2] / "update.jsonl"
+            update_documents(base_copy, update, embeddings=chunk_vectors(update, SYNTH_CONFIG), compact_above=None)
+    assert snapshot(base_copy) == before
+    assert sorted(p.name for p in base_copy.parent.iterdir()) == [".idx.lock", "idx"]  # no temporary folder left
 
 
-def test_missing_and_corrupt_index(synth, old_copy, tmp_path):
-    new = synth[3] / "new.jsonl"
-    with pytest.raises(IndexFormatError, match="no such index folder"):
-        add_supplied(tmp_path / "nothing", new)
-    data = bytearray((old_copy / "chunks.jsonl").read_bytes())
-    data[10] ^= 1
-    (old_copy / "chunks.jsonl").write_bytes(bytes(data))
-    with pytest.raises(IndexFormatError, match="chunks.jsonl is corrupt"):
-        add_supplied(old_copy, new)
+WORKER = """
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[4])
+from test_incremental import SYNTH_CONFIG, chunk_vectors
+from spectrag import add_documents, delete_documents
+mode, index, arg = sys.argv[1], sys.argv[2], sys.argv[3]
+if mode == "delete":
+    delete_documents(index, arg.split(","), compact_above=None)
+else:
+    add_documents(index, arg, embeddings=chunk_vectors(arg, SYNTH_CONFIG), compact_above=None)
+"""
 
 
-def test_clashing_ids_empty_addition_and_embeddings(synth, old_copy, tmp_path):
-    root = synth[3]
-    with pytest.raises(CorpusError, match=r"document id 'doc000' is already in the index .*\(90 of 90 ids clash\)"):
-        add_supplied(old_copy, root / "old.jsonl")
-    empty = write_jsonl(tmp_path / "empty.jsonl", [{"id": "x1", "text": "  "}])
-    with pytest.raises(CorpusError, match="document 'x1' is empty"):
-        add_documents(old_copy, empty, embeddings=np.zeros((0, DIM), np.float32))
-    with pytest.raises(CorpusError, match="empty corpus"):
-        add_documents(old_copy, empty, skip_empty=True, embeddings=np.zeros((0, DIM), np.float32))
-    with pytest.raises(SpectragError, match=r"pass embeddings \(float32 \[\d+, 32\]\)"):
-        add_documents(old_copy, root / "new.jsonl")
-    with pytest.raises(CorpusError, match=r"embeddings has shape \(3, 32\), expected"):
-        add_documents(old_copy, root / "new.jsonl", embeddings=np.zeros((3, DIM), np.float32))
-    assert (old_copy / MANIFEST).exists() and len(load_index(old_copy)) == len(load_index(synth[0]))
+def _worker(mode: str, index: Path, arg: str, kill: str | None = None):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("SPECTRAG_KILL_AT", None)
+    if kill:
+        env["SPECTRAG_KILL_AT"] = kill
+    return subprocess.Popen([sys.executable, "-c", WORKER, mode, str(index), arg, str(Path(__file__).parent)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-# ----------------------------------------------------------------- the sample corpus, embedded
+def test_a_kill_during_the_swap_leaves_the_old_or_the_new_index(base_copy, tmp_path):
+    """A delete killed (as kill -9) after writing, after syncing and between the renames of the
+    fallback swap: the path loads, as the old or the new version."""
+    n_docs = len({c.doc_id for c in load_index(base_copy).chunks})
+    runs = []
+    for i, point in enumerate(["swap:written", "swap:synced", "swap:exchanged"]):
+        target = tmp_path / f"k{i}" / "idx"
+        target.parent.mkdir()
+        shutil.copytree(base_copy, target)
+        runs.append((point, target, _worker("delete", target, "doc004,doc005", kill=point)))
+    for point, target, proc in runs:
+        assert proc.wait(timeout=600) == 137, (point, proc.stderr.read())
+        documents = load_index(target, verify=True).manifest["counts"]["documents"]
+        assert documents in (n_docs, n_docs - 2), (point, documents)
 
 
-@pytest.fixture(scope="module")
-def sample_split(tmp_path_factory):
-    """The sample corpus indexed as its first 20 files, then the last 10 added, with an
-    embedding cache of its own (so no vector comes from the full build's cache)."""
-    from spectrag.cli.demo import sample_corpus
-
-    root = tmp_path_factory.mktemp("sample-split")
-    files = sorted(p for p in sample_corpus().iterdir() if p.is_file())
-    assert len(files) == 30
-    for name, part in (("first", files[:20]), ("rest", files[20:])):
-        (root / name).mkdir()
-        for f in part:
-            shutil.copy(f, root / name / f.name)
-    config = IndexConfig(embed=EmbedConfig(cache_dir=str(root / "cache")))
-    build_index(root / "first", root / "old", config)
-    shutil.copytree(root / "old", root / "inc")
-    return root, add_documents(root / "inc", root / "rest")
+def test_concurrent_writers_run_one_after_the_other(base_copy, edited):
+    """A delete and an add started together both succeed (the second waits for the lock) and
+    the index holds the effect of both."""
+    extra = write_jsonl(edited[2] / "extra.jsonl", synthetic_docs(130, seed=9)[125:128])
+    procs = [_worker("delete", base_copy, "doc004,doc005"), _worker("add", base_copy, str(extra))]
+    for proc in procs:
+        assert proc.wait(timeout=600) == 0, proc.stderr.read()
+    ids = {c.doc_id for c in load_index(base_copy).chunks}
+    assert "doc004" not in ids and "doc005" not in ids and {"doc125", "doc126", "doc127"} <= ids
+    assert [e["op"] for e in load_index(base_copy).manifest["history"]][-2:] in (["delete", "add"], ["add", "delete"])
 
 
-def test_sample_add_equals_full_rebuild(sample_split, sample_index):
-    from spectrag.cli.demo import sample_questions
-
-    _, inc = sample_split
-    full = sample_index
-    assert inc.chunks == full.chunks
-    assert inc.report.documents == 10 and inc.manifest["counts"]["documents"] == 30
-    np.testing.assert_allclose(np.asarray(inc.embeddings), np.asarray(full.embeddings), atol=1e-5)
-    assert_same_graph(inc, full)
-    questions = [q["question"] for q in sample_questions()]
-    qv = full.embed_queries(questions)
-    for search, arg in (("dense_search", qv), ("bm25_search", questions)):
-        s1, i1 = getattr(inc, search)(arg, 10)
-        s2, i2 = getattr(full, search)(arg, 10)
-        np.testing.assert_array_equal(i1, i2)
-        np.testing.assert_allclose(s1, s2, atol=1e-5)
-    assert_same_retrieval(inc, full, questions, torch.from_numpy(qv))
-
-
-def test_cli_add(sample_split, tmp_path):
-    from click.testing import CliRunner
-
-    from spectrag.cli import main
-
-    root, _ = sample_split
-    shutil.copytree(root / "old", tmp_path / "idx")
-    result = CliRunner().invoke(main, ["add", str(tmp_path / "idx"), str(root / "rest"), "--json"])
-    assert result.exit_code == 0, result.output
-    out = json.loads(result.stdout)
-    assert out["added"]["documents"] == 10 and out["counts"]["documents"] == 30
-    assert out["added"]["embedding_cache_hits"] == out["added"]["chunks"]  # the fixture embedded them
-    again = CliRunner().invoke(main, ["add", str(tmp_path / "idx"), str(root / "rest")])
-    assert again.exit_code == 2 and "error:" in again.output and "is already in the index" in again.output
-    (tmp_path / "extra").mkdir()
-    (tmp_path / "extra" / "extra.md").write_text("# Extra\n\nA new document about the Veltra Bridge.\n")
-    with pytest.raises(SpectragError, match="embeddings: .* embeds with the model 'all-MiniLM-L6-v2'"):
-        add_documents(tmp_path / "idx", tmp_path / "extra", embeddings=np.zeros((1, 384), np.float32))
-
-
-def test_knowledge_graph_is_rebuilt_in_full(tmp_path, embed_cache):
-    """An index with a knowledge graph gets the graph of all chunks, as a rebuild would."""
-    pytest.importorskip("spectrag.kg.build")
-    from spectrag.config import KGConfig
-    from spectrag.cli.demo import sample_corpus
-
-    files = sorted(p for p in sample_corpus().iterdir() if p.is_file())[:5]
-    for name, part in (("first", files[:3]), ("rest", files[3:]), ("all", files)):
-        (tmp_path / name).mkdir()
-        for f in part:
-            shutil.copy(f, tmp_path / name / f.name)
-    config = IndexConfig(embed=EmbedConfig(cache_dir=embed_cache), kg=KGConfig(enabled=True, source="extractor"))
-    build_index(tmp_path / "first", tmp_path / "inc", config)
-    inc = add_documents(tmp_path / "inc", tmp_path / "rest")
-    full = build_index(tmp_path / "all", tmp_path / "full", config)
-    assert inc.kg is not None and "kg" in inc.report.seconds
-    kg_files = sorted(f for f in full.manifest["files"] if f.startswith("kg/"))
-    assert kg_files and kg_files == sorted(f for f in inc.manifest["files"] if f.startswith("kg/"))
-    for f in kg_files:  # same cache, so the same vectors: the files are byte-identical
-        assert inc.manifest["files"][f]["sha256"] == full.manifest["files"][f]["sha256"], f
-
-
-def test_an_index_built_with_the_llm_stage_is_refused(llm_index, tmp_path):
-    """`spectrag add` does not run the LLM stage: refused before anything is written."""
-    from conftest import FIXTURES
-
-    target = tmp_path / "llm-copy"
-    shutil.copytree(llm_index[1].path, target)
-    before = (target / "manifest.json").read_bytes()
-    with pytest.raises(SpectragError, match="built with the LLM stage .* rebuild the index"):
-        add_documents(target, FIXTURES / "formats" / "folder")
-    assert (target / "manifest.json").read_bytes() == before
+def test_past_the_threshold_an_edit_compacts(base_copy, edited, tmp_path):
+    """compact_above: an edit that brings the changed chunks past the share recomputes the graph
+    from scratch (its spectrum by Lanczos), and says so."""
+    index = delete_documents(base_copy, ["doc004"], compact_above=0.001)
+    assert index.report.compacted and index.manifest["history"][-1]["compacted"]
+    assert index.manifest["graph"]["spectrum"]["method"] == "lanczos"
+    assert index.manifest["incremental"]["operations"] == 0
+    records = {d["id"]: d for d in synthetic_docs(120)}
+    fresh = fresh_build_of(index, records, tmp_path, "fresh")
+    for name in fresh.manifest["files"]:
+        assert file_hash(index, name) == file_hash(fresh, name), name

@@ -37,7 +37,8 @@ def test_readme_config_block_is_read(tmp_path):
     assert spectrag.load_retriever_config(path).bridge.lam == 0.25
 
 
-@pytest.mark.parametrize("command", ["index", "add", "info", "retrieve", "serve", "view", "answer", "eval", "demo"])
+@pytest.mark.parametrize("command", ["index", "add", "delete", "update", "compact", "info", "retrieve", "serve", "view",
+                                     "answer", "eval", "demo"])
 def test_readme_synopsis_options_exist(command):
     """Every --option the README's command-line synopsis shows for a command is in its --help."""
     text = README.read_text(encoding="utf-8")

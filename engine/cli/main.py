@@ -1,4 +1,4 @@
-"""The ``spectrag`` command line: ``index``, ``add``, ``info``, ``retrieve``, ``answer``, ``serve``, ``view``, ``demo``, ``eval``.
+"""The ``spectrag`` command line: ``index``, ``add``, ``delete``, ``update``, ``compact``, ``info``, ``retrieve``, ``answer``, ``serve``, ``view``, ``demo``, ``eval``.
 
 User errors (:class:`spectrag.errors.SpectragError`) print one ``error:`` line and exit with
 status 2; ``--debug`` shows the traceback instead.
@@ -86,6 +86,8 @@ def _table(rows: list[tuple[str, str]]) -> str:
 
 
 def _summary(manifest: dict[str, Any], path: Path) -> dict[str, Any]:
+    from spectrag.incremental.history import history  # on use: the package pulls in the build
+
     return {
         "path": str(path),
         "format_version": manifest["format_version"],
@@ -99,6 +101,8 @@ def _summary(manifest: dict[str, Any], path: Path) -> dict[str, Any]:
         "graph": _graph_summary(manifest.get("graph")),
         "kg": manifest.get("kg"),
         "llm": manifest.get("llm"),
+        "history": history(manifest),
+        "incremental": manifest.get("incremental"),
     }
 
 
@@ -144,6 +148,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
             rows.append((f"llm {name}", f"{u['requests']:,} requests ({u['cached']:,} cached), {u['prompt_tokens']:,} + "
                                         f"{u['completion_tokens']:,} tokens, cost {u['cost']:.4f}, "
                                         f"{facts.get('malformed', u['malformed']):,} malformed ({llm['model']})"))
+    from spectrag.incremental.history import history_lines
+
+    rows += history_lines(summary["history"], summary["incremental"], g)
     rows += [(f"{stage} s", f"{secs:.2f}") for stage, secs in summary["seconds"].items()]
     click.echo(_table(rows))
 
@@ -217,35 +224,112 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
         _print_summary(summary)
 
 
-@main.command("add")
-@click.argument("index_dir", type=click.Path(path_type=Path))
-@click.argument("corpus", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]), help="Corpus format.")
-@click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")
-@click.option("--skip-invalid", is_flag=True, help="Leave out (count and list) files and records that cannot be read.")
-@click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@_console
-@_friendly
-def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
-            as_json: bool) -> None:
-    """Add the documents of CORPUS to the index at INDEX_DIR (no rebuild; the old index stays
-    until the new one is complete; concurrent adds to one index wait for each other)."""
-    from spectrag.incremental import add_documents
+def _edit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--compact-above`` and ``--json`` of the commands that edit an index."""
+    fn = click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")(fn)
+    return click.option("--compact-above", type=click.FloatRange(min=0), default=None,
+                        help="Recompute the graph from scratch (as `compact`) when the chunks changed since the last "
+                             "full build exceed this share of the index (default: 0.25).")(fn)
 
-    index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
-                          follow_symlinks=follow_symlinks, progress=not as_json and progress_on())
+
+def _corpus_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """How ``add`` and ``update`` read CORPUS: ``--format``, ``--skip-empty``, ``--skip-invalid``,
+    ``--follow-symlinks``."""
+    fn = click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder.")(fn)
+    fn = click.option("--skip-invalid", is_flag=True,
+                      help="Leave out (count and list) files and records that cannot be read.")(fn)
+    fn = click.option("--skip-empty", is_flag=True, help="Leave out empty documents instead of failing.")(fn)
+    return click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]),
+                        help="Corpus format.")(fn)
+
+
+def _edited(index, index_dir: Path, as_json: bool) -> None:
+    from spectrag.cli.edit import edit_line, edit_summary
+
     _report_skipped(index.report.skipped_invalid)
-    r = index.report
     summary = _summary(index.manifest, index_dir)
-    summary["seconds"] = r.seconds
-    summary["added"] = {"documents": r.documents, "chunks": r.chunks, "tokens": r.tokens,
-                        "embedding_cache_hits": r.cache_hits, "lanczos": r.lanczos}
+    summary["seconds"] = index.report.seconds
+    summary["edit"] = edit_summary(index)
     if as_json:
         click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
-        click.echo(f"added {r.documents:,} documents ({r.chunks:,} chunks, {r.tokens:,} tokens)")
+        click.echo(edit_line(index))
         _print_summary(summary)
+
+
+def _compact_above(value: float | None) -> dict[str, float]:
+    return {} if value is None else {"compact_above": value}
+
+
+@main.command("add")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.argument("corpus", type=click.Path(path_type=Path))
+@_corpus_options
+@_edit_options
+@_console
+@_friendly
+def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
+            compact_above: float | None, as_json: bool) -> None:
+    """Add the documents of CORPUS to the index at INDEX_DIR (no rebuild; the old index stays
+    until the new one is complete; concurrent edits of one index wait for each other)."""
+    from spectrag.incremental import add_documents
+
+    index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
+                          follow_symlinks=follow_symlinks, progress=not as_json and progress_on(),
+                          **_compact_above(compact_above))
+    _edited(index, index_dir, as_json)
+
+
+@main.command("delete")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.argument("doc_ids", nargs=-1)
+@click.option("--ids", "id_values", multiple=True, metavar="FILE|ID",
+              help="A file of document ids (one a line; - reads standard input) or an id; repeatable.")
+@_edit_options
+@_console
+@_friendly
+def delete_cmd(index_dir: Path, doc_ids: tuple[str, ...], id_values: tuple[str, ...], compact_above: float | None,
+               as_json: bool) -> None:
+    """Delete the documents DOC_IDS (and those of --ids) from the index at INDEX_DIR. An id the
+    index does not hold is an error and nothing is deleted."""
+    from spectrag.cli.edit import read_ids
+    from spectrag.incremental import delete_documents
+
+    index = delete_documents(index_dir, read_ids(id_values, doc_ids), progress=not as_json and progress_on(),
+                             **_compact_above(compact_above))
+    _edited(index, index_dir, as_json)
+
+
+@main.command("update")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.argument("corpus", type=click.Path(path_type=Path))
+@_corpus_options
+@_edit_options
+@_console
+@_friendly
+def update_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
+               compact_above: float | None, as_json: bool) -> None:
+    """Replace the documents of CORPUS whose ids the index at INDEX_DIR holds (when they changed)
+    and add the others; documents CORPUS lacks stay (see `delete`)."""
+    from spectrag.incremental import update_documents
+
+    index = update_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
+                             follow_symlinks=follow_symlinks, progress=not as_json and progress_on(),
+                             **_compact_above(compact_above))
+    _edited(index, index_dir, as_json)
+
+
+@main.command("compact")
+@click.argument("index_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@_console
+@_friendly
+def compact_cmd(index_dir: Path, as_json: bool) -> None:
+    """Recompute the graph, the spectrum and the knowledge graph of INDEX_DIR from scratch: the
+    index a fresh build of its documents gives."""
+    from spectrag.incremental import compact_index
+
+    _edited(compact_index(index_dir, progress=not as_json and progress_on()), index_dir, as_json)
 
 
 @main.command("info")

@@ -21,8 +21,8 @@ from spectrag.store import MANIFEST, Index
 from spectrag.types import Chunk, Document
 
 #: manifest fields that differ between two builds of one corpus: when, how long, how much memory, where
-TIMING_FIELDS = ("created", "seconds", "cpu_seconds", "memory", "distributed", "graph.seconds", "graph.cpu_seconds",
-                 "graph.peak_rss_mib", "graph.spectrum.seconds")
+TIMING_FIELDS = ("created", "history", "seconds", "cpu_seconds", "memory", "distributed", "graph.seconds",
+                 "graph.cpu_seconds", "graph.peak_rss_mib", "graph.spectrum.seconds")
 
 #: documents per Ray Data block of the chunk stage
 CHUNK_DOCS = 2_048

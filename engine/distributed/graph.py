@@ -5,7 +5,7 @@ maps without a copy) and each task works on a row range:
 
 * semantic kNN: the FAISS index is built (an IVF one trained) once on the driver, serialized into
   the store, and each task searches its tile of rows against it
-  (:func:`spectrag.graph.signals.knn_rows`, float64 re-scored, so the tiling changes nothing);
+  (:func:`spectrag.graph.lists.search_lists`, float64 re-scored, so the tiling changes nothing);
 * entity: the built-in extractor on blocks of chunk texts, the incidence matrix on the driver
   (it needs every chunk's entities for the document frequencies), the products ``X X^T`` by row
   tiles (:func:`spectrag.graph.signals.entity_tile`);
@@ -28,6 +28,7 @@ from spectrag.distributed.cluster import MAX_TASK_RETRIES, require_ray
 from spectrag.extract.entities import extract_entities
 from spectrag.graph import signals as sig
 from spectrag.graph.build import build_graph, citation_signal, entity_signal, knn_method
+from spectrag.graph.lists import KNN_RESERVE, NeighbourLists, lists_signal, search_lists
 from spectrag.index.dense import load_faiss
 from spectrag.types import Chunk
 
@@ -43,11 +44,10 @@ def _bounds(n: int, size: int, workers: int) -> list[tuple[int, int]]:
     return [(lo, min(n, lo + size)) for lo in range(0, n, size)]
 
 
-def _knn_tile(index_bytes: np.ndarray, vectors: np.ndarray, lo: int, hi: int, k: int, min_cos: float):
+def _knn_tile(index_bytes: np.ndarray, vectors: np.ndarray, lo: int, hi: int, width: int, min_cos: float):
     faiss = load_faiss()
     index = faiss.deserialize_index(index_bytes)
-    rows, cols, weights = sig.knn_rows(index, vectors[lo:hi], k, first=lo, min_cos=min_cos, base=vectors)
-    return np.concatenate(rows), np.concatenate(cols), np.concatenate(weights)
+    return search_lists(index, vectors, np.arange(lo, hi), width, min_cos=min_cos)  # ids, scores [hi - lo, width]
 
 
 def _extract(texts: list[str], titles: list[str]) -> list[list[str]]:
@@ -108,7 +108,7 @@ class RayGraph:
         return build_graph(chunks, embeddings, config, encode=encode, makers=makers, questions=questions,
                            openie_docs=openie_docs)
 
-    def _semantic(self, task, embeddings: np.ndarray, config: GraphConfig) -> Callable[[], sp.csr_matrix]:
+    def _semantic(self, task, embeddings: np.ndarray, config: GraphConfig) -> Callable[[], Any]:
         ray = require_ray()
         faiss = load_faiss()
         n = embeddings.shape[0]
@@ -117,12 +117,12 @@ class RayGraph:
         del index
         vectors_ref = ray.put(np.ascontiguousarray(embeddings, dtype=np.float32))
         search = task(_knn_tile)
-        k = min(config.k_semantic + 1, n)  # + 1: the row itself
-        parts = [search.remote(index_ref, vectors_ref, lo, hi, k, config.min_cos)
+        parts = [search.remote(index_ref, vectors_ref, lo, hi, config.k_semantic + KNN_RESERVE, config.min_cos)
                  for lo, hi in _bounds(n, self.knn_rows, self.workers)]
 
-        def gather() -> sp.csr_matrix:
-            rows, cols, weights = zip(*ray.get(parts)) if parts else ((), (), ())
-            return sig.knn_graph(list(rows), list(cols), list(weights), n, config.k_semantic)
+        def gather():  # the single-process build's signal and neighbour lists (graph/lists.py)
+            got = ray.get(parts)
+            lists = NeighbourLists(np.vstack([ids for ids, _ in got]), np.vstack([scores for _, scores in got]))
+            return lists_signal(lists, config.k_semantic), None, lists
 
         return gather

@@ -287,7 +287,8 @@ def _extract_one(text: str, out: set[str]) -> None:
 
 
 def extract_entities(
-    texts: Sequence[str], titles: Sequence[str] | None = None, *, workers: int = 0
+    texts: Sequence[str], titles: Sequence[str] | None = None, *, workers: int = 0,
+    matcher: TitleMatcher | None = None,
 ) -> list[list[str]]:
     """Sorted unique normalized entity keys of each text (rules in the module docstring); with
     ``titles``, the corpus titles each text mentions are added. Shapes: ``[T]`` -> ``[T][*]``.
@@ -296,7 +297,8 @@ def extract_entities(
     texts are split into contiguous blocks (:func:`spectrag.util.pool.map_blocks`), so the result
     does not depend on it.
     """
-    matcher = TitleMatcher(titles) if titles else None
+    if matcher is None:  # (a caller that extracts several times passes one built of ``titles``)
+        matcher = TitleMatcher(titles) if titles else None
     keys = [normalize_entity(t) for t in titles] if titles else []
 
     def block(lo: int, hi: int) -> list[list[str]]:
@@ -346,34 +348,44 @@ def entity_incidence(
     like ``n^2`` (an entity in 1 % of 10^6 chunks is 10^8 pairs); with ``max_count`` they cost
     at most ``max_count * nnz``, linear in the corpus. Duplicate entities within a chunk count
     once. Shapes: ``[n][*]`` -> ``[n, V]``."""
-    n = len(entities)
-    if max_count is not None and (isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1):
-        raise ValueError(f"max_count must be an int >= 1 or None, got {max_count!r}")
-    if isinstance(max_df, bool) or not isinstance(max_df, (int, float)):
-        raise ValueError(f"max_df must be an int count or a float fraction, got {max_df!r}")
-    if isinstance(max_df, float):
-        if not 0.0 < max_df <= 1.0:
-            raise ValueError(f"a fractional max_df must be in (0, 1], got {max_df}")
-        limit = max(int(math.floor(max_df * n)), 50)
-    else:
-        if max_df < 1:
-            raise ValueError(f"max_df must be >= 1, got {max_df}")
-        limit = max_df
-    if max_count is not None:
-        limit = min(limit, max_count)
+    indptr, cols, names = entity_ids(entities)
+    return incidence_from_ids(indptr, cols, names, max_df=max_df, min_df=min_df, max_count=max_count)
+
+
+def entity_ids(entities: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Entity lists as ids into their keys, numbered by first appearance. Shapes: ``[n][*]`` ->
+    ``indptr [n + 1]`` int64, ``ids [m]`` int64, ``names [V]``."""
+    lengths = np.fromiter((len(e) for e in entities), dtype=np.int64, count=len(entities))
+    flat = list(chain.from_iterable(entities))
+    names = list(dict.fromkeys(flat))
+    column = dict(zip(names, range(len(names))))
+    ids = np.fromiter(map(column.__getitem__, flat), dtype=np.int64, count=len(flat))
+    indptr = np.zeros(len(entities) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    return indptr, ids, names
+
+
+def incidence_from_ids(
+    indptr: np.ndarray,
+    ids: np.ndarray,
+    names: Sequence[str],
+    *,
+    max_df: int | float = 0.01,
+    min_df: int = 2,
+    max_count: int | None = None,
+) -> EntityIncidence:
+    """:func:`entity_incidence` of entity lists given as ids into ``names``: chunk ``i`` holds
+    ``names[j]`` for ``j`` in ``ids[indptr[i]:indptr[i + 1]]``. Shapes: ``indptr [n + 1]``,
+    ``ids [m]`` -> ``[n, V]``."""
+    n = len(indptr) - 1
+    limit = df_limit(n, max_df=max_df, max_count=max_count)
     if min_df < 1:
         raise ValueError(f"min_df must be >= 1, got {min_df}")
-
-    lengths = np.fromiter((len(e) for e in entities), dtype=np.int64, count=n)
-    flat = list(chain.from_iterable(entities))
-    names = list(dict.fromkeys(flat))  # entities in order of first appearance
-    column = dict(zip(names, range(len(names))))
-    cols = np.fromiter(map(column.__getitem__, flat), dtype=np.int64, count=len(flat))
-    del flat
-    rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(np.asarray(indptr, dtype=np.int64)))
     # one entry per (chunk, entity): COO -> CSR sums duplicates (in C); then binarize
     full = sp.csr_matrix(
-        (np.ones(cols.shape[0], dtype=np.float32), (rows, cols)), shape=(n, len(names)), dtype=np.float32
+        (np.ones(len(ids), dtype=np.float32), (rows, np.asarray(ids, dtype=np.int64))), shape=(n, len(names)),
+        dtype=np.float32,
     )
     full.sum_duplicates()
     df = np.bincount(full.indices, minlength=len(names))
@@ -399,3 +411,21 @@ def entity_incidence(
         idf=idf,
         dropped_frequent=int(too_frequent.sum()),
     )
+
+
+def df_limit(n: int, *, max_df: int | float, max_count: int | None) -> int:
+    """The most chunks an entity may occur in to be kept, for ``n`` chunks (see
+    :func:`entity_incidence`)."""
+    if max_count is not None and (isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1):
+        raise ValueError(f"max_count must be an int >= 1 or None, got {max_count!r}")
+    if isinstance(max_df, bool) or not isinstance(max_df, (int, float)):
+        raise ValueError(f"max_df must be an int count or a float fraction, got {max_df!r}")
+    if isinstance(max_df, float):
+        if not 0.0 < max_df <= 1.0:
+            raise ValueError(f"a fractional max_df must be in (0, 1], got {max_df}")
+        limit = max(int(math.floor(max_df * n)), 50)
+    else:
+        if max_df < 1:
+            raise ValueError(f"max_df must be >= 1, got {max_df}")
+        limit = max_df
+    return min(limit, max_count) if max_count is not None else limit

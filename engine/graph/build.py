@@ -31,11 +31,13 @@ from spectrag.errors import ConfigError, IndexFormatError
 from spectrag.extract.entities import entity_incidence, extract_entities
 from spectrag.extract.openie import load_openie_entities, openie_entity_keys, openie_extraction
 from spectrag.graph import signals as sig
-from spectrag.graph.citations import citation_edges
+from spectrag.graph.citations import CitationEdges, citation_edges
 from spectrag.graph.fuse import FusedGraph, fuse_signals
+from spectrag.graph.lists import NeighbourLists, semantic_lists
 from spectrag.graph.questions import QuestionSet, embed_questions, load_questions, read_questions_file, save_questions
 from spectrag.graph.relational import relational_graph
 from spectrag.graph.spectrum import Spectrum, spectral_coordinates
+from spectrag.graph.stored import EntityLists, save_stored
 from spectrag.types import Chunk
 from spectrag.util import usage
 from spectrag.util.checks import check_csr, check_floats, check_ints, load_npy
@@ -50,9 +52,11 @@ def _doc_codes(chunks: Sequence[Chunk]) -> np.ndarray:
 
 
 def _entities(chunks: Sequence[Chunk], config: GraphConfig, openie_docs: list[dict] | None = None,
-              extract=extract_entities) -> tuple[list[list[str]], dict[str, Any]]:
+              extract=extract_entities, titles: Sequence[str] | None = None) -> tuple[list[list[str]], dict[str, Any]]:
     """Entity keys per chunk: ``graph.entities_file``, else the LLM's OpenIE records (when the
-    build made them), else ``extract`` (the built-in extractor, or a distributed build's)."""
+    build made them), else ``extract`` (the built-in extractor, or a distributed build's) with
+    the corpus ``titles`` (default: those of ``chunks``; an update extracts some chunks of a
+    larger corpus)."""
     texts = [c.text for c in chunks]
     if config.entities_file:
         path = Path(config.entities_file)
@@ -63,8 +67,9 @@ def _entities(chunks: Sequence[Chunk], config: GraphConfig, openie_docs: list[di
     if openie_docs is not None:
         ext = openie_extraction(openie_docs, texts, [c.title for c in chunks], source="llm")
         return openie_entity_keys(ext), {"source": "llm OpenIE", "unmatched_records": ext.facts["unmatched_records"]}
-    titles = sorted({c.title for c in chunks if c.title})
-    return extract(texts, titles), {"source": "built-in extractor"}
+    if titles is None:
+        titles = sorted({c.title for c in chunks if c.title})
+    return extract(texts, list(titles)), {"source": "built-in extractor"}
 
 
 def file_questions(chunks: Sequence[Chunk], config: GraphConfig,
@@ -89,35 +94,42 @@ def build_signals(
     config: GraphConfig,
     *,
     encode: Callable[[list[str]], np.ndarray] | None = None,
-    makers: Mapping[str, Callable[[], sp.csr_matrix]] | None = None,
+    makers: Mapping[str, Callable[[], Any]] | None = None,
     questions: QuestionSet | None = None,
     openie_docs: list[dict] | None = None,
     on_step: Callable[[str], None] | None = None,
-) -> tuple[dict[str, sp.csr_matrix], dict[str, Any]]:
-    """Every enabled edge signal as a directed sparse ``[n, n]`` matrix, and build facts.
-    ``makers``: signals built another way (an incremental add updates the stored ones; a
-    distributed build gathers them from its workers), timed and ordered like the others; a
-    maker may return ``(signal, facts)``, the facts stored as the built-in maker's are
-    (:data:`FACTS`). ``questions``: embedded utility questions (default: those of
-    ``graph.questions_file``, if any); ``openie_docs``: the LLM's OpenIE records, for the
-    entity signal when ``graph.entities_file`` is not set. ``on_step(name)``: called as each
-    signal starts (a progress bar's label)."""
+) -> tuple[dict[str, sp.csr_matrix], dict[str, Any], dict[str, Any]]:
+    """Every enabled edge signal as a directed sparse ``[n, n]`` matrix, build facts, and what
+    an index update reads beside them (:mod:`spectrag.graph.stored`: neighbour lists, entity
+    keys, directed citations). ``makers``: signals built another way (an index update
+    updates the stored ones; a distributed build gathers them from its workers), timed and
+    ordered like the others; a maker may return ``(signal, facts)`` or ``(signal, facts,
+    stored)``, the facts (when not None) stored as the built-in maker's are (:data:`FACTS`).
+    ``questions``: embedded utility questions (default: those of ``graph.questions_file``, if
+    any); ``openie_docs``: the LLM's OpenIE records, for the entity signal when
+    ``graph.entities_file`` is not set. ``on_step(name)``: called as each signal starts (a
+    progress bar's label)."""
 
     n = len(chunks)
     weights = config.signal_weights()
     makers = makers or {}
     info: dict[str, Any] = {"seconds": {}, "cpu_seconds": {}, "peak_rss_mib": {}}
     out: dict[str, sp.csr_matrix] = {}
+    stored: dict[str, Any] = {}
 
-    def timed(name: str, make: Callable[[], sp.csr_matrix | tuple[sp.csr_matrix, dict[str, Any]]]) -> None:
+    def timed(name: str, make: Callable[[], Any]) -> None:
         if weights.get(name, 0) <= 0:
             return
         if on_step is not None:
             on_step(name)
         mark = usage.begin()
         made = makers.get(name, make)()
-        if isinstance(made, tuple):  # (signal, its facts for the manifest)
-            made, info[FACTS[name]] = made
+        if isinstance(made, tuple):  # (signal, its facts for the manifest[, what an update reads])
+            made, facts, *extra = made
+            if facts is not None:
+                info[FACTS[name]] = facts
+            if extra and extra[0] is not None:
+                stored[name] = extra[0]
         out[name] = made
         _record(info, name, mark)
 
@@ -125,9 +137,7 @@ def build_signals(
     info["knn"] = {"method": knn}
     if knn == "ivf":
         info["knn"].update(nlist=config.knn_nlist or sig.ivf_nlist(n), nprobe=config.knn_nprobe)
-    timed("semantic", lambda: sig.semantic_edges(np.asarray(embeddings), config.k_semantic, min_cos=config.min_cos,
-                                                 method=knn, nlist=config.knn_nlist, nprobe=config.knn_nprobe,
-                                                 seed=config.seed))
+    timed("semantic", lambda: semantic_signal(embeddings, config, knn))
     timed("adjacency", lambda: sig.adjacency_edges(_doc_codes(chunks)))
     timed("section", lambda: sig.section_edges([c.doc_id for c in chunks], [c.section for c in chunks], band=config.section_band))
 
@@ -139,11 +149,19 @@ def build_signals(
         q_sums, has = questions.chunk_sums(n)
         timed("utility", lambda: sig.utility_edges(q_sums, has, config.k_semantic))
         info["questions"] = {"questions": int(len(questions.owners)), "chunks": int(has.sum())}
-    return out, info
+    return out, info, stored
 
 
 #: the manifest key of the facts a signal's maker may return beside it (see :func:`build_signals`)
 FACTS = {"entity": "entities", "citation": "citations"}
+
+
+def semantic_signal(embeddings: np.ndarray, config: GraphConfig, method: str) -> tuple[sp.csr_matrix, None, NeighbourLists]:
+    """The semantic kNN signal ``[n, n]`` (by ``method``, :func:`knn_method`) and each chunk's
+    neighbour list with its reserve (:mod:`spectrag.graph.lists`)."""
+    signal, lists = semantic_lists(np.asarray(embeddings), config.k_semantic, min_cos=config.min_cos, method=method,
+                                   nlist=config.knn_nlist, nprobe=config.knn_nprobe, seed=config.seed)
+    return signal, None, lists
 
 
 def entity_signal(
@@ -153,8 +171,8 @@ def entity_signal(
     openie_docs: list[dict] | None = None,
     extract: Callable[[list[str], list[str]], list[list[str]]] = extract_entities,
     edges: Callable[..., sp.csr_matrix] = sig.entity_edges,
-) -> tuple[sp.csr_matrix, dict[str, Any]]:
-    """The entity signal ``[n, n]`` and its manifest facts. ``openie_docs``: the LLM's OpenIE
+) -> tuple[sp.csr_matrix, dict[str, Any], EntityLists]:
+    """The entity signal ``[n, n]``, its manifest facts and each chunk's entity keys. ``openie_docs``: the LLM's OpenIE
     records (see :func:`_entities`); ``extract(texts, titles)`` (the built-in extractor's entity
     lists) and ``edges(incidence, idf, top_k=)`` are
     :func:`spectrag.extract.entities.extract_entities` and :func:`spectrag.graph.signals.entity_edges`
@@ -162,14 +180,19 @@ def entity_signal(
     lists, facts = _entities(chunks, config, openie_docs, extract)
     inc = entity_incidence(lists, max_df=config.entity_max_df, max_count=config.entity_max_count or None)
     facts = {**facts, "kept": len(inc.vocab), "dropped_frequent": inc.dropped_frequent, "mentions": int(inc.matrix.nnz)}
-    return edges(inc.matrix, inc.idf, top_k=config.entity_top_k), facts
+    return edges(inc.matrix, inc.idf, top_k=config.entity_top_k), facts, EntityLists.from_lists(lists)
 
 
-def citation_signal(chunks: Sequence[Chunk], config: GraphConfig) -> tuple[sp.csr_matrix, dict[str, Any]]:
-    """The citation signal ``[n, n]`` and its manifest facts (counts by kind)."""
+def citation_signal(chunks: Sequence[Chunk], config: GraphConfig) -> tuple[sp.csr_matrix, dict[str, Any], CitationEdges]:
+    """The citation signal ``[n, n]``, its manifest facts (counts by kind) and the directed edges."""
     edges = citation_edges(list(chunks), max_targets_per_doc=config.citation_max_targets,
                            title_mentions=config.title_mentions)
-    return sig.coo(edges.rows, edges.cols, edges.weights, len(chunks)), {k: int(v) for k, v in edges.counts.items()}
+    return citation_matrix(edges), {k: int(v) for k, v in edges.counts.items()}, edges
+
+
+def citation_matrix(edges: CitationEdges) -> sp.csr_matrix:
+    """The citation signal ``[n, n]`` of directed citation edges."""
+    return sig.coo(edges.rows, edges.cols, edges.weights, edges.n_chunks)
 
 
 def _record(info: dict[str, Any], name: str, mark: usage.Mark) -> None:
@@ -211,11 +234,12 @@ def build_graph(
                 shown.update()
             shown.set_postfix_str(name)
 
-        signals, info = build_signals(chunks, embeddings, config, encode=encode, makers=makers, questions=questions,
-                                      openie_docs=openie_docs, on_step=step)
+        signals, info, stored = build_signals(chunks, embeddings, config, encode=encode, makers=makers,
+                                              questions=questions, openie_docs=openie_docs, on_step=step)
         step("fuse")
         mark = usage.begin()
         fused = fuse_signals(signals, config.signal_weights(), tau=config.tau, max_degree=config.max_degree)
+        fused.stored.update(stored)  # written beside the graph for index updates (graph/stored.py)
         del signals  # fused.signals keeps each signal's upper triangle
         _record(info, "fuse", mark)
         step("spectrum")
@@ -281,6 +305,7 @@ def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum, config: Grap
     np.save(out / "rcm_order.npy", order)
     if questions is not None and len(questions.owners):
         save_questions(out, questions)
+    save_stored(out, fused.stored)
     return {"bandwidth": _bandwidth(w), "rcm_bandwidth": _bandwidth(w[order][:, order])}
 
 

@@ -147,11 +147,24 @@ def _expand(src: list[int], dst_doc: list[int], kinds: list[int], ptr: np.ndarra
     return np.repeat(src_a, counts), targets[first + offsets], np.repeat(kind_a, counts)
 
 
-def citation_edges(chunks: Sequence[Chunk], *, max_targets_per_doc: int = 4, title_mentions: bool = True) -> CitationEdges:
+def document_titles(chunks: Sequence[Chunk]) -> list[str]:
+    """Each document's title, documents in order of their first chunk (the title list
+    :func:`citation_edges` matches)."""
+    first: dict[str, str] = {}
+    for c in chunks:
+        first.setdefault(c.doc_id, c.title)
+    return list(first.values())
+
+
+def citation_edges(chunks: Sequence[Chunk], *, max_targets_per_doc: int = 4, title_mentions: bool = True,
+                   sources: np.ndarray | None = None, matcher: TitleMatcher | None = None) -> CitationEdges:
     """Link / footnote / url / title-mention edges between chunks (see the module docstring).
 
     Chunks of one document are recognised by their ``doc_id``; a document's "first" chunks are
-    its first ones in the order given. Shapes: ``[n]`` chunks -> edge arrays ``[E]``.
+    its first ones in the order given. ``sources``: only the edges from these chunks (indices;
+    an index update recomputes the chunks an edit touches), every chunk still a target;
+    ``matcher``: a :class:`TitleMatcher` of :func:`document_titles` of ``chunks`` (built once by
+    a caller that needs it again). Shapes: ``[n]`` chunks -> edge arrays ``[E]``.
     """
     if max_targets_per_doc < 1:
         raise ValueError(f"max_targets_per_doc must be >= 1, got {max_targets_per_doc}")
@@ -183,17 +196,32 @@ def citation_edges(chunks: Sequence[Chunk], *, max_targets_per_doc: int = 4, tit
 
     resolver = _Resolver(doc_ids, urls)
     any_url = bool(resolver.by_url)
+    scan = np.ones(n, dtype=bool)
+    if sources is not None:
+        scan[:] = False
+        scan[np.asarray(sources, dtype=np.int64)] = True
     src: list[int] = []
     dst: list[int] = []
     kinds: list[int] = []
     fn_src: list[int] = []
     fn_dst: list[int] = []
     for d, member in enumerate(members):
+        if sources is not None and not scan[member].any():
+            continue
         folder = posixpath.dirname(doc_ids[d])
         fn_defs: dict[str, list[int]] = {}
         fn_refs: list[tuple[int, str]] = []
         for i in member:
             text = chunks[i].text
+            if "[^" in text:  # footnote definitions of every chunk; references of the scanned ones
+                for label in _FOOTNOTE_DEF.findall(text):
+                    holders = fn_defs.setdefault(label, [])
+                    if not holders or holders[-1] != i:
+                        holders.append(i)
+                if scan[i]:
+                    fn_refs.extend((i, label) for label in set(_FOOTNOTE_REF.findall(text)))
+            if not scan[i]:
+                continue
             if "](" in text:
                 for m in _MD_LINK.finditer(text):
                     t = resolver.link(folder, m.group(1))
@@ -208,12 +236,6 @@ def citation_edges(chunks: Sequence[Chunk], *, max_targets_per_doc: int = 4, tit
                         src.append(i)
                         dst.append(t)
                         kinds.append(URL)
-            if "[^" in text:
-                for label in _FOOTNOTE_DEF.findall(text):
-                    holders = fn_defs.setdefault(label, [])
-                    if not holders or holders[-1] != i:
-                        holders.append(i)
-                fn_refs.extend((i, label) for label in set(_FOOTNOTE_REF.findall(text)))
         for i, label in fn_refs:
             for j in fn_defs.get(label, ()):
                 if j != i:
@@ -222,8 +244,9 @@ def citation_edges(chunks: Sequence[Chunk], *, max_targets_per_doc: int = 4, tit
 
     if title_mentions and n:
         own_keys = [title_key(t) for t in titles]
-        matcher = TitleMatcher(titles)
-        for i, found in enumerate(matcher.find([c.text for c in chunks])):
+        matcher = matcher if matcher is not None else TitleMatcher(titles)
+        scanned = np.flatnonzero(scan)
+        for i, found in zip(scanned.tolist(), matcher.find([chunks[i].text for i in scanned.tolist()])):
             if not found:
                 continue
             d = int(chunk_doc[i])

@@ -16,7 +16,8 @@ A single-signal edge therefore keeps ``alpha_r * w_r`` and survives when that ex
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -37,6 +38,7 @@ class FusedGraph:
     signal_edges: dict[str, int]  # undirected edges each signal contributed before fusion
     signal_histograms: dict[str, list[int]]  # 10 bins over [0, 1]
     fused_histogram: list[int]
+    stored: dict[str, Any] = field(default_factory=dict)  # what an index update reads (graph/stored.py)
 
 
 def _histogram(values: np.ndarray) -> list[int]:

@@ -247,15 +247,33 @@ def entity_tiles(
     """The operands of :func:`entity_edges` and its row tiles: ``X [n, V]``, ``X^T`` (CSR) and
     the ``[lo, hi)`` bounds, each tile independent of the others (a distributed build runs them
     as separate tasks)."""
+    x, xt = entity_operands(incidence, idf)
+    return x, xt, tile_bounds(entity_work(x, xt), row_tile=row_tile, max_products=max_products)
+
+
+def entity_operands(incidence: sp.csr_matrix, idf: np.ndarray) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """``X = normalize(C diag(idf))`` (rows of unit length) and ``X^T`` as CSR. Shapes:
+    ``[n, V]``, ``[V, n]``."""
     x = (incidence @ sp.diags(idf.astype(np.float32))).tocsr()
     norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
     x = (sp.diags(np.where(norms > 0, 1.0 / np.maximum(norms, 1e-30), 0.0).astype(np.float32)) @ x).tocsr()
-    n = x.shape[0]
-    xt = x.T.tocsr()
+    return x, x.T.tocsr()
+
+
+def entity_work(x: sp.csr_matrix, xt: sp.csr_matrix) -> np.ndarray:
+    """Scalar products row ``i`` of ``X X^T`` costs: the sum of its entities' document
+    frequencies. Shapes: -> ``[n]`` int64."""
     df = np.diff(xt.indptr)  # chunks per entity
-    row_work = np.bincount(np.repeat(np.arange(n), np.diff(x.indptr)), weights=df[x.indices], minlength=n)
+    n = x.shape[0]
+    return np.bincount(np.repeat(np.arange(n), np.diff(x.indptr)), weights=df[x.indices], minlength=n).astype(np.int64)
+
+
+def tile_bounds(row_work: np.ndarray, *, row_tile: int = 50_000, max_products: int = 20_000_000) -> list[tuple[int, int]]:
+    """``[lo, hi)`` tiles of consecutive rows holding at most ``row_tile`` rows and, when rows
+    allow, at most ``max_products`` of ``row_work``."""
+    n = len(row_work)
     work = np.zeros(n + 1, dtype=np.int64)  # products of rows 0 .. i-1
-    np.cumsum(row_work.astype(np.int64), out=work[1:])
+    np.cumsum(row_work, out=work[1:])
     bounds = []
     lo = 0
     while lo < n:
@@ -263,7 +281,7 @@ def entity_tiles(
         hi = min(n, max(hi, lo + 1), lo + row_tile)
         bounds.append((lo, hi))
         lo = hi
-    return x, xt, bounds
+    return bounds
 
 
 def entity_tile(x: sp.csr_matrix, xt: sp.csr_matrix, lo: int, hi: int, top_k: int) -> sp.csr_matrix:

@@ -6,9 +6,9 @@ product ``Q @ S`` with ``Q`` the ``[B, vocab]`` query term counts, then take a t
 no per-query loop.
 
 Beside the matrix we keep the tokenized chunks (token ids in the index vocabulary, as a ragged
-array ``indptr [n + 1]``, ``ids [tokens]``), so that adding chunks (:meth:`BM25Index.extend`)
+array ``indptr [n + 1]``, ``ids [tokens]``), so that adding and removing chunks (:meth:`BM25Index.update`)
 tokenizes only the new ones: the scores must still be recomputed over all chunks (IDF and the
-mean chunk length are global), but from stored ids. Terms are numbered by first use in the
+mean chunk length are global), but from stored ids, in vectorized passes. Terms are numbered by first use in the
 corpus (old chunks before new ones), so an extended index is the very index a full build of
 the union makes, file for file. (bm25s numbers stems in the order of a Python set of strings,
 which changes with the hash seed: its files differed from run to run, ours do not.)
@@ -26,6 +26,7 @@ import torch
 
 from spectrag.config import BM25Config
 from spectrag.errors import ConfigError, CorpusError, IndexFormatError
+from spectrag.index.bm25_scores import first_use_order, score_matrix, select_tokens
 from spectrag.kernels.csr import torch_csr
 from spectrag.kernels.compiled.topk import product_topk
 from spectrag.kernels.topk import topk_sparse_rows
@@ -102,9 +103,18 @@ class BM25Index:
 
     @classmethod
     def extend(cls, old: "BM25Index", new_texts: list[str], config: BM25Config) -> "BM25Index":
-        """The index of ``old``'s chunks followed by ``new_texts``, equal to :meth:`build` of the
-        union, tokenizing only ``new_texts``. ``config`` may change k1, b and the method, not the
-        tokenization (stemmer, stopwords), which the stored token ids already carry."""
+        """The index of ``old``'s chunks followed by ``new_texts``: :meth:`update` keeping every chunk."""
+        return cls.update(old, np.ones(old.n, dtype=bool), new_texts, config)
+
+    @classmethod
+    def update(cls, old: "BM25Index", keep: np.ndarray, new_texts: list[str], config: BM25Config) -> "BM25Index":
+        """The index of ``old``'s chunks where ``keep [n]`` is true followed by ``new_texts``,
+        equal (file for file) to :meth:`build` of those texts, tokenizing only ``new_texts``:
+        the stored token ids are gathered, terms no chunk uses any more are dropped and the rest
+        renumbered by first use, and document frequencies, lengths, the mean length and every
+        score are recomputed from the ids (:mod:`spectrag.index.bm25_scores`). ``config`` may
+        change k1, b and the method, not the tokenization (stemmer, stopwords), which the
+        stored token ids already carry."""
         if old.tokens is None:
             raise IndexFormatError(
                 f"{cls.FOLDER}/: this index has no stored token ids ({', '.join(TOKEN_FILES)}); build it in full"
@@ -120,16 +130,27 @@ class BM25Index:
             raise IndexFormatError(
                 f"{cls.FOLDER}/vocab.json: {len(old_terms)} terms for a matrix of {old.matrix.shape[0]} rows"
             )
-        new_ids, new_indptr, new_terms = _tokenize_ids(new_texts, config)
-        # new terms (already in first-use order) take the old id or the next free one, in order
-        vocab = dict(old.vocab)
-        added = [t for t in new_terms if t not in vocab]
-        vocab.update((t, len(old_terms) + j) for j, t in enumerate(added))
-        to_old = np.fromiter((vocab[t] for t in new_terms), dtype=np.int32, count=len(new_terms))
-        old_indptr, old_ids = (np.asarray(a) for a in old.tokens)
-        ids = np.concatenate([old_ids.astype(np.int32, copy=False), to_old[new_ids]])
-        indptr = np.concatenate([old_indptr.astype(np.int64, copy=False), old_indptr[-1] + new_indptr[1:]])
-        return cls._from_ids(config, old_terms + added, ids, indptr)
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (old.n,):
+            raise ValueError(f"keep must be a bool mask [{old.n}], got shape {keep.shape}")
+        old_indptr, old_ids = old.tokens
+        kept_ids, kept_ptr = select_tokens(np.asarray(old_ids), np.asarray(old_indptr), keep)
+        terms, parts, ptr = list(old_terms), [kept_ids.astype(np.int32, copy=False)], kept_ptr
+        if new_texts:
+            new_ids, new_indptr, new_terms = _tokenize_ids(new_texts, config)
+            # new terms (already in first-use order) take the old id or the next free one, in order
+            vocab = dict(old.vocab)
+            added = [t for t in new_terms if t not in vocab]
+            vocab.update((t, len(old_terms) + j) for j, t in enumerate(added))
+            terms += added
+            to_old = np.fromiter((vocab[t] for t in new_terms), dtype=np.int32, count=len(new_terms))
+            parts.append(to_old[new_ids])
+            ptr = np.concatenate([kept_ptr, kept_ptr[-1] + new_indptr[1:]])
+        order, ids = first_use_order(np.concatenate(parts), len(terms))
+        if not len(order):
+            raise CorpusError("no chunk left has a term BM25 can index: an index needs at least one")
+        terms = [terms[i] for i in order.tolist()]
+        return cls(config, {t: i for i, t in enumerate(terms)}, score_matrix(ids, ptr, len(terms), config), (ptr, ids))
 
     @classmethod
     def _from_ids(cls, config: BM25Config, terms: list[str], ids: np.ndarray, indptr: np.ndarray) -> "BM25Index":
