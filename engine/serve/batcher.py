@@ -21,6 +21,7 @@ from collections import defaultdict
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
+from spectrag.config import RetrieverConfig, check_setting
 from spectrag.contexts import Context, build_contexts
 from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever, check_queries
@@ -92,10 +93,10 @@ class MicroBatcher:
         check_queries(queries)
         if len(queries) > self.max_batch:
             raise SpectragError(f"{len(queries)} queries in one request; at most {self.max_batch} (max_batch)")
-        if budget is not None and budget < 1:
-            raise SpectragError(f"budget must be >= 1 token, got {budget}")
         config = self.retriever.config
-        req = _Request(queries, mode or config.mode, config.budget if budget is None else int(budget), k)
+        if budget is not None:  # refused here, not in the worker: the config file's range (retriever.budget)
+            budget = check_setting(RetrieverConfig, "budget", budget, label="budget")
+        req = _Request(queries, mode or config.mode, config.budget if budget is None else budget, k)
         with self._lock:
             if self._closing:
                 raise Closing("the server is shutting down; retry on another instance")
