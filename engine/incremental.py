@@ -97,6 +97,7 @@ from spectrag.store import (
     write_manifest,
 )
 from spectrag.types import Chunk, Document
+from spectrag.util.io import printable_path
 
 # formats whose document ids are list positions, so that any second file collides
 _POSITION_IDS = "musique, 2wiki and multihop-rag files and JSON lists without 'id' number documents from 0"
@@ -204,7 +205,7 @@ def _add(index_dir: Path, source: Path, *, fmt: str, skip_empty: bool, progress:
         skipped_invalid=counts.get("skipped_invalid", 0) + len(report.skipped_invalid),
         embedding_cache_hits=report.cache_hits,
     )
-    addition = {"path": str(source), "format": fmt, "created": created, "documents": report.documents,
+    addition = {"path": printable_path(source), "format": fmt, "created": created, "documents": report.documents,
                 "skipped_invalid": [list(x) for x in report.skipped_invalid[:1000]],
                 "chunks": report.chunks, "first_chunk": n_old, "seconds": report.seconds,
                 "cpu_seconds": report.cpu_seconds, "peak_rss_mib": report.peak_rss_mib}

@@ -58,6 +58,14 @@ def _report_skipped(skipped: list[tuple[str, str]], shown: int = 10) -> None:
         click.echo(f"  ... and {len(skipped) - shown:,} more", err=True)
 
 
+def _report_notes(notes: list[str], shown: int = 10) -> None:
+    """The corpus notes (special files skipped, file names that are not UTF-8), one line each on stderr."""
+    for note in notes[:shown]:
+        click.echo(f"note: {note}", err=True)
+    if len(notes) > shown:
+        click.echo(f"note: ... and {len(notes) - shown:,} more (listed in the manifest's source.notes)", err=True)
+
+
 def _table(rows: list[tuple[str, str]]) -> str:
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
@@ -186,6 +194,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
                   skip_invalid=skip_invalid, follow_symlinks=follow_symlinks,
                   progress=not as_json and sys.stderr.isatty(), llm=llm_config(config_file, llm_flags))
     _report_skipped(index.report.skipped_invalid)
+    _report_notes(index.report.notes)
     summary = _summary(index.manifest, out_dir)
     summary["seconds"] = index.report.seconds
     if as_json:
@@ -212,6 +221,7 @@ def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_inva
     index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
                           follow_symlinks=follow_symlinks, progress=not as_json and sys.stderr.isatty())
     _report_skipped(index.report.skipped_invalid)
+    _report_notes(index.report.notes)
     r = index.report
     summary = _summary(index.manifest, index_dir)
     summary["seconds"] = r.seconds
