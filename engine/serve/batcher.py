@@ -9,7 +9,10 @@ same round). Each caller's future gets its own contexts, ``k`` cut to what it as
 
 ``enabled=False`` scores every request alone (the same worker, no gathering): the reference the
 load test compares against. :meth:`close` stops taking requests and returns when every request
-already accepted has its answer.
+already accepted has its answer (or after ``timeout`` seconds). A caller may cancel its future
+(the server does when its shutdown grace period ends): a request cancelled before the worker
+takes it is never scored, and the worker never sets a result on a cancelled future; nothing a
+request does stops the worker.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class Stats:
     batches: int = 0
     max_batch_seen: int = 0
     errors: int = 0
+    cancelled: int = 0  # requests whose caller gave up before they were scored
 
 
 class MicroBatcher:
@@ -107,7 +111,8 @@ class MicroBatcher:
         return req.future
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop taking requests; return once every accepted request has been answered."""
+        """Stop taking requests; return once every accepted request has been answered, or after
+        ``timeout`` seconds (None: no limit)."""
         with self._lock:
             if not self._closing:
                 self._closing = True
@@ -154,9 +159,14 @@ class MicroBatcher:
         return batch
 
     def _score(self, batch: list[_Request]) -> None:
-        """One ``score_batch`` per (mode, budget) among ``batch``; each future gets its slice."""
+        """One ``score_batch`` per (mode, budget) among ``batch``; each future gets its slice.
+        A request whose future was cancelled is dropped here (a running future cannot be
+        cancelled any more, so the results set below always land)."""
+        live = [r for r in batch if r.future.set_running_or_notify_cancel()]
+        if len(live) < len(batch):
+            self._done([r for r in batch if r.future.cancelled()], cancelled=True)
         groups: dict[tuple[str, int], list[_Request]] = defaultdict(list)
-        for req in batch:
+        for req in live:
             groups[(req.mode, req.budget)].append(req)
         for (mode, budget), reqs in groups.items():
             texts = [q for r in reqs for q in r.queries]
@@ -164,24 +174,29 @@ class MicroBatcher:
             try:
                 result = self.retriever.score_batch(texts, mode=mode, budget=budget)
                 contexts = build_contexts(self.retriever.index, texts, result, k=k)
+                answers, lo = [], 0
+                for r in reqs:
+                    mine = contexts[lo : lo + len(r.queries)]
+                    lo += len(r.queries)
+                    if k is not None and r.k != k:  # asked for fewer hits than its batch mates (or none)
+                        mine = [replace(c, hits=c.hits[: r.k or 0]) for c in mine]
+                    answers.append(mine)
             except Exception as exc:  # noqa: BLE001  (the callers get the error; the worker goes on)
                 for r in reqs:
                     r.future.set_exception(exc)
                 self._done(reqs, errors=len(reqs))
                 continue
-            lo = 0
-            for r in reqs:
-                mine = contexts[lo : lo + len(r.queries)]
-                lo += len(r.queries)
-                if k is not None and r.k != k:  # asked for fewer hits than its batch mates (or none)
-                    mine = [replace(c, hits=c.hits[: r.k or 0]) for c in mine]
+            for r, mine in zip(reqs, answers):
                 r.future.set_result(mine)
             self._done(reqs, batch_size=len(texts))
 
-    def _done(self, reqs: list[_Request], *, batch_size: int = 0, errors: int = 0) -> None:
+    def _done(self, reqs: list[_Request], *, batch_size: int = 0, errors: int = 0, cancelled: bool = False) -> None:
         with self._lock:
             self._pending -= sum(len(r.queries) for r in reqs)
             s = self.stats
+            if cancelled:
+                s.cancelled += len(reqs)
+                return
             s.requests += len(reqs)
             s.queries += sum(len(r.queries) for r in reqs)
             s.errors += errors
