@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from spectrag.config import IndexConfig, LLMConfig
-from spectrag.errors import ConfigError, CorpusError
+from spectrag.errors import ConfigError, CorpusError, IndexFormatError
 from spectrag.graph.build import build_graph, file_questions, save_graph
 from spectrag.graph.questions import embed_questions
 from spectrag.index.chunk import chunk_corpus
@@ -47,6 +47,7 @@ from spectrag.store import (
 )
 from spectrag.types import Chunk, Document
 from spectrag.util import usage
+from spectrag.util.checks import check_unit_rows
 from spectrag.util.io import printable_path
 from spectrag.util.tokens import TOKENIZER
 
@@ -168,6 +169,15 @@ def _check_inputs(config: IndexConfig, *, embeddings_supplied: bool, has_llm: bo
     check_kg_inputs(config.kg, embeddings_supplied=embeddings_supplied, has_llm=has_llm)
 
 
+def check_supplied_unit_rows(vectors: np.ndarray) -> None:
+    """Supplied embeddings must be L2-normalized, as the index stores them (a load refuses
+    other rows: :func:`spectrag.util.checks.check_unit_rows`)."""
+    try:
+        check_unit_rows(vectors, "embeddings")
+    except IndexFormatError as exc:
+        raise CorpusError(f"{exc}; normalize the supplied vectors (v / ||v||)") from None
+
+
 def uses_llm(config: IndexConfig) -> bool:
     """Whether a build of ``config`` runs the LLM stage."""
     return (config.graph.enabled and config.graph.utility_questions) or (config.kg.enabled and config.kg.source == "llm")
@@ -280,6 +290,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
         vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
         if vectors.shape[0] != len(chunks) or vectors.ndim != 2:
             raise CorpusError(f"embeddings has shape {vectors.shape}, expected [{len(chunks)} chunks, d]")
+        check_supplied_unit_rows(vectors)
         fingerprint, dim = "supplied", int(vectors.shape[1])
     stage("embed")
 

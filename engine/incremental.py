@@ -67,6 +67,7 @@ import scipy.sparse as sp
 from spectrag.build import (
     BuildReport,
     _versions,
+    check_supplied_unit_rows,
     embedding_text,
     read_corpus,
     stage_recorder,
@@ -257,6 +258,7 @@ def _embed(old: Index, texts: list[str], supplied: np.ndarray | None, report: Ad
             raise CorpusError(
                 f"embeddings has shape {vectors.shape}, expected [{len(texts)} new chunks, {info['dim']}]"
             )
+        check_supplied_unit_rows(vectors)
         return None, vectors
     if supplied is not None:
         raise SpectragError(

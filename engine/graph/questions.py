@@ -94,5 +94,5 @@ def load_questions(folder: Path, *, n: int, dim: int | None = None) -> QuestionS
     if not (folder / VECTORS).exists():
         return None
     owners = check_ints(load_npy(folder / OWNERS), f"{folder / OWNERS}", (None,), 0, max(n, 1))
-    vectors = check_floats(load_npy(folder / VECTORS), f"{folder / VECTORS}", (owners.shape[0], dim))
+    vectors = check_floats(load_npy(folder / VECTORS), f"{folder / VECTORS}", (owners.shape[0], dim), unit_rows=True)
     return QuestionSet(owners, vectors)

@@ -238,7 +238,7 @@ class BM25Index:
              tokens: bool | None = None) -> "BM25Index":
         """The index saved under ``folder/bm25``, every array checked before use
         (:mod:`spectrag.util.checks`): a term x chunk CSR of ``n_chunks`` columns (default: the
-        stored shape's) with indices in range and finite scores, distinct terms, token ids in
+        stored shape's) with indices in range and finite scores >= 0, distinct terms, token ids in
         the vocabulary. ``tokens``: whether to read the stored token ids (default: when present)."""
         src = folder / cls.FOLDER
         where = f"{src}/vocab.json"
@@ -260,7 +260,8 @@ class BM25Index:
         if len(vocab) != len(terms):
             raise IndexFormatError(f"{where}: terms repeat")
         parts = [load_npy(src / f"{name}.npy") for name in ("data", "indices", "indptr")]
-        check_csr(parts[2], parts[1], parts[0], f"{src}/{{data,indices,indptr}}.npy", (shape[0], shape[1]))
+        # BM25 scores are >= 0 in every bm25s variant (a zero is no match)
+        check_csr(parts[2], parts[1], parts[0], f"{src}/{{data,indices,indptr}}.npy", (shape[0], shape[1]), lo=0.0)
         matrix = sp.csr_matrix(tuple(parts), shape=(shape[0], shape[1]))
         if tokens is None:
             tokens = all((src / name).exists() for name in TOKEN_FILES)
