@@ -224,6 +224,15 @@ def test_graph_invariant_checks_against_a_dense_reference():
         assert got == bool((np.abs(scale - 1) <= 1e-2).all()), (seed, scale)
 
 
+def test_long_manifest_values_are_echoed_briefly(index_copy):
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    manifest["tokenizer"] = list(range(100_000))
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError, match=re.escape("got [0, 1, 2, 3, 4, ... (100,000 items)]")) as err:
+        load_index(index_copy, verify=False)
+    assert len(str(err.value)) < 300
+
+
 def test_supplied_embeddings_must_be_unit_rows(tmp_path):
     from spectrag import build_index
     from spectrag.config import EmbedConfig, GraphConfig, IndexConfig

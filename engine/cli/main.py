@@ -16,8 +16,11 @@ import click
 
 from spectrag.cli.llm_options import llm_config, llm_options
 from spectrag.config import KG_SOURCES, MODES, load_retriever_config, with_llm_stages, with_openie
-from spectrag.errors import SpectragError
+from spectrag.errors import SpectragError, brief
 from spectrag.index.load import FORMATS
+
+
+MAX_ERROR_CHARS = 2000  # an error line longer than this is cut (with its length)
 
 
 def _retriever_config(config_file: Path | None, mode: str | None, device: str | None = None):
@@ -37,7 +40,10 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except SpectragError as exc:
             if debug:
                 raise
-            click.echo(f"error: {exc}", err=True)
+            message = str(exc)  # values in it are brief (errors.brief); this caps the rest (paths, lists)
+            if len(message) > MAX_ERROR_CHARS:
+                message = f"{message[:MAX_ERROR_CHARS]}... ({len(message):,} characters)"
+            click.echo(f"error: {message}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -438,7 +444,7 @@ def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: s
     try:
         more = [int(b) for b in budgets.split(",") if b.strip()]
     except ValueError:
-        raise SpectragError(f"--budgets must be comma-separated token counts, got {budgets!r}") from None
+        raise SpectragError(f"--budgets must be comma-separated token counts, got {brief(budgets)}") from None
     with progress_bars(sys.stderr.isatty()):  # a bar per run, counting questions
         result = evaluate(dataset, data, index=index_dir, methods=methods, ablations=ablations, sweep=sweep, budget=budget,
                           budgets=more, batch_size=batch_size, config=load_config(config_file) if config_file else None,

@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from spectrag.config import DEFAULT_MODEL, EmbedConfig
-from spectrag.errors import ConfigError
+from spectrag.errors import ConfigError, brief
 from spectrag.util.io import default_cache_dir, printable_path
 from spectrag.util.threads import ThreadChooser
 
@@ -62,7 +62,7 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"embed.device is {device!r} but no CUDA device is available")
+        raise ConfigError(f"embed.device is {brief(device)} but no CUDA device is available")
     return device
 
 

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 import torch
 
 from spectrag.config import BM25Config
-from spectrag.errors import ConfigError, CorpusError, IndexFormatError
+from spectrag.errors import ConfigError, CorpusError, IndexFormatError, brief
 from spectrag.kernels.csr import torch_csr
 from spectrag.kernels.topk import topk_sparse_rows
 from spectrag.util.checks import check_csr, check_indptr, check_ints, check_strings, load_npy
@@ -251,7 +251,7 @@ class BM25Index:
         terms = check_strings(info["terms"], f"{where} terms")
         shape = info["shape"]
         if not (isinstance(shape, list) and len(shape) == 2 and all(type(v) is int and v >= 0 for v in shape)):
-            raise IndexFormatError(f"{where}: shape must be [terms, chunks], got {shape!r:.80}")
+            raise IndexFormatError(f"{where}: shape must be [terms, chunks], got {brief(shape)}")
         if n_chunks is not None and shape[1] != n_chunks:
             raise IndexFormatError(f"{where}: a matrix over {shape[1]} chunks, the index has {n_chunks}")
         if shape[0] != len(terms):

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spectrag.errors import CorpusError
+from spectrag.errors import CorpusError, brief
 from spectrag.types import Document
 from spectrag.util.io import check_unicode, iter_json_lines, printable_path, read_json, read_text, special_file
 from spectrag.util.markdown import comment_spans, plain_title, split_front_matter
@@ -276,7 +276,7 @@ def _record(path: Path, where: str, record: Any, *, text_key: str = "text") -> d
     if not isinstance(record, dict):
         raise CorpusError(f"{path}: {where} is not a JSON object")
     if text_key not in record:
-        raise CorpusError(f"{path}: {where} has no '{text_key}' field (keys: {sorted(record)[:20]})")
+        raise CorpusError(f"{path}: {where} has no '{text_key}' field (keys: {brief(sorted(record))})")
     if not isinstance(record[text_key], str):
         raise CorpusError(f"{path}: {where} field '{text_key}' is not a string")
     for key in (text_key, "title", "id", "_id", "url"):
@@ -347,8 +347,8 @@ def _read_hotpotqa(path: Path, options: _Options) -> Iterator[Document]:
     def make(where: str, item: tuple[str, Any]) -> Document:
         title, sentences = item
         if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
-            raise CorpusError(f"{path}: entry {title[:200]!r} is not a list of sentence strings")
-        text = check_unicode("".join(sentences), f"{path}: entry {title[:200]!r}")
+            raise CorpusError(f"{path}: entry {brief(title)} is not a list of sentence strings")
+        text = check_unicode("".join(sentences), f"{path}: entry {brief(title)}")
         return Document(check_unicode(title, f"{path}: a title"), title, text, kind="passage")
 
     yield from _each(path, ((f"entry {i}", item) for i, item in enumerate(data.items())), options, make)
