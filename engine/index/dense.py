@@ -64,9 +64,9 @@ def check_flat_vectors(path: Path, vectors: np.ndarray) -> None:
     stored = np.memmap(path, dtype=np.float32, mode="r", offset=_FLAT.size, shape=(n, d))
     step = max(RESCORE_BLOCK // max(d, 1), 1)
     for lo in range(0, n, step):
-        same = np.asarray(stored[lo : lo + step]) == np.asarray(vectors[lo : lo + step])
-        if not same.all():
-            row = lo + int(np.flatnonzero(~same.all(axis=1))[0])
+        got, want = np.asarray(stored[lo : lo + step]), np.asarray(vectors[lo : lo + step])
+        if not np.array_equal(got.view(np.int32), want.view(np.int32)):  # bit for bit
+            row = lo + int(np.flatnonzero((got != want).any(axis=1))[0])
             raise IndexFormatError(f"{path}: vector {row} differs from row {row} of the embeddings (the FAISS index "
                                    "holds the same vectors)")
 

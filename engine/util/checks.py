@@ -169,28 +169,26 @@ def check_csr(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray | None, 
 def check_symmetric(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, name: str, n: int) -> None:
     """The (checked, non-negative) CSR matrix ``W [n, n]`` is symmetric and has no self-loops.
     For a random positive ``v``, ``W v`` and ``W^T v`` agree row by row up to float64 rounding when
-    ``W`` is symmetric, and differ at both ends of an asymmetric entry: linear passes (a gather
-    and a segment sum for ``W v``, a scatter for ``W^T v``) instead of sorting every entry into
-    ``W^T``. The error names the first row where they differ."""
+    ``W`` is symmetric, and differ at both ends of an asymmetric entry: two sparse products over
+    the stored arrays (scipy's CSR and CSC kernels) instead of sorting every entry into ``W^T``.
+    Rows go in blocks of about ``BLOCK`` entries (a float64 copy of one block's values). The
+    error names the first row where the products differ."""
     import scipy.sparse as sp
 
-    diagonal = sp.csr_matrix((data, indices, indptr), shape=(n, n)).diagonal()
-    if diagonal.any():
-        raise IndexFormatError(f"{name}: row {int(np.flatnonzero(diagonal)[0])} has a self-loop (the graph has none)")
-    counts = np.diff(np.asarray(indptr, dtype=np.int64))
     v = np.random.default_rng(0x5E7).uniform(0.5, 1.5, n)
     w_v, wt_v = np.zeros(n), np.zeros(n)
-    step = BLOCK // 2  # entries per block
     row = 0
-    while row < n:  # blocks of whole rows holding about ``step`` entries
+    while row < n:  # blocks of whole rows holding about BLOCK entries
         lo = int(indptr[row])
-        end = max(min(int(np.searchsorted(indptr, lo + step, side="right")) - 1, n), row + 1)
+        end = max(min(int(np.searchsorted(indptr, lo + BLOCK, side="right")) - 1, n), row + 1)
         hi = int(indptr[end])
-        if hi > lo:
-            c, w = np.asarray(indices[lo:hi]), np.asarray(data[lo:hi], dtype=np.float64)
-            filled = counts[row:end] > 0
-            w_v[row:end][filled] = np.add.reduceat(w * v[c], np.asarray(indptr[row:end], dtype=np.int64)[filled] - lo)
-            wt_v += np.bincount(c, weights=w * np.repeat(v[row:end], counts[row:end]), minlength=n)
+        block = sp.csr_matrix((np.asarray(data[lo:hi], dtype=np.float64), np.asarray(indices[lo:hi]),
+                               np.asarray(indptr[row : end + 1]) - lo), shape=(end - row, n))
+        loops = block.diagonal(k=row)  # the entries (r, r) of these rows
+        if loops.any():
+            raise IndexFormatError(f"{name}: row {row + int(np.flatnonzero(loops)[0])} has a self-loop (the graph has none)")
+        w_v[row:end] = block @ v
+        wt_v += block.T @ v[row:end]
         row = end
     bad = np.abs(w_v - wt_v) > 1e-9 * np.maximum(w_v, wt_v) + 1e-300
     if bad.any():
