@@ -240,7 +240,8 @@ def shutdown(index: str, code: str | None, label: str, *, graceful_s: float, cli
     text = log.read()
     row = {"code": label, "graceful_s": graceful_s, "requests": f"{clients} x {queries} queries",
            "statuses": ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items())), "n500": statuses.get("500", 0),
-           "exit_s": exit_s, "past_grace_s": exit_s - graceful_s, "exit_code": code_,
+           "exit_s": exit_s, "past_grace": f"{exit_s - graceful_s:.2f}" if exit_s > graceful_s else "within it",
+           "exit_code": code_,
            "traceback": "Traceback" in text, "invalid_state": "InvalidStateError" in text}
     print(f"{label}: {row}", flush=True)
     return row
@@ -299,7 +300,7 @@ def main() -> None:
         lines += md_table(lines_rows["shutdown"], [("code", "code", ""), ("--graceful-s", "graceful_s", "g"),
                                                    ("requests", "requests", ""), ("statuses", "statuses", ""),
                                                    ("exit s after SIGTERM", "exit_s", ".2f"),
-                                                   ("past the grace period s", "past_grace_s", ".2f"),
+                                                   ("s past the grace period", "past_grace", ""),
                                                    ("traceback in the log", "traceback", ""),
                                                    ("InvalidStateError", "invalid_state", "")])
         lines += ["", "Statuses: `closed` is a connection closed without an answer. The exit time runs from the signal "
