@@ -420,6 +420,7 @@ from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever
 from spectrag.config import RetrieverConfig
 from spectrag.index.dense import _FLAT
+from spectrag.reference.index_format import broken_invariants
 
 base, work, first, count, seed = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 values = sys.argv[6] == "values"  # issue 25: value damage that breaks what the format documents, always resealed
@@ -529,33 +530,6 @@ def damage_values(folder, rng):
     np.save(path, flat.reshape(a.shape).astype(a.dtype))
     return rel
 
-def invariants_hold(folder):
-    # what the format documents, recomputed with numpy / scipy from the files: the reference the
-    # loader's checks must agree with (an index that breaks it must not load)
-    import scipy.sparse as sp
-    emb32 = np.load(folder / "embeddings.npy")
-    emb = emb32.astype(np.float64)
-    if not (np.isfinite(emb).all() and (np.abs(np.linalg.norm(emb, axis=1) - 1) <= 0.0099).all()):
-        return False
-    stored = np.frombuffer((folder / "dense.faiss").read_bytes()[_FLAT.size:], np.float32)
-    if stored.size != emb32.size or not np.array_equal(stored.reshape(emb32.shape), emb32):
-        return False
-    if not (np.load(folder / "bm25/data.npy") >= 0).all():
-        return False
-    n = emb.shape[0]
-    weights = json.loads((folder / "manifest.json").read_text())["config"]["graph"]["weights"]
-    for name, hi in (("weights", sum(weights.values()) + 1e-4), ("relations", 1 + 1e-4)):
-        parts = [np.load(folder / f"graph/{name}.{p}.npy") for p in ("data", "indices", "indptr")]
-        m = sp.csr_matrix(tuple(parts), shape=(n, n))
-        if not (np.isfinite(m.data).all() and (m.data >= 0).all() and (m.data <= hi).all()):
-            return False
-        if abs(m - m.T).max() > 0 or m.diagonal().any():
-            return False
-    eig, sem = np.load(folder / "graph/eigenvalues.npy"), np.load(folder / "graph/signals/semantic.weights.npy")
-    tokens = [json.loads(line)["n_tokens"] for line in (folder / "chunks.jsonl").read_text().splitlines()]
-    return bool((eig >= -1e-3).all() and (eig <= 2 + 1e-3).all() and ((sem >= 0) & (sem <= 1 + 1e-4)).all()
-                and min(tokens) >= 1)
-
 for case in range(first, first + count):
     rng = random.Random(seed * 1_000_003 + case)
     folder = work / f"c{case}"
@@ -565,7 +539,7 @@ for case in range(first, first + count):
     rel = damage_values(folder, rng) if values else damage(folder, rng)
     if resealed:
         reseal(folder)
-    holds = invariants_hold(folder) if values else True
+    holds = not broken_invariants(folder) if values else True
     print(f"start {case} {rel} {int(resealed)}", flush=True)
     try:
         index = load_index(folder)

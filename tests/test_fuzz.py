@@ -206,37 +206,6 @@ VALUE_FILES = ["embeddings.npy", "bm25/data.npy", "graph/weights.data.npy", "gra
                "graph/eigenvalues.npy", "graph/coordinates.npy", "graph/signals/semantic.weights.npy"]
 
 
-def _invariants_hold(folder) -> bool:
-    """What the format documents, recomputed with numpy/scipy from the files (the reference the
-    loader's checks must agree with)."""
-    import numpy as np
-    import scipy.sparse as sp
-
-    from spectrag.index.dense import _FLAT
-
-    emb = np.load(folder / "embeddings.npy").astype(np.float64)
-    if not (np.isfinite(emb).all() and (np.abs(np.linalg.norm(emb, axis=1) - 1) <= 0.0099).all()):
-        return False
-    stored = np.frombuffer((folder / "dense.faiss").read_bytes()[_FLAT.size :], np.float32)
-    if not np.array_equal(stored.reshape(emb.shape), np.load(folder / "embeddings.npy")):  # the same vectors
-        return False
-    if not (np.load(folder / "bm25/data.npy") >= 0).all():
-        return False
-    n = emb.shape[0]
-    weights = json.loads((folder / "manifest.json").read_text())["config"]["graph"]["weights"]
-    for name, hi in (("weights", sum(weights.values()) + 1e-4), ("relations", 1 + 1e-4)):
-        parts = [np.load(folder / f"graph/{name}.{p}.npy") for p in ("data", "indices", "indptr")]
-        m = sp.csr_matrix(tuple(parts), shape=(n, n))
-        if not (np.isfinite(m.data).all() and (m.data >= 0).all() and (m.data <= hi).all()):
-            return False
-        if abs(m - m.T).max() > 0 or m.diagonal().any():
-            return False
-    eig = np.load(folder / "graph/eigenvalues.npy")
-    sem = np.load(folder / "graph/signals/semantic.weights.npy")
-    return bool(np.isfinite(np.load(folder / "graph/coordinates.npy")).all() and (eig >= -1e-3).all()
-                and (eig <= 2 + 1e-3).all() and ((sem >= 0) & (sem <= 1 + 1e-4)).all())
-
-
 @settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rel=st.sampled_from(VALUE_FILES), position=st.integers(0, 10**6), kind=st.sampled_from(["scale", "set", "negate"]),
@@ -245,11 +214,13 @@ def test_value_damage_with_resealed_checksums_loads_only_when_the_format_holds(s
                                                                               position, kind, value):
     """One value of one array changed (scaled, set or negated) and the checksums rewritten to
     match: the index loads exactly when what the format documents still holds (checked
-    independently with numpy / scipy), else an IndexFormatError names the file."""
+    independently with numpy / scipy: spectrag.reference.index_format), else an IndexFormatError
+    names the file."""
     import numpy as np
     from conftest import reseal
 
     from spectrag import load_index
+    from spectrag.reference.index_format import broken_invariants
 
     folder = tmp_path_factory.mktemp("vd") / "idx"
     shutil.copytree(sample_index.path, folder)
@@ -263,7 +234,7 @@ def test_value_damage_with_resealed_checksums_loads_only_when_the_format_holds(s
         flat[i] = {"scale": flat[i] * value, "set": value, "negate": -flat[i]}[kind]
     np.save(folder / rel, flat.reshape(a.shape).astype(a.dtype))
     reseal(folder)
-    holds = _invariants_hold(folder)
+    holds = not broken_invariants(folder)
     try:
         load_index(folder)
     except IndexFormatError as exc:
