@@ -16,6 +16,14 @@ def served(app, *, graceful_s: float = 60.0):
     """``app`` under :func:`spectrag.serve.app.make_server` (what ``spectrag serve`` runs) on a
     free loopback port, in a thread; yields (server, base url, thread)."""
     server = make_server(app, host="127.0.0.1", port=0, graceful_s=graceful_s, log_level="warning")
+    with in_thread(server) as (url, thread):
+        yield server, url, thread
+
+
+@contextmanager
+def in_thread(server):
+    """A uvicorn server (bound to port 0) run in a thread until the block ends; yields (base url,
+    thread)."""
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -24,7 +32,7 @@ def served(app, *, graceful_s: float = 60.0):
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield server, f"http://127.0.0.1:{port}", thread
+        yield f"http://127.0.0.1:{port}", thread
     finally:
         server.should_exit = True
         thread.join(60)
