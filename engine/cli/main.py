@@ -18,6 +18,7 @@ from spectrag.cli.llm_options import llm_config, llm_options
 from spectrag.config import KG_SOURCES, MODES, load_retriever_config, with_llm_stages, with_openie
 from spectrag.errors import SpectragError, brief
 from spectrag.index.load import FORMATS
+from spectrag.util.io import printable_path
 
 
 MAX_ERROR_CHARS = 2000  # an error line longer than this is cut (with its length)
@@ -40,7 +41,8 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except SpectragError as exc:
             if debug:
                 raise
-            message = str(exc)  # values in it are brief (errors.brief); this caps the rest (paths, lists)
+            # values in it are brief (errors.brief); file names that are not UTF-8 spelled \xNN; capped
+            message = printable_path(str(exc))
             if len(message) > MAX_ERROR_CHARS:
                 message = f"{message[:MAX_ERROR_CHARS]}... ({len(message):,} characters)"
             click.echo(f"error: {message}", err=True)

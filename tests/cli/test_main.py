@@ -179,7 +179,18 @@ AUDIT_CASES = [
                                           _bad(t, "u.toml", f"[embed]\ncache_dir = '{_bad(t, 'g', b'x')}/sub'\n".encode())],
      "cannot hold the embedding cache (Not a directory)"),
     ("corpus is a FIFO", lambda t: ["index", _fifo(t / "c.jsonl"), "-o", t / "o"], "is a FIFO (named pipe), not a corpus"),
+    ("a non-UTF-8 name on a non-UTF-8 file", lambda t: ["index", _badly_named(t), "-o", t / "o"],
+     "bad\\xff.md: not UTF-8 text"),  # the name spelled \xNN in the error line too
 ]
+
+
+def _badly_named(t):
+    import os
+
+    folder = t / "named"
+    folder.mkdir()
+    (folder / os.fsdecode(b"bad\xff.md")).write_bytes(b"\xff\xfe not text")
+    return folder
 
 
 def _fifo(path):
