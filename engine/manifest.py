@@ -96,12 +96,29 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
         raise IndexFormatError(f"{where}: manifest field 'additions' must be a list")
     if manifest.get("graph"):
         _check_graph_entry(manifest["graph"], counts["chunks"], f"{where} (graph)")
+    if manifest.get("llm"):
+        _check_llm_entry(manifest["llm"], f"{where} (llm)")
     if manifest.get("kg"):
         kg = _need(manifest, where, "kg", is_dict, "a table or null")
         for key in ("entities", "relations", "describes_links"):
             _need(kg, f"{where} (kg)", key, _int, "an integer >= 0")
         _need(kg, f"{where} (kg)", "source", is_str, "a string")
     return manifest
+
+
+def _check_llm_entry(llm: Any, where: str) -> None:
+    """The ``llm`` entry as `spectrag info` prints it: the model, and per stage the request,
+    cache, token, cost and malformed counts (numbers); a stage's facts, when given, a table."""
+    if not isinstance(llm, dict):
+        raise IndexFormatError(f"{where}: manifest field 'llm' must be a table or null, got {brief(llm)}")
+    _need(llm, where, "model", lambda v: isinstance(v, str), "a string")
+    usage = _need(llm, where, "usage", lambda v: isinstance(v, dict), "a table")
+    stages = _need(usage, f"{where} (usage)", "stages", lambda v: isinstance(v, dict), "a table of stages")
+    for name, u in stages.items():
+        for key in ("requests", "cached", "prompt_tokens", "completion_tokens", "cost", "malformed"):
+            _need(u, f"{where} (usage.stages.{brief(name)})", key, _number, "a number")
+        if not isinstance(llm.get(name, {}), dict):
+            raise IndexFormatError(f"{where}: manifest field 'llm.{brief(name)}' must be a table, got {brief(llm[name])}")
 
 
 def _check_graph_entry(graph: Any, n: int, where: str) -> None:

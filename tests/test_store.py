@@ -233,6 +233,27 @@ def test_long_manifest_values_are_echoed_briefly(index_copy):
     assert len(str(err.value)) < 300
 
 
+@pytest.mark.parametrize("llm, message", [
+    ("x", "manifest field 'llm' must be a table or null, got 'x'"),
+    ({"model": "m", "usage": {"stages": {"questions": {"requests": "many"}}}}, "manifest field 'requests' must be a number"),
+    ({"model": "m", "usage": {"stages": {}}, "openie": 3}, None),
+])
+def test_the_llm_entry_spectrag_info_prints_is_checked(index_copy, llm, message):
+    """A damaged manifest's llm entry: one error (it was a TypeError in `spectrag info`)."""
+    from click.testing import CliRunner
+
+    from spectrag.cli import main
+
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    manifest["llm"] = llm
+    reseal(index_copy, manifest)
+    done = CliRunner().invoke(main, ["info", str(index_copy)])
+    if message is None:
+        assert done.exit_code == 0, done.output
+    else:
+        assert done.exit_code == 2 and message in done.output and done.output.count("\n") == 1, done.output
+
+
 def test_supplied_embeddings_must_be_unit_rows(tmp_path):
     from spectrag import build_index
     from spectrag.config import EmbedConfig, GraphConfig, IndexConfig

@@ -18,7 +18,7 @@ from spectrag.cli.llm_options import llm_config, llm_options
 from spectrag.config import KG_SOURCES, MODES, load_retriever_config, with_llm_stages, with_openie
 from spectrag.errors import SpectragError, brief
 from spectrag.index.load import FORMATS
-from spectrag.util.io import printable_path
+from spectrag.util.io import one_line, printable_path
 
 
 MAX_ERROR_CHARS = 2000  # an error line longer than this is cut (with its length)
@@ -42,7 +42,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             if debug:
                 raise
             # values in it are brief (errors.brief); file names that are not UTF-8 spelled \xNN; capped
-            message = printable_path(str(exc))
+            message = one_line(printable_path(str(exc)))
             if len(message) > MAX_ERROR_CHARS:
                 message = f"{message[:MAX_ERROR_CHARS]}... ({len(message):,} characters)"
             click.echo(f"error: {message}", err=True)
@@ -69,7 +69,7 @@ def _report_skipped(skipped: list[tuple[str, str]], shown: int = 10) -> None:
 def _report_notes(notes: list[str], shown: int = 10) -> None:
     """The corpus notes (special files skipped, file names that are not UTF-8), one line each on stderr."""
     for note in notes[:shown]:
-        click.echo(f"note: {note}", err=True)
+        click.echo(f"note: {one_line(note)}", err=True)
     if len(notes) > shown:
         click.echo(f"note: ... and {len(notes) - shown:,} more (listed in the manifest's source.notes)", err=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,13 @@ def printable_path(path: str | os.PathLike) -> str:
         return os.fsencode(path).decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate that no file name decodes to (from JSON text, say)
         return os.fspath(path).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters and line separators escaped (``\\n``, ``\\x1b``, ...):
+    a file name may hold a newline, and an error or note line must stay one line."""
+    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch
+                   for ch in text)
 
 
 def special_file(path: Path) -> str | None:

@@ -181,15 +181,17 @@ AUDIT_CASES = [
     ("corpus is a FIFO", lambda t: ["index", _fifo(t / "c.jsonl"), "-o", t / "o"], "is a FIFO (named pipe), not a corpus"),
     ("a non-UTF-8 name on a non-UTF-8 file", lambda t: ["index", _badly_named(t), "-o", t / "o"],
      "bad\\xff.md: not UTF-8 text"),  # the name spelled \xNN in the error line too
+    ("a newline in a file name", lambda t: ["index", _badly_named(t, b"two\nlines.md"), "-o", t / "o"],
+     "two\\nlines.md: not UTF-8 text"),  # still one line
 ]
 
 
-def _badly_named(t):
+def _badly_named(t, name=b"bad\xff.md"):
     import os
 
     folder = t / "named"
     folder.mkdir()
-    (folder / os.fsdecode(b"bad\xff.md")).write_bytes(b"\xff\xfe not text")
+    (folder / os.fsdecode(name)).write_bytes(b"\xff\xfe not text")
     return folder
 
 
