@@ -1,17 +1,21 @@
-"""Benchmark: the audit of issue 16 as a repeatable run: >= 10,000 fuzzed and hand-written
-inputs across its categories, each outcome classified.
+"""Benchmark: the audits of issues 16 and 25 as a repeatable run: >= 10,000 fuzzed and
+hand-written inputs across their categories, each outcome classified.
 
-    python bench/bench_fuzz.py                      # about 6 minutes on 2 cores
+    python bench/bench_fuzz.py                      # about 15 minutes on 2 busy cores
     python bench/bench_fuzz.py --scale 0.1          # a tenth of the inputs, for a quick look
+    python bench/bench_fuzz.py --only shutdown,random\ kills   # some categories
 
 Categories (seeded, deterministic):
 
 * **corpus**: JSONL / JSON / Markdown / reStructuredText / arbitrary bytes, random and
   hand-written (deep nesting, lone surrogates, 5,000-digit ids, front matter, comments, fences,
-  links out of the folder): loaded (with and without ``skipped``) and chunked; a sample built
-  end to end (supplied embeddings) and loaded back.
+  links out of the folder, file names that are not UTF-8, FIFOs, broken links): loaded (with and
+  without ``skipped``) and chunked; a sample built end to end (supplied embeddings) and loaded
+  back. Document ids and titles must be valid Unicode; a read that blocks is a crash.
 * **config**: TOML files of random tables, keys and values (NaN, infinities, huge integers,
-  wrong types), read by ``load_config`` and ``load_retriever_config``.
+  extreme finite numbers such as 1e308 and 2^62, 20,000-item arrays and strings, wrong types;
+  every numeric field of every config class), read by ``load_config`` and
+  ``load_retriever_config``: an accepted config must hold every value within its stated range.
 * **queries**: random query batches through ``Retriever.retrieve`` on the sample index, and
   query files and ``-q`` texts through ``spectrag retrieve``.
 * **damaged indexes**: a copy of the sample index with one file damaged (array entries poked
@@ -19,18 +23,32 @@ Categories (seeded, deterministic):
   edited, manifest entries dropped or pointed elsewhere), checksums resealed to match, and the
   same damage without resealing; each loaded and, when it loads, queried, in a worker process
   (a segfault or abort is counted, not fatal to the run).
+* **value damage** (issue 25): one value changed so that the file stays well-formed and finite
+  (an embedding row scaled to norm 1000 or 0, a negative BM25 score, one side of a graph edge
+  changed, an eigenvalue past 2, a FAISS vector changed, a chunk with 0 tokens), checksums
+  resealed: the index must load exactly when a numpy / scipy reference says the format still
+  holds.
 * **kills**: ``--overwrite`` and ``add`` killed at every point of the index swap, both swap
   methods: the path must load afterwards.
+* **random kills**, **concurrent adds** (issue 25, ``fuzz_writes.py``): kills at random moments
+  and timed to the temporary folder and its manifest (old or new index byte for byte, at most
+  one stray temporary folder, none after the next write's cleanup); two adds at once both land.
+* **request bodies**, **shutdown** (issue 25, ``fuzz_server.py``): chunked, oversized, stalled
+  and malformed bodies against the server (413 / 408 / 400, never a 500); shutdown under load at
+  random moments with random grace periods (200 or 503, never a 500, exit within the grace
+  period plus the backstop).
 
 A share of the refused corpus and config inputs, and every fifth damaged index (``spectrag
 info``), also go through the command line (in process), where the outcome must be exit 0 or
 exit 2 with one ``error:`` line; the query category runs ``spectrag retrieve`` on query files.
 
 Outcomes: *ok* (it worked and the result passed its checks), *refused* (a SpectragError: one
-clear message), *crash* (any other exception, or a signal), *traceback* (a CLI run that did not
-end in one ``error:`` line), *wrong* (it worked but the result is wrong: a non-finite config
-value accepted, an unresealed damaged index loaded, an out-of-range chunk id returned, the
-index missing after a kill), *text lost* (a non-blank character of a document in no chunk).
+clear message of at most ``MAX_MESSAGE`` characters), *crash* (any other exception, or a
+signal), *traceback* (a CLI run that did not end in one ``error:`` line), *wrong* (it worked but
+the result is wrong: a non-finite or out-of-range config value accepted, an unresealed damaged
+index loaded, an index whose values break the format loaded, an out-of-range chunk id returned,
+the index missing after a kill, an error message too long, a 500), *text lost* (a non-blank
+character of a document in no chunk).
 Goals: 0 crashes, 0 tracebacks, 0 wrong, 0 text lost.
 
 Results: ``bench/results/fuzz_cpu.md`` (and ``.json``).
@@ -43,6 +61,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,9 +78,13 @@ from _common import finish_record, md_table, new_record, results_header, write_r
 ensure_spectrag()
 import numpy as np  # noqa: E402
 
+from fuzz_server import run_bodies, run_shutdowns  # noqa: E402
+from fuzz_writes import KILL_WORKER, run_concurrent_adds, run_random_kills, write_corpus  # noqa: E402
+
 from spectrag.errors import SpectragError  # noqa: E402
 
 OUTCOMES = ("ok", "refused", "crash", "traceback", "wrong", "text lost")
+MAX_MESSAGE = 1000  # characters of one error message (a path or two, a brief value)
 WORDS = ["river", "Bridge", "the", "harbour", "Veltra", "a", "to", "be", "é", "東京", "\U0001F600", "1901", "and"]
 PIECES = ["# ", "## Title\n", "###### x #\n", "Title\n===\n", "---\n", "```\n", "~~~py\n", "|a|b|\n", "<!--", "-->",
           "1. Intro\n", "- item\n", "Word ", "sentence. ", "\n", "\n\n", "  ", "\t", "[link](x.md) ", "*em* ", "&amp; ",
@@ -94,6 +117,10 @@ class Tally:
     def __init__(self) -> None:
         self.counts: dict[str, Counter] = {}
         self.examples: dict[str, list[str]] = {}
+        self.details: dict[str, Counter] = {}  # per category: what the inputs were (kill timings, versions left)
+
+    def detail(self, category: str, what: str) -> None:
+        self.details.setdefault(category, Counter())[what] += 1
 
     def add(self, category: str, outcome: str, detail: str = "") -> None:
         self.counts.setdefault(category, Counter())[outcome] += 1
@@ -103,10 +130,15 @@ class Tally:
                 self.examples[category].append(f"{outcome}: {detail[:300]}")
 
     def run(self, category: str, fn, check=None) -> None:
-        """``fn()``; its result checked by ``check`` (returns an outcome or None for ok)."""
+        """``fn()``; its result checked by ``check`` (returns an outcome or None for ok). A
+        refusal whose message is longer than ``MAX_MESSAGE`` characters is *wrong* (error lines
+        are short: values are echoed briefly)."""
         try:
             result = fn()
-        except SpectragError:
+        except SpectragError as exc:
+            if len(str(exc)) > MAX_MESSAGE:
+                self.add(category, "wrong", f"an error of {len(str(exc)):,} characters: {str(exc)[:200]}")
+                return "wrong"
             self.add(category, "refused")
             return "refused"
         except Exception as exc:  # the point: anything else is a crash
@@ -128,7 +160,10 @@ class Tally:
         if result.exit_code == 0:
             self.add(category, "ok")
         elif result.exit_code == 2 and lines and lines[-1].startswith("error: ") and "Traceback" not in result.output:
-            self.add(category, "refused")
+            if len(lines[-1]) > MAX_MESSAGE + 10:
+                self.add(category, "wrong", f"{args}: an error line of {len(lines[-1]):,} characters")
+            else:
+                self.add(category, "refused")
         else:
             self.add(category, "traceback", f"{args}: {result.output[-300:]} {result.exception!r}")
 
@@ -173,9 +208,15 @@ def corpus_case(rng: random.Random, folder: Path) -> tuple[Path, str]:
         data = text.encode("utf-8", errors="surrogatepass")
         if rng.random() < 0.1:
             data = bytes(rng.randrange(256) for _ in range(rng.randint(1, 50)))
-        (sub / f"f{i}{suffix}").write_bytes(data)
+        name = f"f{i}".encode()
+        if rng.random() < 0.15:  # issue 25: a file name that is not UTF-8 (any bytes but / and NUL)
+            name += bytes(rng.choice([b for b in range(1, 256) if b != 0x2F]) for _ in range(rng.randint(1, 4)))
+        (sub / os.fsdecode(name + suffix.encode())).write_bytes(data)
     if rng.random() < 0.1:
         (sub / "out.txt").symlink_to("/etc/hostname")
+    if rng.random() < 0.05:  # issue 25: a FIFO (reading it would block) and a broken link
+        os.mkfifo(sub / rng.choice(["pipe.md", "pipe.txt", "pipe"]))
+        (sub / "gone.md").symlink_to(sub / "missing.md")
     return sub, "folder"
 
 
@@ -194,7 +235,11 @@ def run_corpus(tally: Tally, n: int, builds: int, seed: int) -> None:
             skipped = [] if rng.random() < 0.5 else None
 
             def load_and_chunk():
-                docs = load_documents(path, fmt, skipped=skipped)
+                signal.alarm(60)  # a blocked read (a FIFO opened) would hang the run: a crash instead
+                try:
+                    docs = load_documents(path, fmt, skipped=skipped, notes=[])
+                finally:
+                    signal.alarm(0)
                 return [(d, chunk_document(d, rng.choice(configs))) for d in docs]
 
             def check(pairs):
@@ -202,7 +247,7 @@ def run_corpus(tally: Tally, n: int, builds: int, seed: int) -> None:
                     if text_lost(d, chunks):
                         return "text lost"
                     try:
-                        d.text.encode("utf-8")
+                        (d.text + d.doc_id + d.title).encode("utf-8")  # ids of non-UTF-8 names too
                     except UnicodeEncodeError:
                         return "wrong"
                 return None
@@ -214,7 +259,7 @@ def run_corpus(tally: Tally, n: int, builds: int, seed: int) -> None:
                 def build():
                     from spectrag.index.chunk import chunk_corpus
 
-                    docs = load_documents(path, fmt)
+                    docs = load_documents(path, fmt, notes=[])
                     m = len(chunk_corpus(docs, index_config.chunk))
                     v = np.random.default_rng(i).standard_normal((m, 8)).astype(np.float32)
                     v /= np.linalg.norm(v, axis=1, keepdims=True)
@@ -234,7 +279,41 @@ TABLE_KEYS = {
     "select": ["lam", "rho", "precision_floor"], "unknown": ["x"],
 }
 TOML_VALUES = ["nan", "-nan", "inf", "-inf", "0", "-1", "1", "100.5", "1e400", "99999999999999999999", "true", '"x"', '"cuda:0"',
-               "3", "[1, 2]", "{a = 1}", "0.5", "1.0", '""', '"lucene"', '"spectral"', "1e-300", "-0.0", '"\\ud800"']
+               "3", "[1, 2]", "{a = 1}", "0.5", "1.0", '""', '"lucene"', '"spectral"', "1e-300", "-0.0", '"\\ud800"',
+               # issue 25: extreme finite numbers, huge integers, long values
+               "1e308", "-1e308", "5e-324", "4611686018427387904", "9223372036854775807", "-9223372036854775808",
+               "1e6", "1000001", "100", "10000", "100001", "65536", "65537", "10000000", "10000001",
+               "[" + ", ".join("1" for _ in range(20_000)) + "]", '"' + "y" * 20_000 + '"']
+
+
+def _table_keys() -> dict[str, list[str]]:
+    """TABLE_KEYS and every numeric field of every config class (new ones included)."""
+    from spectrag.config import config_classes, numeric_fields
+
+    keys = {table: list(names) for table, names in TABLE_KEYS.items()}
+    for cls in config_classes():
+        if cls.SECTION == "llm":
+            continue
+        keys.setdefault(cls.SECTION, [])
+        keys[cls.SECTION] += [name for name, _, _ in numeric_fields(cls) if name not in keys[cls.SECTION]]
+    return keys
+
+
+def _within_bounds(config) -> bool:
+    """Every numeric field of an accepted config (and its stage tables) within its stated range."""
+    import dataclasses
+
+    from spectrag.config import numeric_fields
+
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value) and not _within_bounds(value):
+            return False
+    for name, _, meta in numeric_fields(type(config)):
+        value = getattr(config, name)
+        if not (meta["lo"] <= value <= meta["hi"]):
+            return False
+    return True
 
 
 def run_config(tally: Tally, n: int, seed: int) -> None:
@@ -243,6 +322,7 @@ def run_config(tally: Tally, n: int, seed: int) -> None:
     from spectrag.config import load_config, load_retriever_config
 
     rng = random.Random(seed)
+    table_keys = _table_keys()
 
     def finite(value) -> bool:
         if isinstance(value, float):
@@ -251,20 +331,23 @@ def run_config(tally: Tally, n: int, seed: int) -> None:
             return all(finite(v) for v in value.values())
         return True
 
+    def bounded(config) -> bool:  # finite, and within the stated ranges (issue 25)
+        return finite(config.to_dict()) and _within_bounds(config)
+
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "c.toml"
         for _ in range(n):
             lines = []
-            for table in rng.sample(list(TABLE_KEYS), rng.randint(1, 3)):
+            for table in rng.sample(list(table_keys), rng.randint(1, 3)):
                 lines.append(f"[{table}]")
-                lines += [f"{rng.choice(TABLE_KEYS[table])} = {rng.choice(TOML_VALUES)}" for _ in range(rng.randint(1, 3))]
+                lines += [f"{rng.choice(table_keys[table])} = {rng.choice(TOML_VALUES)}" for _ in range(rng.randint(1, 3))]
             if rng.random() < 0.05:
                 lines.append(rng.choice(["[[x]]", "= 1", "[chunk", "a = 'unterminated"]))
             path.write_bytes("\n".join(lines).encode("utf-8", errors="surrogatepass"))
             for load, command in ((load_config, ["index", ROOT / "tests" / "fixtures" / "formats" / "folder", "-o",
                                                  Path(tmp) / "o"]),
                                   (load_retriever_config, ["retrieve", Path(tmp) / "no-index", "-q", "x"])):
-                outcome = tally.run("config", lambda: load(path), lambda c: None if finite(c.to_dict()) else "wrong")
+                outcome = tally.run("config", lambda: load(path), lambda c: None if bounded(c) else "wrong")
                 if outcome == "refused" and rng.random() < 0.1:  # the same file through the CLI
                     tally.cli("config", [*command, "--config", path])
 
@@ -336,8 +419,11 @@ from spectrag import load_index
 from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever
 from spectrag.config import RetrieverConfig
+from spectrag.index.dense import _FLAT
+from spectrag.reference.index_format import broken_invariants
 
 base, work, first, count, seed = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+values = sys.argv[6] == "values"  # issue 25: value damage that breaks what the format documents, always resealed
 manifest0 = json.loads((base / "manifest.json").read_text())
 files = sorted(manifest0["files"])
 qvecs = torch.from_numpy(np.asarray(load_index(base).embeddings[:2], dtype=np.float32).copy())
@@ -407,15 +493,53 @@ def damage(folder, rng):
         path.write_bytes(bytes(data))
     return rel
 
+VALUE_FILES = ["embeddings.npy", "bm25/data.npy", "graph/weights.data.npy", "graph/relations.data.npy",
+               "graph/eigenvalues.npy", "graph/signals/semantic.weights.npy", "dense.faiss", "chunks.jsonl"]
+
+def damage_values(folder, rng):
+    # one value changed so that it stays finite and the file keeps its shape and dtype: a row or
+    # entry scaled, set to an extreme finite value, negated, or (for the graphs) one side of an edge changed
+    rel = rng.choice(VALUE_FILES)
+    path = folder / rel
+    if rel == "chunks.jsonl":
+        lines = path.read_text().splitlines()
+        i = rng.randrange(len(lines))
+        row = json.loads(lines[i])
+        row["n_tokens"] = rng.choice([0, -1, row["n_tokens"], row["n_tokens"] + 1])
+        lines[i] = json.dumps(row, ensure_ascii=False)
+        path.write_text("\n".join(lines) + "\n")
+        return rel
+    if rel == "dense.faiss":
+        raw = bytearray(path.read_bytes())
+        at = _FLAT.size + 4 * rng.randrange((len(raw) - _FLAT.size) // 4)
+        raw[at : at + 4] = np.float32(rng.choice([0.0, 1.0, -0.5, 1e-3, 1e38])).tobytes()
+        path.write_bytes(bytes(raw))
+        return rel
+    a = np.load(path)
+    flat = a.reshape(-1).copy()
+    i = rng.randrange(flat.size)
+    kind = rng.randrange(4)
+    if rel == "embeddings.npy" and kind == 0:
+        flat.reshape(a.shape)[i // a.shape[1]] *= rng.choice([0.0, 0.5, 0.98, 0.999, 1.001, 1.5, 1000.0, 1e38])
+    elif kind == 1:
+        flat[i] = rng.choice([0.0, 1.0, 2.0, 2.5, 1e6, 1e38, -1e-6, 3e-39])
+    elif kind == 2:
+        flat[i] = -flat[i]
+    else:
+        flat[i] = flat[i] * rng.choice([0.5, 0.999999, 1.000001, 2.0])
+    np.save(path, flat.reshape(a.shape).astype(a.dtype))
+    return rel
+
 for case in range(first, first + count):
     rng = random.Random(seed * 1_000_003 + case)
     folder = work / f"c{case}"
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(base, folder)
-    resealed = rng.random() < 0.75
-    rel = damage(folder, rng)
+    resealed = values or rng.random() < 0.75
+    rel = damage_values(folder, rng) if values else damage(folder, rng)
     if resealed:
         reseal(folder)
+    holds = not broken_invariants(folder) if values else True
     print(f"start {case} {rel} {int(resealed)}", flush=True)
     try:
         index = load_index(folder)
@@ -429,8 +553,10 @@ for case in range(first, first + count):
         if not resealed and outcome == "ok":
             same = all((folder / f).read_bytes() == (base / f).read_bytes() for f in files if (base / f).exists() and (folder / f).exists())
             outcome = "ok" if same else "wrong"
-    except SpectragError:
-        outcome = "refused"
+        if not holds:  # loaded although its values break the format
+            outcome = "wrong " + rel
+    except SpectragError as exc:
+        outcome = "refused" if len(str(exc)) <= 1000 else "wrong long error"
     except Exception as exc:
         outcome = "crash " + type(exc).__name__ + ": " + str(exc)[:200].replace("\n", " ")
     if case % 5 == 0:  # `spectrag info` on the same damage: exit 0 or one error line
@@ -445,12 +571,16 @@ for case in range(first, first + count):
 """
 
 
-def run_damaged(tally: Tally, index_dir: Path, n: int, seed: int) -> None:
+def run_damaged(tally: Tally, index_dir: Path, n: int, seed: int, *, values: bool = False) -> None:
+    """Damaged copies of the index, loaded and queried in worker processes; ``values``: the
+    value damage of issue 25 (category "value damage"), else the structural damage of issue 16."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    category = "value damage" if values else "damaged indexes"
     with tempfile.TemporaryDirectory() as tmp:
         case = 0
         while case < n:
-            proc = subprocess.run([sys.executable, "-c", WORKER, str(index_dir), tmp, str(case), str(n - case), str(seed)],
+            proc = subprocess.run([sys.executable, "-c", WORKER, str(index_dir), tmp, str(case), str(n - case), str(seed),
+                                   "values" if values else "structure"],
                                   capture_output=True, text=True, env=env, timeout=3600)
             last_start, done = None, set()
             for line in proc.stdout.splitlines():
@@ -458,17 +588,17 @@ def run_damaged(tally: Tally, index_dir: Path, n: int, seed: int) -> None:
                 if parts[0] == "start":
                     last_start = (int(parts[1]), parts[2])
                 elif parts[0] == "cli":
-                    tally.add("damaged indexes", parts[2], f"spectrag info on case {parts[1]}")
+                    tally.add(category, parts[2], f"spectrag info on case {parts[1]}")
                 elif parts[0] == "done":
                     done.add(int(parts[1]))
                     outcome = parts[2]
-                    tally.add("damaged indexes", outcome.split(" ")[0], outcome)
+                    tally.add(category, outcome.split(" ")[0], outcome)
             if proc.returncode != 0:  # a signal (segfault, abort) or a crash outside the guarded call
                 if last_start is not None and last_start[0] not in done:
-                    tally.add("damaged indexes", "crash", f"exit {proc.returncode} on case {last_start}: {proc.stderr[-300:]}")
+                    tally.add(category, "crash", f"exit {proc.returncode} on case {last_start}: {proc.stderr[-300:]}")
                     case = last_start[0] + 1
                 else:
-                    tally.add("damaged indexes", "crash", f"worker exit {proc.returncode}: {proc.stderr[-300:]}")
+                    tally.add(category, "crash", f"worker exit {proc.returncode}: {proc.stderr[-300:]}")
                     break
             else:
                 case = n
@@ -476,24 +606,6 @@ def run_damaged(tally: Tally, index_dir: Path, n: int, seed: int) -> None:
 
 # -------------------------------------------------------------------------------------- kills
 
-KILL_WORKER = """
-import sys
-import numpy as np
-from spectrag import build_index
-from spectrag.config import EmbedConfig, GraphConfig, IndexConfig
-from spectrag.incremental import add_documents
-from spectrag.index.chunk import chunk_corpus
-from spectrag.index.load import load_documents
-mode, corpus, out, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-config = IndexConfig(embed=EmbedConfig(cache_dir=""), graph=GraphConfig(enabled=mode != "build-nograph"))
-n = len(chunk_corpus(load_documents(corpus), config.chunk))
-v = np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)
-v /= np.linalg.norm(v, axis=1, keepdims=True)
-if mode.startswith("build"):
-    build_index(corpus, out, config, overwrite=True, embeddings=v)
-else:
-    add_documents(out, corpus, embeddings=v)
-"""
 POINTS = {True: ["swap:written", "swap:synced", "swap:exchanged", "swap:done"],
           False: ["swap:written", "swap:synced", "swap:renamed-new", "swap:between-renames", "swap:before-cleanup", "swap:done"]}
 
@@ -506,13 +618,8 @@ def run_kills(tally: Tally) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
 
-        def corpus(name, first, count):
-            path = tmp / name
-            path.write_text("".join(json.dumps({"id": f"d{i}", "text": f"Document {i} is about the harbour of town {i}."})
-                                    + "\n" for i in range(first, first + count)))
-            return path
-
-        base, other, more = corpus("base.jsonl", 0, 6), corpus("other.jsonl", 100, 9), corpus("more.jsonl", 200, 3)
+        base, other, more = (write_corpus(tmp / "base.jsonl", 0, 6), write_corpus(tmp / "other.jsonl", 100, 9),
+                             write_corpus(tmp / "more.jsonl", 200, 3))
         subprocess.run([sys.executable, "-c", KILL_WORKER, "build", str(base), str(tmp / "seed"), "0"], env=env, check=True)
         jobs = []
         for exchange in (True, False):
@@ -548,7 +655,13 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every category's count (default: 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "fuzz_cpu.md"))
+    ap.add_argument("--only", default="", help="comma-separated categories to run (default: all)")
     args = ap.parse_args()
+
+    def blocked(*_):
+        raise TimeoutError("a read blocked (signal.alarm ran out)")
+
+    signal.signal(signal.SIGALRM, blocked)
     s = args.scale
     record = new_record("each input once; seeded (--seed), deterministic")
     tally = Tally()
@@ -559,12 +672,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         index_dir = Path(tmp) / "sample"
         build_index(sample_corpus(), index_dir, IndexConfig(embed=EmbedConfig(cache_dir=str(Path(tmp) / "cache"))))
+        retriever = []  # made once, for the server categories
+
+        def serving():
+            from spectrag.retriever import Retriever
+
+            retriever[:] = retriever or [Retriever(str(index_dir))]
+            return retriever[0]
+
         steps = [("corpus", lambda: run_corpus(tally, int(4500 * s), int(60 * s), args.seed)),
                  ("config", lambda: run_config(tally, int(2000 * s), args.seed)),
                  ("queries", lambda: run_queries(tally, index_dir, int(1200 * s), int(40 * s), args.seed)),
                  ("damaged indexes", lambda: run_damaged(tally, index_dir, int(3000 * s), args.seed)),
-                 ("kills", lambda: run_kills(tally))]
+                 ("value damage", lambda: run_damaged(tally, index_dir, int(1000 * s), args.seed, values=True)),
+                 ("kills", lambda: run_kills(tally)),
+                 ("random kills", lambda: run_random_kills(tally, max(int(49 * s), 3), args.seed)),
+                 ("concurrent adds", lambda: run_concurrent_adds(tally, max(int(5 * s), 1))),
+                 ("request bodies", lambda: run_bodies(tally, serving(), int(400 * s), args.seed)),
+                 ("shutdown", lambda: run_shutdowns(tally, serving(), max(int(8 * s), 2), args.seed))]
+        only = {c.strip() for c in args.only.split(",") if c.strip()}
         for name, step in steps:
+            if only and name not in only:
+                continue
             print(f"{name} ...", flush=True)
             step()
             print(f"  {dict(tally.counts.get(name, {}))}", flush=True)
@@ -574,12 +703,14 @@ def main() -> None:
         rows.append({"category": category, "inputs": sum(counts.values()), **{o: counts.get(o, 0) for o in OUTCOMES}})
     total = {"category": "all", "inputs": sum(r["inputs"] for r in rows), **{o: sum(r[o] for r in rows) for o in OUTCOMES}}
     rows.append(total)
-    record.update(rows=rows, examples=tally.examples)
-    lines = results_header("Fuzzing the engine's inputs (issue 16)", record)
+    record.update(rows=rows, examples=tally.examples, details={c: dict(d) for c, d in tally.details.items()})
+    lines = results_header("Fuzzing the engine's inputs (issues 16 and 25)", record)
     lines += md_table(rows, [("category", "category", ""), ("inputs", "inputs", "d"), *((o, o, "d") for o in OUTCOMES)])
     goal = all(total[o] == 0 for o in ("crash", "traceback", "wrong", "text lost"))
     lines += ["", f"Goals (0 crashes, 0 tracebacks, 0 wrong results, 0 text lost): {'met' if goal else 'NOT met'}. "
               "*refused* is a SpectragError: one clear message (the CLI's `error:` line); *ok* passed its checks.", ""]
+    for category, details in tally.details.items():
+        lines += [f"Details ({category}): " + ", ".join(f"{what}: {k}" for what, k in sorted(details.items())) + ".", ""]
     for category, examples in tally.examples.items():
         lines += [f"Examples ({category}):", ""] + [f"- `{e}`" for e in examples] + [""]
     write_results(args.out, lines, record)

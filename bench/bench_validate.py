@@ -1,4 +1,4 @@
-"""Benchmark: what do the load-time checks of issue 16 cost? (cheap enough for every load?)
+"""Benchmark: what do the load-time checks of issues 16 and 25 cost? (cheap enough for every load?)
 
     python bench/bench_scale.py --n 100000 --index /tmp/spectrag-synth-1e5   # once: the index
     python bench/bench_validate.py --index /tmp/spectrag-synth-1e5
@@ -7,7 +7,9 @@ On a built index, times (median of ``--repeats``, warm page cache) the parts of
 ``spectrag.load_index``: the manifest schema and listing checks, the structural checks of every
 stored array (:mod:`spectrag.util.checks`: dtype, shape, CSR row pointers, index ranges,
 finiteness) timed from inside (every check call the loaders make, summed), and ``verify=True`` (SHA-256 of every file, the
-default). The checks are single linear passes over the arrays, so their time scales with the
+default). Of the array checks, the value checks of issue 25 (rows L2-normalized, the graphs
+symmetric without self-loops, the FAISS vectors equal to the embeddings) are also timed on
+their own. The checks are single linear passes over the arrays, so their time scales with the
 index's bytes; below 10^6 chunks the 10^6-chunk column is that extrapolation (x 10^6 / n), at
 10^6 chunks it is the measurement (``bench/results/validate_cpu_1e6.md``).
 
@@ -30,33 +32,44 @@ from _common import finish_record, md_table, median_seconds, new_record, results
 
 ensure_spectrag()
 import spectrag.graph.build as graph_build  # noqa: E402
+import spectrag.graph.questions as questions  # noqa: E402
+import spectrag.index.dense as dense  # noqa: E402
 import spectrag.index.lexical as lexical  # noqa: E402
 import spectrag.kg.store as kg_store  # noqa: E402
 import spectrag.store as store  # noqa: E402
+import spectrag.util.checks as checks  # noqa: E402
 from spectrag.manifest import check_listing, check_manifest  # noqa: E402
 
-CHECKS = ("check_csr", "check_floats", "check_ints", "check_indptr", "check_array", "check_strings")
+CHECKS = ("check_csr", "check_floats", "check_ints", "check_indptr", "check_array", "check_strings", "check_symmetric",
+          "check_unit_rows", "check_flat_file", "check_flat_vectors")
+VALUE_CHECKS = ("check_unit_rows", "check_symmetric", "check_flat_vectors")  # issue 25
 
 
 def _timed_checks():
-    """Wrap the array checks the loaders call with a timer (outermost calls only); returns the
-    accumulated seconds (a one-element list) and the undo function."""
-    total, depth, saved = [0.0], [0], []
-    for module in (store, lexical, graph_build, kg_store):
+    """Wrap the array checks the loaders call with a timer: ``total`` accumulates the outermost
+    calls, ``values`` the value checks of issue 25 wherever they are called from (also inside
+    ``check_floats``). Returns both (one-element lists) and the undo function."""
+    total, values, depth, value_depth, saved = [0.0], [0.0], [0], [0], []
+    for module in (store, lexical, graph_build, kg_store, dense, questions, checks):
         for name in CHECKS:
             if hasattr(module, name):
                 fn = getattr(module, name)
                 saved.append((module, name, fn))
 
-                def timed(*a, _fn=fn, **k):
+                def timed(*a, _fn=fn, _value=name in VALUE_CHECKS, **k):
                     depth[0] += 1
+                    value_depth[0] += _value
                     t0 = time.perf_counter()
                     try:
                         return _fn(*a, **k)
                     finally:
                         depth[0] -= 1
+                        value_depth[0] -= _value
+                        spent = time.perf_counter() - t0
                         if depth[0] == 0:
-                            total[0] += time.perf_counter() - t0
+                            total[0] += spent
+                        if _value and value_depth[0] == 0:
+                            values[0] += spent
 
                 setattr(module, name, timed)
 
@@ -64,7 +77,7 @@ def _timed_checks():
         for module, name, fn in saved:
             setattr(module, name, fn)
 
-    return total, undo
+    return total, values, undo
 
 
 def main() -> None:
@@ -85,17 +98,18 @@ def main() -> None:
     rows = []
     t_schema, _ = median_seconds(schema, args.repeats)
     t_load, _ = median_seconds(lambda: store.load_index(folder, verify=False), args.repeats)
-    spent, undo = _timed_checks()
-    runs = []
+    spent, value_spent, undo = _timed_checks()
+    runs, value_runs = [], []
     try:
         store.load_index(folder, verify=False)  # warm
         for _ in range(args.repeats):
-            spent[0] = 0.0
+            spent[0] = value_spent[0] = 0.0
             store.load_index(folder, verify=False)
             runs.append(spent[0])
+            value_runs.append(value_spent[0])
     finally:
         undo()
-    t_arrays = statistics.median(runs)
+    t_arrays, t_values = statistics.median(runs), statistics.median(value_runs)
     t_verify, _ = median_seconds(lambda: store.load_index(folder, verify=True), max(1, args.repeats // 2))
 
     def parse_only():
@@ -108,7 +122,9 @@ def main() -> None:
     scale = 10.0 ** 6 / n
     for what, sec, extrapolated in (
         ("manifest schema + file listing", t_schema, t_schema * scale),
-        ("structural checks of every stored array (timed inside the load)", t_arrays, t_arrays * scale),
+        ("checks of every stored array, structure and values (timed inside the load)", t_arrays, t_arrays * scale),
+        ("  of which the value checks of issue 25 (unit rows, symmetric graphs, FAISS = embeddings)", t_values,
+         t_values * scale),
         ("chunk table: json.loads of every line only", t_parse, t_parse * scale),
         ("chunk table: read_chunks (parse, type and slice checks, Chunk records)", t_chunks, t_chunks * scale),
         ("load_index(verify=False), checks included", t_load, t_load * scale),
@@ -116,16 +132,19 @@ def main() -> None:
     ):
         rows.append({"what": what, "seconds": sec, "at_1e6": extrapolated})
     record.update(index=str(folder), chunks=n, total_bytes=total_bytes, array_bytes=array_bytes,
-                  check_rate_gb_s=rate / 1e9, rows=rows)
+                  check_rate_gb_s=rate / 1e9, value_check_seconds=t_values, rows=rows)
     finish_record(record)
-    lines = results_header("Load-time validation cost (issue 16)", record)
+    lines = results_header("Load-time validation cost (issues 16 and 25)", record)
     lines += [f"Index: `{folder}`, {n:,} chunks, {total_bytes / 1e6:,.0f} MB in its files ({array_bytes / 1e6:,.0f} MB of "
               f".npy arrays).", ""]
     measured = n == 10 ** 6
     lines += md_table(rows, [("part", "what", ""), ("seconds", "seconds", ".3f")] + (
         [] if measured else [("at 10^6 chunks (extrapolated: x 10^6 / n)", "at_1e6", ".2f")]))
     where = "measured here at 10^6 chunks" if measured else "the extrapolation above; not measured at 10^6"
-    lines += ["", f"The array checks read {rate / 1e9:.2f} GB/s of arrays here: a linear pass, so an index ten times "
+    lines += ["", f"The array checks are {100 * t_arrays / t_load:.1f}% of `load_index(verify=False)` here "
+              f"({100 * t_values / t_load:.1f}% the value checks of issue 25). Times on a shared machine move with its "
+              "load (see the load averages above): read the shares, not the seconds.",
+              "", f"The array checks read {rate / 1e9:.2f} GB/s of arrays here: a linear pass, so an index ten times "
               f"larger takes about ten times as long ({where}). The checksum "
               "verification that `load_index` runs by default reads every byte of every file once more, SHA-256 on "
               "top: the checks cost a fraction of it, and still run with `verify=False` (`spectrag info --no-verify`)."]

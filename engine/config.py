@@ -31,12 +31,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spectrag.errors import ConfigError
+from spectrag.errors import ConfigError, brief
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 
 # --- validation --------------------------------------------------------------------------------
+
+# Upper bounds of the numeric settings: far past any useful value, and small enough that nothing
+# downstream overflows or allocates without bound (1e308 or 2^62 passed a finiteness check and
+# failed later, deep in a stage). Each field's range is listed by `spectrag.config.ranges()`
+# and in docs/hardening.md.
+MAX_WEIGHT = 1e6  # score weights, penalties and prices
+MAX_CHUNK_TOKENS = 1 << 16  # tokens per chunk: past any embedder's or LLM's context
+MAX_DEPTH = 100_000  # seed list depths per query
+MAX_POOL = 10_000  # candidate pool and seed counts per query (the pool's [P, P] blocks grow with P^2)
+MAX_PER_NODE = 10_000  # neighbours, links and targets per chunk
+MAX_HOPS = 100  # expansion, activation and bridging rounds
+MAX_BUDGET = 10_000_000  # context tokens per query (and LLM completion tokens)
+MAX_COUNT = 1_000_000_000  # corpus-size thresholds and cluster counts
+MAX_THREADS = 4096
 
 
 def opt(default: Any = dataclasses.MISSING, *, lo: float | None = None, hi: float | None = None,
@@ -50,16 +64,22 @@ def opt(default: Any = dataclasses.MISSING, *, lo: float | None = None, hi: floa
     return field(default=default, metadata=meta)
 
 
+def _number(v: float) -> str:
+    return f"{int(v):,}" if float(v).is_integer() and abs(v) < 1e15 else f"{v:g}"
+
+
 def _allowed(meta: dict, kind: str) -> str:
     if meta.get("choices"):
         return "one of " + ", ".join(repr(c) for c in meta["choices"])
     lo, hi = meta.get("lo"), meta.get("hi")
+    what = {"int": "an integer", "float": "a finite number"}.get(kind, kind)
+    if lo is not None and hi is not None:
+        return f"{what} in {'(' if meta['lo_open'] else '['}{_number(lo)}, {_number(hi)}{')' if meta['hi_open'] else ']'}"
     parts = []
     if lo is not None:
-        parts.append(f"{'>' if meta['lo_open'] else '>='} {lo:g}")
+        parts.append(f"{'>' if meta['lo_open'] else '>='} {_number(lo)}")
     if hi is not None:
-        parts.append(f"{'<' if meta['hi_open'] else '<='} {hi:g}")
-    what = {"int": "an integer", "float": "a finite number"}.get(kind, kind)
+        parts.append(f"{'<' if meta['hi_open'] else '<='} {_number(hi)}")
     return what + (" " + " and ".join(parts) if parts else "")
 
 
@@ -76,6 +96,42 @@ def _kind(tp: Any) -> str:
     return {int: "int", float: "float", bool: "bool", str: "str"}.get(tp, "any")
 
 
+def _check_value(name: str, value: Any, hint: Any, meta: Any) -> Any:
+    """``value`` of the setting ``name`` (type hint ``hint``, range / choices in ``meta``), a
+    float given as an int converted; :class:`ConfigError` naming the setting, what is allowed
+    and (briefly) what was given."""
+    kind = _kind(hint)
+    if value is None and type(None) in typing.get_args(hint):
+        return value
+    bad = lambda what: ConfigError(f"{name} must be {what}, got {brief(value)}")  # noqa: E731
+    if kind == "bool" and not isinstance(value, bool):
+        raise bad("true or false")
+    if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+        raise bad(_allowed(meta, "int"))
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad(_allowed(meta, "float"))
+        try:
+            value = float(value)
+        except OverflowError:  # an integer past the float range
+            raise bad(_allowed(meta, "float")) from None
+        if not math.isfinite(value):
+            raise bad(_allowed(meta, "float"))
+    if kind == "str" and not isinstance(value, str):
+        raise bad("a string")
+    if kind == "config" and not dataclasses.is_dataclass(value):
+        raise bad(f"a {hint.__name__}")
+    if meta.get("choices") and value not in meta["choices"]:
+        raise bad(_allowed(meta, kind))
+    if kind in ("int", "float"):
+        lo, hi = meta.get("lo"), meta.get("hi")
+        low = lo is not None and (value <= lo if meta["lo_open"] else value < lo)
+        high = hi is not None and (value >= hi if meta["hi_open"] else value > hi)
+        if low or high:
+            raise bad(_allowed(meta, kind))
+    return value
+
+
 # Ours, not pydantic: frozen stdlib dataclasses that the kernels' configs mirror, errors worded
 # `table.field must be ..., got ...` for TOML users, and no pydantic in the core dependencies.
 def check_fields(obj: Any) -> None:
@@ -84,33 +140,43 @@ def check_fields(obj: Any) -> None:
     section = type(obj).SECTION
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
-        value, kind, meta = getattr(obj, f.name), _kind(hints[f.name]), f.metadata
-        name = f"{section}.{f.name}"
-        if value is None and type(None) in typing.get_args(hints[f.name]):
-            continue
-        if kind == "bool" and not isinstance(value, bool):
-            raise ConfigError(f"{name} must be true or false, got {value!r}")
-        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ConfigError(f"{name} must be {_allowed(meta, 'int')}, got {value!r}")
-        if kind == "float":
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{name} must be {_allowed(meta, 'float')}, got {value!r}")
-            if not math.isfinite(value):
-                raise ConfigError(f"{name} must be {_allowed(meta, 'float')}, got {value!r}")
-            object.__setattr__(obj, f.name, float(value))
-            value = float(value)
-        if kind == "str" and not isinstance(value, str):
-            raise ConfigError(f"{name} must be a string, got {value!r}")
-        if kind == "config" and not dataclasses.is_dataclass(value):
-            raise ConfigError(f"{name} must be a {hints[f.name].__name__}, got {value!r}")
-        if meta.get("choices") and value not in meta["choices"]:
-            raise ConfigError(f"{name} must be {_allowed(meta, kind)}, got {value!r}")
-        if kind in ("int", "float"):
-            lo, hi = meta.get("lo"), meta.get("hi")
-            low = lo is not None and (value <= lo if meta["lo_open"] else value < lo)
-            high = hi is not None and (value >= hi if meta["hi_open"] else value > hi)
-            if low or high:
-                raise ConfigError(f"{name} must be {_allowed(meta, kind)}, got {value!r}")
+        value = getattr(obj, f.name)
+        checked = _check_value(f"{section}.{f.name}", value, hints[f.name], f.metadata)
+        if checked is not value:
+            object.__setattr__(obj, f.name, checked)
+
+
+def check_setting(cls: type, name: str, value: Any, *, label: str | None = None) -> Any:
+    """``value`` checked as the field ``name`` of the config class ``cls`` is (a per-call
+    override such as a request's ``budget`` gets the config file's range); ``label`` names it in
+    the error (default ``table.field``)."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return _check_value(label or f"{cls.SECTION}.{name}", value, typing.get_type_hints(cls)[name], f.metadata)
+
+
+def numeric_fields(cls: type) -> list[tuple[str, str, dict]]:
+    """``(name, kind, metadata)`` of the int and float fields of a config class."""
+    hints = typing.get_type_hints(cls)
+    return [(f.name, _kind(hints[f.name]), dict(f.metadata)) for f in dataclasses.fields(cls)
+            if _kind(hints[f.name]) in ("int", "float")]
+
+
+def ranges() -> list[tuple[str, str]]:
+    """``(table.field, allowed values)`` of every numeric setting, in table order (the table in
+    docs/hardening.md is this list)."""
+    return [(f"{cls.SECTION}.{name}", _allowed(meta, kind)) for cls in config_classes()
+            for name, kind, meta in numeric_fields(cls)]
+
+
+def config_classes() -> list[type]:
+    """Every stage config class (the subclasses of the checked base, wherever defined), in
+    definition order."""
+    out, todo = [], list(_Checked.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        out.append(cls)
+        todo[:0] = cls.__subclasses__()
+    return out
 
 
 class _Checked:
@@ -130,11 +196,11 @@ class _Checked:
         """The config of one TOML table; unknown keys and bad values name the table."""
         section = section or cls.SECTION
         if not isinstance(values, dict):
-            raise ConfigError(f"{source}: [{section}] must be a table, got {values!r}")
+            raise ConfigError(f"{source}: [{section}] must be a table, got {brief(values)}")
         allowed = [f.name for f in dataclasses.fields(cls)]
         bad = sorted(set(values) - set(allowed))
         if bad:
-            raise ConfigError(f"{source}: unknown key(s) {bad} in [{section}]; allowed: {sorted(allowed)}")
+            raise ConfigError(f"{source}: unknown key(s) {brief(bad)} in [{section}]; allowed: {sorted(allowed)}")
         hints = typing.get_type_hints(cls)
         kwargs = {}
         for key, value in values.items():
@@ -164,9 +230,9 @@ class ChunkConfig(_Checked):
     """
 
     SECTION = "chunk"
-    chunk_size: int = opt(1200, lo=8)
-    overlap: int = opt(100, lo=0)
-    min_tokens: int = opt(32, lo=0)
+    chunk_size: int = opt(1200, lo=8, hi=MAX_CHUNK_TOKENS)
+    overlap: int = opt(100, lo=0, hi=MAX_CHUNK_TOKENS - 1)
+    min_tokens: int = opt(32, lo=0, hi=MAX_CHUNK_TOKENS)
     structure: bool = True
 
     def check(self) -> None:
@@ -200,17 +266,17 @@ class EmbedConfig(_Checked):
 
     SECTION = "embed"
     model: str = DEFAULT_MODEL
-    batch_size: int = opt(64, lo=1)
+    batch_size: int = opt(64, lo=1, hi=1 << 16)
     device: str = "auto"
     cache_dir: str | None = None
     include_title: bool = True
-    max_batch_tokens: int = opt(2048, lo=0)
-    num_threads: int = opt(0, lo=0)
+    max_batch_tokens: int = opt(2048, lo=0, hi=1 << 24)
+    num_threads: int = opt(0, lo=0, hi=MAX_THREADS)
     backend: str = opt("torch", choices=("torch", "onnx"))
 
     def check(self) -> None:
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
-            raise ConfigError(f"embed.device must be auto, cpu or cuda[:i], got {self.device!r}")
+            raise ConfigError(f"embed.device must be auto, cpu or cuda[:i], got {brief(self.device)}")
 
 
 @dataclass(frozen=True)
@@ -224,7 +290,7 @@ class BM25Config(_Checked):
     """
 
     SECTION = "bm25"
-    k1: float = opt(1.5, lo=0, lo_open=True)
+    k1: float = opt(1.5, lo=0, hi=100, lo_open=True)
     b: float = opt(0.75, lo=0, hi=1)
     method: str = opt("lucene", choices=("lucene", "robertson", "atire", "bm25l", "bm25+"))
     stemmer: str = "english"
@@ -288,46 +354,46 @@ class GraphConfig(_Checked):
 
     SECTION = "graph"
     enabled: bool = True
-    k_semantic: int = opt(10, lo=1)
+    k_semantic: int = opt(10, lo=1, hi=1000)
     min_cos: float = opt(0.0, lo=-1, hi=1)
     knn: str = opt("auto", choices=("auto", "exact", "ivf"))
-    knn_exact_max_n: int = opt(100_000, lo=0)
-    knn_nlist: int = opt(0, lo=0)
-    knn_nprobe: int = opt(8, lo=1)
-    section_band: int = opt(8, lo=1)
+    knn_exact_max_n: int = opt(100_000, lo=0, hi=MAX_COUNT)
+    knn_nlist: int = opt(0, lo=0, hi=1 << 24)
+    knn_nprobe: int = opt(8, lo=1, hi=1 << 24)
+    section_band: int = opt(8, lo=1, hi=MAX_PER_NODE)
     entities_file: str = ""
-    entity_max_df: float = opt(0.01, lo=0, lo_open=True)
-    entity_max_count: int = opt(200, lo=0)
-    entity_top_k: int = opt(10, lo=1)
-    citation_max_targets: int = opt(4, lo=1)
+    entity_max_df: float = opt(0.01, lo=0, hi=MAX_COUNT, lo_open=True)
+    entity_max_count: int = opt(200, lo=0, hi=MAX_COUNT)
+    entity_top_k: int = opt(10, lo=1, hi=MAX_PER_NODE)
+    citation_max_targets: int = opt(4, lo=1, hi=MAX_PER_NODE)
     title_mentions: bool = True
     questions_file: str = ""
     utility_questions: bool = False
     questions_per_chunk: int = opt(3, lo=1, hi=20)
     weights: dict[str, float] = opt(default_factory=lambda: dict(DEFAULT_SIGNAL_WEIGHTS))
     tau: float = opt(0.05, lo=0, hi=1, hi_open=True)
-    max_degree: int = opt(40, lo=1)
-    spectral_dim: int = opt(32, lo=1)
-    lanczos_tol: float = opt(1e-6, lo=0, lo_open=True)
+    max_degree: int = opt(40, lo=1, hi=MAX_PER_NODE)
+    spectral_dim: int = opt(32, lo=1, hi=1024)
+    lanczos_tol: float = opt(1e-6, lo=0, hi=1, lo_open=True)
     lanczos_dtype: str = opt("auto", choices=("auto", "float64", "float32"))
     lanczos_reorder: bool = False
-    clusters: int = opt(0, lo=0)
-    seed: int = opt(0, lo=0)
+    clusters: int = opt(0, lo=0, hi=MAX_COUNT)
+    seed: int = opt(0, lo=0, hi=2**32 - 1)
 
     def check(self) -> None:
         if self.utility_questions and self.questions_file:
             raise ConfigError("graph.utility_questions and graph.questions_file are both set; the questions come "
                               "either from the LLM or from the file: unset one")
         if not isinstance(self.weights, dict):
-            raise ConfigError(f"graph.weights must be a table signal -> weight, got {self.weights!r}")
+            raise ConfigError(f"graph.weights must be a table signal -> weight, got {brief(self.weights)}")
         bad = set(self.weights) - set(DEFAULT_SIGNAL_WEIGHTS)
         if bad:
             raise ConfigError(
-                f"graph.weights has unknown signal(s) {sorted(bad)}; signals: {sorted(DEFAULT_SIGNAL_WEIGHTS)}"
+                f"graph.weights has unknown signal(s) {brief(sorted(bad))}; signals: {sorted(DEFAULT_SIGNAL_WEIGHTS)}"
             )
         for name, w in self.weights.items():
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and 0 <= w <= 1):
-                raise ConfigError(f"graph.weights.{name} must be a number in [0, 1], got {w!r}")
+                raise ConfigError(f"graph.weights.{name} must be a number in [0, 1], got {brief(w)}")
 
     def signal_weights(self) -> dict[str, float]:
         """The full weight table: defaults for signals the config does not name."""
@@ -360,7 +426,7 @@ class KGConfig(_Checked):
     enabled: bool = False
     source: str = opt("auto", choices=KG_SOURCES)
     openie_file: str = ""
-    window: int = opt(3, lo=1)
+    window: int = opt(3, lo=1, hi=1000)
     acronym_aliases: bool = True
 
     def check(self) -> None:
@@ -390,7 +456,7 @@ class IndexConfig:
             raise ConfigError(f"{source}: the index configuration must be a table, got {type(data).__name__}")
         unknown = set(data) - set(INDEX_TABLES)
         if unknown:
-            raise ConfigError(f"{source}: unknown section(s) {sorted(unknown)}; allowed: {sorted(INDEX_TABLES)}")
+            raise ConfigError(f"{source}: unknown section(s) {brief(sorted(unknown))}; allowed: {sorted(INDEX_TABLES)}")
         return cls(**{name: kind.from_table(data.get(name, {}), source=source) for name, kind in INDEX_TABLES.items()})
 
 
@@ -416,12 +482,12 @@ class SeedConfig(_Checked):
     """
 
     SECTION = "seed"
-    k_dense: int = opt(50, lo=1)
-    k_bm25: int = opt(50, lo=1)
-    rrf_k: int = opt(60, lo=0)
-    k_named: int = opt(10, lo=0)
-    k_utility: int = opt(50, lo=0)
-    lexical_weight: float = opt(0.0, lo=0)
+    k_dense: int = opt(50, lo=1, hi=MAX_DEPTH)
+    k_bm25: int = opt(50, lo=1, hi=MAX_DEPTH)
+    rrf_k: int = opt(60, lo=1, hi=1_000_000)
+    k_named: int = opt(10, lo=0, hi=MAX_DEPTH)
+    k_utility: int = opt(50, lo=0, hi=MAX_DEPTH)
+    lexical_weight: float = opt(0.0, lo=0, hi=MAX_WEIGHT)
 
 
 @dataclass(frozen=True)
@@ -434,9 +500,9 @@ class ExpandConfig(_Checked):
     """
 
     SECTION = "expand"
-    n_seeds: int = opt(20, lo=1)
-    max_candidates: int = opt(200, lo=1)
-    hops: int = opt(2, lo=0)
+    n_seeds: int = opt(20, lo=1, hi=MAX_POOL)
+    max_candidates: int = opt(200, lo=1, hi=MAX_POOL)
+    hops: int = opt(2, lo=0, hi=MAX_HOPS)
 
 
 @dataclass(frozen=True)
@@ -459,9 +525,9 @@ class PropagateConfig(_Checked):
 
     SECTION = "propagate"
     alpha: float = opt(0.01, lo=0, hi=1)
-    t: float = opt(1.0, lo=0, lo_open=True)
+    t: float = opt(1.0, lo=0, hi=100, lo_open=True)
     damping: float = opt(0.85, lo=0, hi=1, lo_open=True, hi_open=True)
-    tol: float = opt(1e-8, lo=0, lo_open=True)
+    tol: float = opt(1e-8, lo=0, hi=1, lo_open=True)
     blocks: str = opt("auto", choices=("auto", "sparse", "dense"))
     scope: str = opt("pool", choices=("pool", "graph"))
 
@@ -484,10 +550,10 @@ class BridgeConfig(_Checked):
     """
 
     SECTION = "bridge"
-    rounds: int = opt(1, lo=0)
-    sources: int = opt(5, lo=1)
+    rounds: int = opt(1, lo=0, hi=MAX_HOPS)
+    sources: int = opt(5, lo=1, hi=MAX_POOL)
     lam: float = opt(0.15, lo=0, hi=1)
-    gamma: float = opt(0.05, lo=0)
+    gamma: float = opt(0.05, lo=0, hi=MAX_WEIGHT)
     protect_named: bool = True
     named_floor: float = opt(0.3, lo=-1, hi=1)
     named_sources: bool = True
@@ -515,12 +581,12 @@ class SelectConfig(_Checked):
     """
 
     SECTION = "select"
-    core_size: int = opt(5, lo=0)
-    a: float = opt(1.0, lo=0)
-    b: float = opt(0.3, lo=0)
-    c: float = opt(0.1, lo=0)
-    d: float = opt(0.1, lo=0)
-    lam: float = opt(0.2, lo=0)
+    core_size: int = opt(5, lo=0, hi=MAX_POOL)
+    a: float = opt(1.0, lo=0, hi=MAX_WEIGHT)
+    b: float = opt(0.3, lo=0, hi=MAX_WEIGHT)
+    c: float = opt(0.1, lo=0, hi=MAX_WEIGHT)
+    d: float = opt(0.1, lo=0, hi=MAX_WEIGHT)
+    lam: float = opt(0.2, lo=0, hi=MAX_WEIGHT)
     rho: float = opt(0.0, lo=0, hi=1)
     precision_floor: float = opt(0.5, lo=0, hi=1)
     backfill: bool = True
@@ -533,12 +599,12 @@ class BaselineSelectConfig(SelectConfig):
     the budget in score order (no core, no proximity, coverage or redundancy terms)."""
 
     SECTION = "baseline_select"
-    core_size: int = opt(0, lo=0)
-    a: float = opt(1.0, lo=0)
-    b: float = opt(0.0, lo=0)
-    c: float = opt(0.0, lo=0)
-    d: float = opt(0.0, lo=0)
-    lam: float = opt(0.0, lo=0)
+    core_size: int = opt(0, lo=0, hi=MAX_POOL)
+    a: float = opt(1.0, lo=0, hi=MAX_WEIGHT)
+    b: float = opt(0.0, lo=0, hi=MAX_WEIGHT)
+    c: float = opt(0.0, lo=0, hi=MAX_WEIGHT)
+    d: float = opt(0.0, lo=0, hi=MAX_WEIGHT)
+    lam: float = opt(0.0, lo=0, hi=MAX_WEIGHT)
     rho: float = opt(0.0, lo=0, hi=1)
     precision_floor: float = opt(0.0, lo=0, hi=1)
     backfill: bool = True
@@ -572,18 +638,18 @@ class ActivationConfig(_Checked):
     """
 
     SECTION = "activation"
-    k: int = opt(3, lo=1)
-    hops: int = opt(4, lo=0)
+    k: int = opt(3, lo=1, hi=MAX_POOL)
+    hops: int = opt(4, lo=0, hi=MAX_HOPS)
     c: float = opt(0.4, lo=0, hi=1, hi_open=True)
     tau_a: float = opt(0.5, lo=-1, hi=1)
     tau_d: float = opt(0.45, lo=-1, hi=1)
     tau_r: float = opt(0.5, lo=-1, hi=1)
     alpha: float = opt(0.1, lo=0, hi=1)
     link_names: bool = True
-    k_named: int = opt(5, lo=0)
-    k_dense: int = opt(20, lo=0)
+    k_named: int = opt(5, lo=0, hi=MAX_POOL)
+    k_dense: int = opt(20, lo=0, hi=MAX_DEPTH)
     beta: float = opt(0.0, lo=0, hi=1)
-    max_relations: int = opt(20, lo=0)
+    max_relations: int = opt(20, lo=0, hi=MAX_DEPTH)
     layout: str = opt("auto", choices=("auto", "ragged", "dense"))
 
 
@@ -620,10 +686,10 @@ class RetrieverConfig(_Checked):
 
     SECTION = "retriever"
     mode: str = opt("spectral", choices=MODES)
-    budget: int = opt(2_000, lo=1)
+    budget: int = opt(2_000, lo=1, hi=MAX_BUDGET)
     device: str = "auto"
     backend: str = opt("auto", choices=("auto", "compiled", "torch"))
-    threads: int = opt(0, lo=0)
+    threads: int = opt(0, lo=0, hi=MAX_THREADS)
     seed: SeedConfig = field(default_factory=SeedConfig)
     expand: ExpandConfig = field(default_factory=ExpandConfig)
     propagate: PropagateConfig = field(default_factory=PropagateConfig)
@@ -646,15 +712,15 @@ class RetrieverConfig(_Checked):
         for table, fields in stages.items():
             current = getattr(self, table, None)
             if not dataclasses.is_dataclass(current):
-                raise ConfigError(f"retriever has no stage table {table!r}; tables: {', '.join(RETRIEVER_TABLES)}")
+                raise ConfigError(f"retriever has no stage table {brief(table)}; tables: {', '.join(RETRIEVER_TABLES)}")
             known = {f.name for f in dataclasses.fields(current)}
             bad = sorted(set(fields) - known)
             if bad:
-                raise ConfigError(f"unknown key(s) {bad} in [{table}]; allowed: {sorted(known)}")
+                raise ConfigError(f"unknown key(s) {brief(bad)} in [{table}]; allowed: {sorted(known)}")
             top[table] = dataclasses.replace(top.get(table, current), **fields)
         bad = sorted(set(top) - {f.name for f in dataclasses.fields(self)})
         if bad:
-            raise ConfigError(f"unknown retriever setting(s) {bad}")
+            raise ConfigError(f"unknown retriever setting(s) {brief(bad)}")
         return dataclasses.replace(self, **top)
 
     def get(self, key: str) -> Any:
@@ -676,7 +742,7 @@ def retriever_config_from_dict(data: dict[str, Any], *, source: str = "config") 
     fields, one table per stage (``[expand]``, ...); offline tables are ignored here."""
     top = dict(data.get("retriever", {}) or {})
     if not isinstance(top, dict):
-        raise ConfigError(f"{source}: [retriever] must be a table, got {top!r}")
+        raise ConfigError(f"{source}: [retriever] must be a table, got {brief(top)}")
     for table in RETRIEVER_TABLES:
         if table in top:
             raise ConfigError(f"{source}: [{table}] is a table of its own, not a key of [retriever]")
@@ -723,20 +789,20 @@ class LLMConfig(_Checked):
     model: str = ""
     api_key_env: str = "OPENAI_API_KEY"
     temperature: float = opt(0.0, lo=0, hi=2)
-    max_tokens: int = opt(512, lo=1)
-    timeout: float = opt(120.0, lo=0, lo_open=True)
-    max_retries: int = opt(5, lo=0)
-    backoff: float = opt(1.0, lo=0)
-    max_backoff: float = opt(30.0, lo=0)
+    max_tokens: int = opt(512, lo=1, hi=MAX_BUDGET)
+    timeout: float = opt(120.0, lo=0, hi=86_400, lo_open=True)
+    max_retries: int = opt(5, lo=0, hi=100)
+    backoff: float = opt(1.0, lo=0, hi=3600)
+    max_backoff: float = opt(30.0, lo=0, hi=86_400)
     concurrency: int = opt(8, lo=1, hi=1024)
     json_mode: bool = False
     cache_dir: str | None = None
-    price_prompt: float = opt(0.0, lo=0)
-    price_completion: float = opt(0.0, lo=0)
+    price_prompt: float = opt(0.0, lo=0, hi=MAX_WEIGHT)
+    price_completion: float = opt(0.0, lo=0, hi=MAX_WEIGHT)
 
     def check(self) -> None:
         if self.base_url and not self.base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"llm.base_url must start with http:// or https://, got {self.base_url!r}")
+            raise ConfigError(f"llm.base_url must start with http:// or https://, got {brief(self.base_url)}")
 
     @property
     def enabled(self) -> bool:
@@ -753,7 +819,7 @@ def load_llm_config(path: str | Path | None = None, **overrides: Any) -> LLMConf
     if changes:
         bad = sorted(set(changes) - {f.name for f in dataclasses.fields(LLMConfig)})
         if bad:
-            raise ConfigError(f"unknown [llm] setting(s) {bad}")
+            raise ConfigError(f"unknown [llm] setting(s) {brief(bad)}")
         config = dataclasses.replace(config, **changes)
     return config
 
@@ -780,7 +846,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     unknown = set(data) - set(INDEX_TABLES) - set(ONLINE_TABLES) - {LLM_TABLE}
     if unknown:
         raise ConfigError(
-            f"{path}: unknown section(s) {sorted(unknown)}; allowed: "
+            f"{path}: unknown section(s) {brief(sorted(unknown))}; allowed: "
             f"{sorted(INDEX_TABLES) + list(ONLINE_TABLES) + [LLM_TABLE]}"
         )
     return data
@@ -794,7 +860,7 @@ def load_config(path: str | Path | None = None, *, preset: str | None = None) ->
     base: dict[str, Any] = {}
     if preset is not None:
         if preset not in PRESETS:
-            raise ConfigError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+            raise ConfigError(f"unknown preset {brief(preset)}; choose one of {sorted(PRESETS)}")
         base["chunk"] = {k: v for k, v in dataclasses.asdict(PRESETS[preset]).items()}
     if path is None:
         return IndexConfig.from_dict(base)
@@ -838,6 +904,6 @@ def with_llm_stages(config: IndexConfig, *, utility_questions: bool = False, kg_
         config = dataclasses.replace(config, graph=dataclasses.replace(config.graph, utility_questions=True))
     if kg_source is not None:
         if kg_source not in KG_SOURCES:
-            raise ConfigError(f"--kg must be one of {', '.join(KG_SOURCES)}, got {kg_source!r}")
+            raise ConfigError(f"--kg must be one of {', '.join(KG_SOURCES)}, got {brief(kg_source)}")
         config = dataclasses.replace(config, kg=dataclasses.replace(config.kg, enabled=True, source=kg_source))
     return config

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from spectrag.config import DEFAULT_SIGNAL_WEIGHTS
-from spectrag.errors import IndexFormatError
+from spectrag.errors import IndexFormatError, brief
 from spectrag.graph.build import FOLDER as GRAPH
 from spectrag.graph.stored import GROUPS as UPDATE_GROUPS
 from spectrag.index.dense import DenseIndex
@@ -47,9 +47,9 @@ def _number(value: Any) -> bool:
 
 def _need(table: Any, where: str, key: str, ok, what: str) -> Any:
     if not isinstance(table, dict) or key not in table:
-        raise IndexFormatError(f"{where}: the manifest has no {key!r} (a SpectRAG manifest always has one)")
+        raise IndexFormatError(f"{where}: the manifest has no {brief(key)} (a SpectRAG manifest always has one)")
     if not ok(table[key]):
-        raise IndexFormatError(f"{where}: manifest field {key!r} must be {what}, got {table[key]!r:.80}")
+        raise IndexFormatError(f"{where}: manifest field {brief(key)} must be {what}, got {brief(table[key])}")
     return table[key]
 
 
@@ -63,7 +63,7 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
     version = manifest.get("format_version")
     if version != FORMAT_VERSION or isinstance(version, bool):
         raise IndexFormatError(
-            f"{Path(where).parent}: index format version {version!r:.40}, this engine reads version {FORMAT_VERSION}; "
+            f"{Path(where).parent}: index format version {brief(version)}, this engine reads version {FORMAT_VERSION}; "
             "rebuild the index with `spectrag index`"
         )
     is_dict = lambda v: isinstance(v, dict)  # noqa: E731
@@ -88,7 +88,7 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
     for rel, info in files.items():
         if not (isinstance(info, dict) and _int(info.get("bytes")) and isinstance(info.get("sha256"), str)
                 and _SHA256.fullmatch(info["sha256"])):
-            raise IndexFormatError(f"{where}: manifest entry for file {rel!r:.200} must be {{bytes: integer, sha256: 64 hex digits}}")
+            raise IndexFormatError(f"{where}: manifest entry for file {brief(rel)} must be {{bytes: integer, sha256: 64 hex digits}}")
     for key in ("seconds", "cpu_seconds", "memory"):
         if key in manifest and not isinstance(manifest[key], dict):
             raise IndexFormatError(f"{where}: manifest field {key!r} must be a table")
@@ -102,12 +102,29 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
         raise IndexFormatError(f"{where}: every entry of the manifest's 'history' needs an 'op' string")
     if manifest.get("graph"):
         _check_graph_entry(manifest["graph"], counts["chunks"], f"{where} (graph)")
+    if manifest.get("llm"):
+        _check_llm_entry(manifest["llm"], f"{where} (llm)")
     if manifest.get("kg"):
         kg = _need(manifest, where, "kg", is_dict, "a table or null")
         for key in ("entities", "relations", "describes_links"):
             _need(kg, f"{where} (kg)", key, _int, "an integer >= 0")
         _need(kg, f"{where} (kg)", "source", is_str, "a string")
     return manifest
+
+
+def _check_llm_entry(llm: Any, where: str) -> None:
+    """The ``llm`` entry as `spectrag info` prints it: the model, and per stage the request,
+    cache, token, cost and malformed counts (numbers); a stage's facts, when given, a table."""
+    if not isinstance(llm, dict):
+        raise IndexFormatError(f"{where}: manifest field 'llm' must be a table or null, got {brief(llm)}")
+    _need(llm, where, "model", lambda v: isinstance(v, str), "a string")
+    usage = _need(llm, where, "usage", lambda v: isinstance(v, dict), "a table")
+    stages = _need(usage, f"{where} (usage)", "stages", lambda v: isinstance(v, dict), "a table of stages")
+    for name, u in stages.items():
+        for key in ("requests", "cached", "prompt_tokens", "completion_tokens", "cost", "malformed"):
+            _need(u, f"{where} (usage.stages.{brief(name)})", key, _number, "a number")
+        if not isinstance(llm.get(name, {}), dict):
+            raise IndexFormatError(f"{where}: manifest field 'llm.{brief(name)}' must be a table, got {brief(llm[name])}")
 
 
 def _check_graph_entry(graph: Any, n: int, where: str) -> None:
@@ -121,7 +138,7 @@ def _check_graph_entry(graph: Any, n: int, where: str) -> None:
                   "a table signal -> edge count")
     unknown = sorted(set(edges) - set(DEFAULT_SIGNAL_WEIGHTS))
     if unknown:
-        raise IndexFormatError(f"{where}: signal_edges names unknown signal(s) {unknown}; signals: {sorted(DEFAULT_SIGNAL_WEIGHTS)}")
+        raise IndexFormatError(f"{where}: signal_edges names unknown signal(s) {brief(unknown)}; signals: {sorted(DEFAULT_SIGNAL_WEIGHTS)}")
     spectrum = _need(graph, where, "spectrum", lambda v: isinstance(v, dict), "a table")
     _need(spectrum, f"{where} (spectrum)", "dim", _int, "an integer >= 0")
     _need(spectrum, f"{where} (spectrum)", "clusters", _int, "an integer >= 0")

@@ -20,6 +20,7 @@ over queries.
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from spectrag.config import BASELINE_MODES, GRAPH_MODES, KG_MODES, RetrieverConfig
+from spectrag.config import BASELINE_MODES, GRAPH_MODES, KG_MODES, RetrieverConfig, check_setting
 from spectrag.errors import SpectragError
 from spectrag.expand.blocks import candidate_blocks
 from spectrag.expand.pool import expand
@@ -132,6 +133,11 @@ class _Timer:
         self.tick = now
 
 
+def _integer(value):
+    """A numpy or torch integer as a Python int (anything else as given, for the range check to name)."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+
 def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: RetrieverConfig,
         *, budget: int | None = None) -> BatchResult:
     """Every stage of ``config.mode`` for one batch of queries (see the module docstring).
@@ -141,9 +147,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     """
     batch = queries if isinstance(queries, QueryBatch) else QueryBatch(queries)
     mode = config.mode
-    budget = config.budget if budget is None else int(budget)
-    if budget < 1:
-        raise SpectragError(f"budget must be >= 1 token, got {budget}")
+    # a per-call budget gets the config file's range (retriever.budget)
+    budget = config.budget if budget is None else check_setting(RetrieverConfig, "budget", _integer(budget), label="budget")
     if len(batch) == 0:
         raise SpectragError("no queries given")
     if mode in PROPAGATION_MODES:

@@ -26,7 +26,7 @@ import torch
 
 from spectrag.config import RetrieverConfig
 from spectrag.contexts import Context, build_contexts
-from spectrag.errors import ConfigError, SpectragError
+from spectrag.errors import ConfigError, SpectragError, brief
 from spectrag.llm import LLMClient, make_client
 from spectrag.llm.tasks import hyde_passages
 from spectrag.pipeline import PROPAGATION_MODES, BatchResult, QueryBatch, run
@@ -43,9 +43,9 @@ def resolve_device(device: str) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise SpectragError(f"device must be auto, cpu or cuda[:i], got {device!r}") from None
+        raise SpectragError(f"device must be auto, cpu or cuda[:i], got {brief(device)}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise SpectragError(f"device {device!r}: CUDA is not available on this machine (torch {torch.__version__}); "
+        raise SpectragError(f"device {brief(device)}: CUDA is not available on this machine (torch {torch.__version__}); "
                             "use device = 'cpu' or 'auto'")
     return dev
 
@@ -64,7 +64,7 @@ def check_queries(queries: list[str]) -> list[str]:
 
 def _positive(name: str, value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise SpectragError(f"{name} must be an integer >= 1, got {value!r}")
+        raise SpectragError(f"{name} must be an integer >= 1, got {brief(value)}")
 
 
 def pool_limit(config: RetrieverConfig, mode: str | None = None) -> tuple[int, list[str]]:

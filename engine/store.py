@@ -4,7 +4,7 @@ Layout of an index directory::
 
     manifest.json     format version, config, tokenizer, model, counts, checksums, versions
     chunks.jsonl      the chunk table, one JSON object per chunk, in chunk-id order
-    embeddings.npy    float32 [n, d], L2-normalized (memory-mapped on load)
+    embeddings.npy    float32 [n, d], L2-normalized (memory-mapped on load; every row's norm checked)
     dense.faiss       FAISS IndexFlatIP over the same vectors
     bm25/             BM25 term x chunk score matrix (CSR as .npy), vocabulary (JSON), chunk token ids
     kg/               knowledge graph for spreading activation, when built (engine/kg/store.py)
@@ -273,8 +273,10 @@ def _chunk_record(line: str, lineno: int) -> Chunk:
             raise ValueError(f"field {key!r} is not a {kind.__name__}")
     if not isinstance(row["section"], list) or not all(isinstance(s, str) for s in row["section"]):
         raise ValueError("field 'section' is not a list of strings")
-    if not (0 <= row["start"] <= row["end"] and row["end"] - row["start"] == len(row["text"]) and row["n_tokens"] >= 0):
+    if not (0 <= row["start"] <= row["end"] and row["end"] - row["start"] == len(row["text"])):
         raise ValueError("start, end and text do not describe a slice [start, end) of the document")
+    if row["n_tokens"] < 1:  # a chunk is never blank
+        raise ValueError(f"n_tokens is {row['n_tokens']}; every chunk has at least one token")
     row["section"] = tuple(row["section"])
     return Chunk(**row)
 
@@ -355,7 +357,7 @@ class Index:
         # ``chunks``: the table when the caller holds it (an index edit that has just written it)
         self.chunks = read_chunks(self.path / CHUNKS, n) if chunks is None or len(chunks) != n else chunks
         self.embeddings = check_floats(load_npy(self.path / EMBEDDINGS, f"{self.path / EMBEDDINGS}"),
-                                       f"{self.path / EMBEDDINGS}", (n, dim))
+                                       f"{self.path / EMBEDDINGS}", (n, dim), unit_rows=True)
         if self.embeddings.dtype != np.float32:
             raise IndexFormatError(f"{self.path / EMBEDDINGS}: dtype {self.embeddings.dtype}, the manifest says float32")
         shown.update()
@@ -370,7 +372,8 @@ class Index:
             self.graph = load_graph(self.path, n=n, signals=list(manifest["graph"]["signal_edges"]),
                                     relations="graph/relations.indptr.npy" in files,
                                     dim=manifest["graph"]["spectrum"]["dim"],
-                                    questions="graph/questions.vectors.npy" in files, embedding_dim=dim)
+                                    questions="graph/questions.vectors.npy" in files, embedding_dim=dim,
+                                    max_weight=sum(self.config.graph.signal_weights().values()))
             if self.graph["relations"] is None:  # an index written before the relational graph was stored
                 warnings.warn(f"note: {self.path} was built before graph/relations.* were stored; the relational "
                               "graph is computed from the stored signals once per load (rebuild the index to store it)",

@@ -4,8 +4,13 @@ works or raises a :class:`spectrag.errors.SpectragError` subclass; never another
 Where an input works, the result is checked too (no text lost, exact chunk slices, finite
 config values, validated arrays safe for scipy).
 
-CI-sized: a fixed, derandomized budget of examples per property (the whole file runs in well
-under 30 s); ``python bench/bench_fuzz.py`` runs the long version across the audit's categories.
+Also (issue 25): values that break the index format with resealed checksums, online settings at
+the ends of their ranges, file names of any bytes, request bodies in any framing, and the
+batcher under cancels and shutdown.
+
+CI-sized: a fixed, derandomized budget of examples per property (the whole file takes a few
+minutes on a busy 2-core machine); ``python bench/bench_fuzz.py`` runs the long version across
+the audit's categories.
 """
 
 from __future__ import annotations
@@ -193,3 +198,201 @@ def test_query_api_answers_or_names_the_problem(retriever, queries, budget):
         return
     assert len(contexts) == len(queries)
     assert all(c.used_tokens <= c.budget for c in contexts)
+
+
+# --- issue 25: value-invariant damage, extreme finite settings, file names, bodies, shutdown ----
+
+VALUE_FILES = ["embeddings.npy", "bm25/data.npy", "graph/weights.data.npy", "graph/relations.data.npy",
+               "graph/eigenvalues.npy", "graph/coordinates.npy", "graph/signals/semantic.weights.npy"]
+
+
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rel=st.sampled_from(VALUE_FILES), position=st.integers(0, 10**6), kind=st.sampled_from(["scale", "set", "negate"]),
+       value=st.sampled_from([0.0, 1.0, 0.999, 1.001, 2.5, 1000.0, 1e38, -1e-6, 3e-39]))
+def test_value_damage_with_resealed_checksums_loads_only_when_the_format_holds(sample_index, tmp_path_factory, rel,
+                                                                              position, kind, value):
+    """One value of one array changed (scaled, set or negated) and the checksums rewritten to
+    match: the index loads exactly when what the format documents still holds (checked
+    independently with numpy / scipy: spectrag.reference.index_format), else an IndexFormatError
+    names the file."""
+    import numpy as np
+    from conftest import reseal
+
+    from spectrag import load_index
+    from spectrag.reference.index_format import broken_invariants
+
+    folder = tmp_path_factory.mktemp("vd") / "idx"
+    shutil.copytree(sample_index.path, folder)
+    a = np.load(folder / rel)
+    flat = a.reshape(-1).copy()
+    i = position % flat.size
+    if rel == "embeddings.npy" and kind == "scale":  # a whole row scaled: its norm becomes |value|
+        row = i // a.shape[1]
+        flat.reshape(a.shape)[row] *= value
+    else:
+        flat[i] = {"scale": flat[i] * value, "set": value, "negate": -flat[i]}[kind]
+    np.save(folder / rel, flat.reshape(a.shape).astype(a.dtype))
+    reseal(folder)
+    holds = not broken_invariants(folder)
+    try:
+        load_index(folder)
+    except IndexFormatError as exc:
+        assert not holds, f"refused an index that keeps the format: {exc}"
+        assert rel.split("/")[-1].split(".")[0] in str(exc), exc
+        return
+    assert holds, "loaded an index whose values break the format"
+
+
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_extreme_finite_settings_retrieve_or_are_refused(retriever, data):
+    """Online settings drawn anywhere in their ranges, the ends included (1e6 weights, t = 100,
+    pools of 10,000, budgets of 10^7, rrf_k = 1): retrieval works and its scores are finite."""
+    import torch
+
+    from spectrag.config import RETRIEVER_TABLES, numeric_fields
+
+    base = retriever.config
+    tables = [("retriever", type(base))] + [(t, type(getattr(base, t))) for t in RETRIEVER_TABLES if t != "activation"]
+    changes = {}
+    for _ in range(data.draw(st.integers(1, 3))):
+        table, cls = data.draw(st.sampled_from(tables))
+        name, kind, meta = data.draw(st.sampled_from([f for f in numeric_fields(cls) if f[0] != "threads"]))
+        lo = meta["lo"] + (1e-9 if meta["lo_open"] else 0)
+        hi = meta["hi"] - (1e-9 if meta["hi_open"] else 0)
+        value = data.draw(st.sampled_from([lo, hi]) | (st.integers(int(lo), int(hi)) if kind == "int"
+                                                       else st.floats(lo, hi, allow_nan=False)))
+        changes[name if table == "retriever" else f"{table}.{name}"] = int(value) if kind == "int" else float(value)
+    mode = data.draw(st.sampled_from(["spectral", "ppr", "heat", "hybrid", "bm25", "dense"]))
+    config = base.replace(mode=mode, **changes)
+    saved = retriever.config
+    retriever.config = config
+    try:
+        result = retriever.score_batch(["Who designed the Veltra Bridge?", "harbour winter"])
+        contexts = retriever.retrieve(["Who designed the Veltra Bridge?"])  # budgeted: retriever.budget
+        top = retriever.retrieve(["Who designed the Veltra Bridge?"], k=5)  # top-k: no budget
+    except SpectragError:
+        return
+    finally:
+        retriever.config = saved
+    assert torch.isfinite(result.scores[result.candidates >= 0]).all()
+    assert all(c.budget == config.budget and c.used_tokens <= c.budget for c in contexts)
+    assert all(c.budget is None and len(c.hits) <= 5 for c in top)
+
+
+@FAST
+@given(names=st.lists(st.binary(min_size=1, max_size=12).filter(lambda b: b"/" not in b and b"\0" not in b
+                                                                 and b not in (b".", b"..")),
+                      min_size=1, max_size=5, unique=True))
+def test_any_file_name_bytes_load_with_printable_ids(tmp_path_factory, names):
+    """Files named by arbitrary bytes (.md): every one is read, its id valid Unicode that spells
+    the name's undecodable bytes as \\xNN, each such name noted once; ids stay distinct."""
+    import os
+
+    folder = tmp_path_factory.mktemp("names")
+    for i, raw in enumerate(names):
+        (folder / os.fsdecode(raw + b".md")).write_text(f"# T{i}\n\nbody {i}\n")
+    notes: list = []
+    docs = load_documents(folder, notes=notes)
+    assert len(docs) == len(names) and len({d.doc_id for d in docs}) == len(names)
+    for d in docs:
+        d.doc_id.encode("utf-8")
+        d.title.encode("utf-8")
+    assert len(notes) == sum(1 for raw in names if _not_utf8(raw))
+    ids = {d.doc_id for d in docs}
+    assert all(raw.decode("utf-8") + ".md" in ids for raw in names if not _not_utf8(raw))  # valid names unchanged
+
+
+def _not_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+@FAST
+@given(chunks=st.lists(st.integers(0, 3000), max_size=12), limit=st.integers(1, 8000),
+       header=st.sampled_from(["none", "true", "lie-low", "lie-high", "junk"]))
+def test_body_limit_on_any_framing(chunks, limit, header):
+    """The body middleware over any sequence of body messages (what chunked uploads arrive as)
+    and any Content-Length: past the limit a 413 and the app never runs, and nothing after the
+    message that crossed is read; within it the app gets exactly the bytes sent."""
+    import asyncio
+
+    from spectrag.serve.body import BodyLimit
+
+    total = sum(chunks)
+    length = {"none": None, "true": str(total), "lie-low": str(max(total - 1, 0)), "lie-high": str(total + limit + 1),
+              "junk": "12abc"}[header]
+    messages = [{"type": "http.request", "body": b"x" * c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+    messages = messages or [{"type": "http.request", "body": b"", "more_body": False}]
+    read, sent, seen = [0], [], []
+
+    async def receive():
+        read[0] += 1
+        return messages[read[0] - 1] if read[0] <= len(messages) else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    async def app(scope, receive_, send_):
+        message = await receive_()
+        seen.append(message["body"])
+        await send_({"type": "http.response.start", "status": 200, "headers": []})
+        await send_({"type": "http.response.body", "body": b"ok"})
+
+    headers = [] if length is None else [(b"content-length", length.encode())]
+    asyncio.run(BodyLimit(app, max_bytes=limit, timeout_s=5)({"type": "http", "headers": headers}, receive, send))
+    status = sent[0]["status"]
+    declared_too_big = length is not None and (not length.isdigit() or int(length) > limit)
+    if declared_too_big or total > limit:
+        assert status == 413 and not seen
+        if declared_too_big:
+            assert read[0] == 0  # answered from the header alone
+        else:
+            crossed = next(i for i in range(len(chunks)) if sum(chunks[: i + 1]) > limit)
+            assert read[0] == crossed + 1  # nothing read after the message that crossed the limit
+    else:
+        assert status == 200 and seen == [b"x" * total]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(plan=st.lists(st.tuples(st.integers(1, 3), st.booleans()), min_size=1, max_size=10),
+       close_after=st.integers(0, 10), max_wait_ms=st.sampled_from([0.0, 5.0, 200.0]))
+def test_batcher_under_cancels_and_shutdown(retriever, plan, close_after, max_wait_ms):
+    """Submits of 1-3 queries, some cancelled by their caller, the batcher closed part-way: every
+    request not cancelled is answered, no cancelled one is scored, the worker never dies, the
+    counts add up, and nothing is taken after close."""
+    import threading
+
+    from spectrag.serve.batcher import Closing, MicroBatcher
+
+    died = []
+    hook, threading.excepthook = threading.excepthook, lambda args: died.append(args.exc_value)
+    try:
+        batcher = MicroBatcher(retriever, max_batch=4, max_wait_ms=max_wait_ms)
+        futures, refused = [], 0
+        for i, (size, cancel) in enumerate(plan):
+            if i == close_after:
+                batcher.close(timeout=0)
+            try:
+                f = batcher.submit([f"Veltra Bridge question {i}.{j}" for j in range(size)])
+            except Closing:
+                refused += 1
+                continue
+            if cancel:
+                f.cancel()
+            futures.append((size, f))
+        batcher.close(timeout=120)
+    finally:
+        threading.excepthook = hook
+    assert not died and not batcher._worker.is_alive() and batcher.pending == 0
+    answered = [(s, f) for s, f in futures if not f.cancelled()]
+    assert all(len(f.result(0)) == s for s, f in answered)
+    stats = batcher.stats
+    assert stats.requests == len(answered) and stats.cancelled == len(futures) - len(answered)
+    assert refused == sum(1 for i in range(len(plan)) if i >= close_after)

@@ -6,6 +6,7 @@ per-query reference: tests/test_pipeline.py; the ``retrieve`` command: tests/cli
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -106,8 +107,10 @@ def test_bad_queries_and_settings(retriever):
         retriever.retrieve(["fine", "  "])
     with pytest.raises(SpectragError, match="no queries"):
         retriever.retrieve([])
-    with pytest.raises(SpectragError, match="budget must be >= 1"):
+    with pytest.raises(SpectragError, match=re.escape("budget must be an integer in [1, 10,000,000], got 0")):
         retriever.retrieve(["x"], budget=0)
+    with pytest.raises(SpectragError, match=re.escape("budget must be an integer in [1, 10,000,000], got 2305843")):
+        retriever.retrieve(["x"], budget=2**61)  # a per-call budget gets the config file's range
     with pytest.raises(SpectragError, match="mode must be one of"):
         RetrieverConfig(mode="magic")
 

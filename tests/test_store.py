@@ -105,17 +105,18 @@ def test_out_of_range_ids_with_resealed_checksums_are_refused(index_copy, rel, w
 BROKEN_ARRAYS = [
     ("graph/weights.indptr.npy", lambda a: a[::-1].copy(), "indptr"),          # decreasing, wrong ends
     ("graph/weights.indptr.npy", lambda a: a[:-1].copy(), "shape"),            # one row short
-    ("graph/weights.data.npy", lambda a: np.where(np.arange(a.size) == 0, np.nan, a).astype(a.dtype), "NaN"),
-    ("graph/weights.data.npy", lambda a: -a, r"outside \[0.0"),
+    ("graph/weights.data.npy", lambda a: np.where(np.arange(a.size) == 0, np.nan, a).astype(a.dtype), "row 0 .* holds nan"),
+    ("graph/weights.data.npy", lambda a: -a, r"row 0 .* holds -.* \(values must be finite and in \[0, 1.0001\]"),
     ("bm25/indptr.npy", lambda a: a + 1, "runs from 1"),
-    ("bm25/data.npy", lambda a: np.full_like(a, np.inf), "NaN or infinite"),
+    ("bm25/data.npy", lambda a: np.full_like(a, np.inf), "holds inf"),
     ("bm25/indices.npy", lambda a: a.astype(np.float32), "dtype float32"),
-    ("embeddings.npy", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 7, np.nan, a).astype(np.float32), "NaN"),
+    ("embeddings.npy", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 7, np.nan, a).astype(np.float32),
+     "row 0 has L2 norm nan"),
     ("embeddings.npy", lambda a: a[:, :-1].copy(), "shape"),
     ("embeddings.npy", lambda a: a.astype(np.float64), "dtype float64"),
     ("graph/coordinates.npy", lambda a: a[:-1].copy(), "shape"),
-    ("graph/eigenvalues.npy", lambda a: np.full_like(a, np.nan), "NaN"),
-    ("graph/signals/entity.weights.npy", lambda a: a + 5, r"outside \[0.0"),
+    ("graph/eigenvalues.npy", lambda a: np.full_like(a, np.nan), "entry 0 holds nan"),
+    ("graph/signals/entity.weights.npy", lambda a: a + 5, r"must be finite and in \[0, 1.0001\]"),
     ("graph/signals/entity.cols.npy", lambda a: a[:-1].copy(), "shape"),
     ("graph/weights.data.npy", lambda a: a.astype(np.float16), "dtype float16"),
     ("graph/clusters.npy", lambda a: a.astype(np.uint8), "dtype uint8"),
@@ -128,6 +129,141 @@ def test_malformed_arrays_with_resealed_checksums_are_refused(index_copy, rel, d
     reseal(index_copy)
     with pytest.raises(IndexFormatError, match=message):
         load_index(index_copy)
+
+
+# --- values that break what the format documents, checksums resealed (issue 25) ------------------
+
+
+def _row_times(row, factor):
+    return lambda a: np.where(np.arange(a.shape[0])[:, None] == row, a * factor, a).astype(a.dtype)
+
+
+def _asymmetric(a):
+    """One stored weight changed (its mirror entry keeps the old value)."""
+    a = a.copy()
+    a[len(a) // 2] = a[len(a) // 2] * 0.5 + 0.01
+    return a
+
+
+def _chunk_tokens(folder, value):
+    lines = (folder / "chunks.jsonl").read_text().splitlines()
+    row = json.loads(lines[3])
+    row["n_tokens"] = value
+    lines[3] = json.dumps(row)
+    (folder / "chunks.jsonl").write_text("\n".join(lines) + "\n")
+
+
+VALUE_DAMAGE = [  # (file, damage of the array, message): rankings changed silently before
+    ("embeddings.npy", _row_times(5, 1000.0), "embeddings.npy: row 5 has L2 norm 1000"),
+    ("embeddings.npy", lambda a: np.where(np.arange(a.shape[0])[:, None] == 6, np.float32(1e38), a).astype(np.float32),
+     "row 6 has L2 norm 1.9"),  # 1e38 in every entry
+    ("embeddings.npy", _row_times(9, 0.0), "row 9 has L2 norm 0"),
+    ("embeddings.npy", _row_times(2, 0.98), "row 2 has L2 norm 0.98"),
+    ("bm25/data.npy", lambda a: np.where(np.arange(a.size) == 4, -a, a).astype(a.dtype),
+     r"bm25/\{data,indices,indptr\}.npy data: row \d+ \(entry 4\) holds -.* \(values must be finite and >= 0\)"),
+    ("graph/weights.data.npy", lambda a: (a * 3).astype(a.dtype), r"values must be finite and in \[0, 1.0001\]"),
+    ("graph/weights.data.npy", _asymmetric, r"graph/weights.*not symmetric at row \d+"),
+    ("graph/relations.data.npy", _asymmetric, r"graph/relations.*not symmetric at row \d+"),
+    ("graph/relations.data.npy", lambda a: (a + 1.5).astype(a.dtype), r"values must be finite and in \[0, 1.0001\]"),
+    ("graph/eigenvalues.npy", lambda a: a + 5, r"eigenvalues.npy: entry 0 holds .* \(values must be finite and in \[-0.001, 2.001\]"),
+    ("dense.faiss", None, "dense.faiss: vector 3 differs from row 3 of the embeddings"),
+    ("chunks.jsonl", None, "line 4: n_tokens is 0; every chunk has at least one token"),
+]
+
+
+@pytest.mark.parametrize("rel, damage, message", VALUE_DAMAGE, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(VALUE_DAMAGE)])
+def test_values_breaking_the_format_with_resealed_checksums_are_refused(index_copy, rel, damage, message):
+    if rel == "dense.faiss":  # one stored vector replaced by another unit vector
+        from spectrag.index.dense import _FLAT
+
+        raw = bytearray((index_copy / rel).read_bytes())
+        d = np.load(index_copy / "embeddings.npy").shape[1]
+        at = _FLAT.size + 3 * d * 4
+        raw[at : at + d * 4] = np.roll(np.frombuffer(bytes(raw[at : at + d * 4]), np.float32), 1).tobytes()
+        (index_copy / rel).write_bytes(bytes(raw))
+    elif rel == "chunks.jsonl":
+        _chunk_tokens(index_copy, 0)
+    else:
+        np.save(index_copy / rel, damage(np.load(index_copy / rel)))
+    reseal(index_copy)
+    with pytest.raises(IndexFormatError, match=message):
+        load_index(index_copy)
+
+
+def test_graph_invariant_checks_against_a_dense_reference():
+    """check_symmetric against numpy on small random matrices, symmetric or not, with and
+    without self-loops; check_unit_rows against numpy's norms."""
+    import scipy.sparse as sp
+
+    from spectrag.util.checks import check_symmetric, check_unit_rows
+
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        k = int(rng.integers(1, 9))
+        upper = np.triu((rng.random((k, k)) < 0.4) * rng.random((k, k)), 1)
+        full = upper + upper.T * (1.0 if rng.random() < 0.5 else (rng.random((k, k)) < 0.7))
+        if rng.random() < 0.2:
+            full[rng.integers(k), rng.integers(k)] = 0.5
+        full = full.astype(np.float32)
+        m = sp.csr_matrix(full)
+        want = bool((full == full.T).all() and not np.diag(full).any())
+        try:
+            check_symmetric(m.indptr, m.indices, m.data, "w", k)
+            got = True
+        except IndexFormatError:
+            got = False
+        assert got == want, (seed, full)
+        unit = rng.standard_normal((k, 3))
+        unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+        scale = rng.choice([1.0, 1.001, 0.995, 1.5, 0.9, 0.0], size=k, p=[0.7, 0.1, 0.1, 0.04, 0.03, 0.03])
+        try:
+            check_unit_rows((unit * scale[:, None]).astype(np.float32), "e")
+            got = True
+        except IndexFormatError:
+            got = False
+        assert got == bool((np.abs(scale - 1) <= 1e-2).all()), (seed, scale)
+
+
+def test_long_manifest_values_are_echoed_briefly(index_copy):
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    manifest["tokenizer"] = list(range(100_000))
+    (index_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError, match=re.escape("got [0, 1, 2, 3, 4, ... (100,000 items)]")) as err:
+        load_index(index_copy, verify=False)
+    assert len(str(err.value)) < 300
+
+
+@pytest.mark.parametrize("llm, message", [
+    ("x", "manifest field 'llm' must be a table or null, got 'x'"),
+    ({"model": "m", "usage": {"stages": {"questions": {"requests": "many"}}}}, "manifest field 'requests' must be a number"),
+    ({"model": "m", "usage": {"stages": {}}, "openie": 3}, None),
+])
+def test_the_llm_entry_spectrag_info_prints_is_checked(index_copy, llm, message):
+    """A damaged manifest's llm entry: one error (it was a TypeError in `spectrag info`)."""
+    from click.testing import CliRunner
+
+    from spectrag.cli import main
+
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    manifest["llm"] = llm
+    reseal(index_copy, manifest)
+    done = CliRunner().invoke(main, ["info", str(index_copy)])
+    if message is None:
+        assert done.exit_code == 0, done.output
+    else:
+        assert done.exit_code == 2 and message in done.output and done.output.count("\n") == 1, done.output
+
+
+def test_supplied_embeddings_must_be_unit_rows(tmp_path):
+    from spectrag import build_index
+    from spectrag.config import EmbedConfig, GraphConfig, IndexConfig
+    from spectrag.errors import CorpusError
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "a", "text": "The harbour froze."}\n{"id": "b", "text": "The bridge opened."}\n')
+    config = IndexConfig(embed=EmbedConfig(cache_dir=""), graph=GraphConfig(enabled=False))
+    with pytest.raises(CorpusError, match=r"embeddings: row 1 has L2 norm 2; .* normalize the supplied vectors"):
+        build_index(corpus, tmp_path / "i", config, embeddings=np.array([[1, 0], [0, 2]], np.float32))
 
 
 def test_unreadable_npy_and_faiss_files_are_refused(index_copy):

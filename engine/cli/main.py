@@ -16,9 +16,13 @@ import click
 
 from spectrag.cli.llm_options import llm_config, llm_options
 from spectrag.config import KG_SOURCES, MODES, load_retriever_config, with_llm_stages, with_openie
-from spectrag.errors import SpectragError
+from spectrag.errors import SpectragError, brief
 from spectrag.index.load import FORMATS
 from spectrag.util.console import LEVELS, LOGGER, configure_logging, progress_on, showing
+from spectrag.util.io import one_line, printable_path
+
+
+MAX_ERROR_CHARS = 2000  # an error line longer than this is cut (with its length)
 
 
 def _retriever_config(config_file: Path | None, mode: str | None, device: str | None = None):
@@ -38,7 +42,11 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except SpectragError as exc:
             if debug:
                 raise
-            click.echo(f"error: {exc}", err=True)
+            # values in it are brief (errors.brief); file names that are not UTF-8 spelled \xNN; capped
+            message = one_line(printable_path(str(exc)))
+            if len(message) > MAX_ERROR_CHARS:
+                message = f"{message[:MAX_ERROR_CHARS]}... ({len(message):,} characters)"
+            click.echo(f"error: {message}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -78,6 +86,14 @@ def _report_skipped(skipped: list[tuple[str, str]], shown: int = 10) -> None:
         click.echo(f"  {where}: {why}", err=True)
     if len(skipped) > shown:
         click.echo(f"  ... and {len(skipped) - shown:,} more", err=True)
+
+
+def _report_notes(notes: list[str], shown: int = 10) -> None:
+    """The corpus notes (special files skipped, file names that are not UTF-8), one line each on stderr."""
+    for note in notes[:shown]:
+        click.echo(f"note: {one_line(note)}", err=True)
+    if len(notes) > shown:
+        click.echo(f"note: ... and {len(notes) - shown:,} more (listed in the manifest's source.notes)", err=True)
 
 
 def _table(rows: list[tuple[str, str]]) -> str:
@@ -216,6 +232,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
                   skip_invalid=skip_invalid, follow_symlinks=follow_symlinks,
                   progress=not as_json and progress_on(), llm=llm_config(config_file, llm_flags))
     _report_skipped(index.report.skipped_invalid)
+    _report_notes(index.report.notes)
     summary = _summary(index.manifest, out_dir)
     summary["seconds"] = index.report.seconds
     if as_json:
@@ -247,6 +264,7 @@ def _edited(index, index_dir: Path, as_json: bool) -> None:
     from spectrag.cli.edit import edit_line, edit_summary
 
     _report_skipped(index.report.skipped_invalid)
+    _report_notes(index.report.notes)
     summary = _summary(index.manifest, index_dir)
     summary["seconds"] = index.report.seconds
     summary["edit"] = edit_summary(index)
@@ -403,14 +421,16 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 @click.option("--no-batching", is_flag=True, help="Score every request alone (for comparison).")
 @click.option("--max-k", default=1000, show_default=True, help="Largest k a request may ask for.")
 @click.option("--max-body-bytes", default=1 << 20, show_default=True, help="Largest request body.")
-@click.option("--graceful-s", default=30.0, show_default=True, help="On SIGTERM / Ctrl-C: seconds to finish open requests.")
+@click.option("--body-timeout-s", default=30.0, show_default=True, help="A request body must arrive in full within this (else 408).")
+@click.option("--graceful-s", default=30.0, show_default=True,
+              help="On SIGTERM / Ctrl-C: seconds to finish open requests (then 503 for those left) before exiting.")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               help="The server's (uvicorn's) and the engine's messages at this level and above.")
 @click.option("--quiet", is_flag=True, help="Warnings and errors only (as --log-level warning).")
 @_friendly
 def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_file: Path | None, device: str | None,
               max_batch: int, max_wait_ms: float, no_batching: bool, max_k: int, max_body_bytes: int,
-              graceful_s: float, log_level: str, quiet: bool) -> None:
+              body_timeout_s: float, graceful_s: float, log_level: str, quiet: bool) -> None:
     """Serve retrieval over HTTP (POST /retrieve, GET /healthz, GET /info), batching concurrent requests."""
     from spectrag.retriever import Retriever
     from spectrag.serve.app import ServeSettings, serve  # the `serve` extra
@@ -421,11 +441,16 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
     for name, value in (("--max-batch", max_batch), ("--max-k", max_k), ("--max-body-bytes", max_body_bytes)):
         if value < 1:
             raise SpectragError(f"{name} must be >= 1, got {value}")
+    for name, value, lo, unit in (("--max-wait-ms", max_wait_ms, 0.0, "milliseconds"), ("--graceful-s", graceful_s, 0.0, "seconds"),
+                                  ("--body-timeout-s", body_timeout_s, 1e-3, "seconds")):
+        if not lo <= value <= 86_400:  # NaN too
+            raise SpectragError(f"{name} must be in [{lo:g}, 86400] {unit}, got {value}")
     with showing(sys.stderr.isatty() and not quiet):  # the load's progress bars
         retriever = Retriever(load_index(index_dir), _retriever_config(config_file, mode, device))
-        retriever.retrieve("warm-up")  # load the model and touch the state before the first request
+        # load the model, touch the state and compile (or load from numba's cache) the kernels before the first request
+        retriever.retrieve("warm-up")
     settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching, max_k=max_k,
-                             max_body_bytes=max_body_bytes)
+                             max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
     LOGGER.info(f"serving {index_dir} ({len(retriever.index.chunks):,} chunks, mode {retriever.config.mode}, "
                 f"device {retriever.state.device}) on http://{host}:{port}")
     serve(retriever, settings, host=host, port=port, graceful_s=graceful_s, log_level=log_level)
@@ -584,7 +609,7 @@ def eval_cmd(dataset: str, data: Path | None, index_dir: Path | None, methods: s
     try:
         more = [int(b) for b in budgets.split(",") if b.strip()]
     except ValueError:
-        raise SpectragError(f"--budgets must be comma-separated token counts, got {budgets!r}") from None
+        raise SpectragError(f"--budgets must be comma-separated token counts, got {brief(budgets)}") from None
     with progress_bars(progress_on()):  # a bar per run, counting questions
         result = evaluate(dataset, data, index=index_dir, methods=methods, ablations=ablations, sweep=sweep, budget=budget,
                           budgets=more, batch_size=batch_size, config=load_config(config_file) if config_file else None,

@@ -14,7 +14,7 @@ from typing import IO
 from spectrag.cli.queries import iter_queries
 from spectrag.config import RetrieverConfig
 from spectrag.contexts import Context
-from spectrag.errors import SpectragError
+from spectrag.errors import SpectragError, brief
 from spectrag.retriever import Retriever, check_k
 from spectrag.store import load_index
 from spectrag.types import Chunk
@@ -30,7 +30,7 @@ def query_ids(texts: Sequence[str], file_queries: Sequence[tuple[str, str]], sou
     seen: dict[str, int] = {}
     for i, (qid, _) in enumerate(file_queries):
         if qid in seen:
-            raise SpectragError(f"{source}: query id {qid!r} appears twice (queries {seen[qid] + 1} and {i + 1}); "
+            raise SpectragError(f"{source}: query id {brief(qid)} appears twice (queries {seen[qid] + 1} and {i + 1}); "
                                 "query ids must be unique")
         seen[qid] = i
     out, n = [], 0

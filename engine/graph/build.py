@@ -40,7 +40,7 @@ from spectrag.graph.spectrum import Spectrum, spectral_coordinates
 from spectrag.graph.stored import EntityLists, save_stored
 from spectrag.types import Chunk
 from spectrag.util import usage
-from spectrag.util.checks import check_csr, check_floats, check_ints, load_npy
+from spectrag.util.checks import check_csr, check_floats, check_ints, check_symmetric, load_npy
 from spectrag.util.console import bar
 
 FOLDER = "graph"
@@ -309,17 +309,22 @@ def save_graph(folder: Path, fused: FusedGraph, spectrum: Spectrum, config: Grap
     return {"bandwidth": _bandwidth(w), "rcm_bandwidth": _bandwidth(w[order][:, order])}
 
 
+WEIGHT_TOL = 1e-4  # float32 rounding of stored weights above their bound
+
+
 def load_graph(folder: Path, *, n: int | None = None, signals: Sequence[str] | None = None,
                relations: bool | None = None, dim: int | None = None, questions: bool | None = None,
-               embedding_dim: int | None = None) -> dict[str, Any]:
+               embedding_dim: int | None = None, max_weight: float | None = None) -> dict[str, Any]:
     """Memory-mapped graph arrays: ``weights`` and ``relations`` (scipy CSR over the maps; the
     relations are None in an index written before they were stored), coordinates, clusters.
 
     Every array is checked before use (:mod:`spectrag.util.checks`): CSR parts over ``n`` nodes
-    (default: the stored row pointer's) with indices in ``[0, n)`` and finite, non-negative
-    weights; each signal's edges ``i < j`` in ``[0, n)`` with weights in ``[0, 1]``;
-    coordinates ``[n, dim]`` and eigenvalues ``[dim]`` finite; clusters in ``[0, n)``; the RCM
-    order a permutation. ``signals`` names the stored signals to read (default: those on disk);
+    (default: the stored row pointer's) with indices in ``[0, n)``, symmetric, without
+    self-loops, weights finite and in ``[0, max_weight]`` for the fused graph (the sum of the
+    fusion weights; default: no upper bound) and ``[0, 1]`` for the relational one; each
+    signal's edges ``i < j`` in ``[0, n)`` with weights in ``[0, 1]``; coordinates ``[n, dim]``
+    finite and eigenvalues ``[dim]`` in ``[0, 2]`` (those of ``L_sym``); clusters in ``[0, n)``;
+    the RCM order a permutation; utility-question vectors L2-normalized. ``signals`` names the stored signals to read (default: those on disk);
     ``relations`` whether to read the relational graph, ``questions`` the utility questions
     (default: when present; their vectors ``[Q, embedding_dim]`` when it is given)."""
     src = folder / FOLDER
@@ -327,12 +332,14 @@ def load_graph(folder: Path, *, n: int | None = None, signals: Sequence[str] | N
     if n is None:
         n = int(load("weights.indptr.npy").shape[0]) - 1
 
-    def csr(name: str) -> sp.csr_matrix:
+    def csr(name: str, hi: float | None) -> sp.csr_matrix:
         indptr, indices, data = (load(f"{name}.{part}.npy") for part in ("indptr", "indices", "data"))
-        check_csr(indptr, indices, data, f"{src}/{name}.{{indptr,indices,data}}.npy", (n, n), lo=0.0)
+        where = f"{src}/{name}.{{indptr,indices,data}}.npy"
+        check_csr(indptr, indices, data, where, (n, n), lo=0.0, hi=hi)
+        check_symmetric(indptr, indices, data, where, n)
         return sp.csr_matrix((data, indices, indptr), shape=(n, n))
 
-    weights = csr("weights")
+    weights = csr("weights", None if max_weight is None else max_weight + WEIGHT_TOL)
     if relations is None:
         relations = (src / "relations.indptr.npy").exists()
     if signals is None:
@@ -343,7 +350,7 @@ def load_graph(folder: Path, *, n: int | None = None, signals: Sequence[str] | N
         rows, cols, w = (load(f"signals/{name}.{part}.npy") for part in ("rows", "cols", "weights"))
         check_ints(rows, f"{where}.rows.npy", (None,), 0, n)
         check_ints(cols, f"{where}.cols.npy", (rows.shape[0],), 0, n)
-        check_floats(w, f"{where}.weights.npy", (rows.shape[0],), lo=0.0, hi=1.0 + 1e-4)
+        check_floats(w, f"{where}.weights.npy", (rows.shape[0],), lo=0.0, hi=1.0 + WEIGHT_TOL)
         if rows.shape[0] and bool((np.asarray(rows) >= np.asarray(cols)).any()):
             raise IndexFormatError(f"{where}.rows/cols.npy: an edge with row >= column (edges are stored once, i < j)")
         stored[name] = (rows, cols, w)
@@ -355,10 +362,10 @@ def load_graph(folder: Path, *, n: int | None = None, signals: Sequence[str] | N
         raise IndexFormatError(f"{src}/rcm_order.npy: not a permutation of the {n} nodes")
     return {
         "weights": weights,
-        "relations": csr("relations") if relations else None,
+        "relations": csr("relations", 1.0 + WEIGHT_TOL) if relations else None,
         "signals": stored,  # name -> (rows, cols, weights): each signal's undirected edges, i < j
         "coordinates": coords,
-        "eigenvalues": check_floats(load("eigenvalues.npy"), f"{src}/eigenvalues.npy", (m,)),
+        "eigenvalues": check_floats(load("eigenvalues.npy"), f"{src}/eigenvalues.npy", (m,), lo=-1e-3, hi=2 + 1e-3),
         "clusters": clusters,
         "rcm_order": order,
         "questions": load_questions(src, n=n, dim=embedding_dim) if questions is not False else None,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spectrag.errors import ConfigError, CorpusError
+from spectrag.errors import ConfigError, CorpusError, brief
 from spectrag.util.checks import check_floats, check_ints, load_npy
 
 VECTORS = "questions.vectors.npy"
@@ -59,9 +59,9 @@ def read_questions_file(path: str | Path, n_chunks: int) -> dict[int, list[str]]
     out: dict[int, list[str]] = {}
     for key, questions in data.items():
         if not (str(key).isdigit() and int(key) < n_chunks):
-            raise CorpusError(f"{path}: key {key!r} is not a chunk id in [0, {n_chunks})")
+            raise CorpusError(f"{path}: key {brief(key)} is not a chunk id in [0, {n_chunks})")
         if not isinstance(questions, list) or not all(isinstance(q, str) for q in questions):
-            raise CorpusError(f"{path}: value of {key!r} is not a list of question strings")
+            raise CorpusError(f"{path}: value of {brief(key)} is not a list of question strings")
         out[int(key)] = questions
     return out
 
@@ -94,5 +94,5 @@ def load_questions(folder: Path, *, n: int, dim: int | None = None) -> QuestionS
     if not (folder / VECTORS).exists():
         return None
     owners = check_ints(load_npy(folder / OWNERS), f"{folder / OWNERS}", (None,), 0, max(n, 1))
-    vectors = check_floats(load_npy(folder / VECTORS), f"{folder / VECTORS}", (owners.shape[0], dim))
+    vectors = check_floats(load_npy(folder / VECTORS), f"{folder / VECTORS}", (owners.shape[0], dim), unit_rows=True)
     return QuestionSet(owners, vectors)

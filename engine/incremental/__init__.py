@@ -42,6 +42,7 @@ from spectrag.index.chunk import chunk_corpus
 from spectrag.store import Index, clean_stale, index_lock
 from spectrag.types import Chunk
 from spectrag.util.console import showing
+from spectrag.util.io import printable_path
 
 __all__ = ["COMPACT_ABOVE", "AddReport", "EditReport", "add_documents", "compact_index", "delete_documents",
            "update_documents"]
@@ -107,7 +108,7 @@ def add_documents(
         stage("chunk")
         return apply_edit(old, manifest_bytes, keep=np.ones(len(old), dtype=bool), new_chunks=new, report=report,
                           stage=stage, supplied=embeddings, progress=progress, compact_above=compact_above,
-                          entry={"source": str(source), "format": fmt_})
+                          entry={"source": printable_path(source), "format": fmt_})
 
     return _locked(index_dir, "added to", run, progress)
 
@@ -204,7 +205,7 @@ def update_documents(
         keep = np.fromiter((c.doc_id not in replaced for c in old.chunks), dtype=bool, count=len(old))
         report.documents_removed, report.chunks_removed = len(replaced), int((~keep).sum())
         return apply_edit(old, manifest_bytes, keep=keep, new_chunks=new, report=report, stage=stage, supplied=supplied,
-                          progress=progress, compact_above=compact_above, entry={"source": str(source), "format": fmt_})
+                          progress=progress, compact_above=compact_above, entry={"source": printable_path(source), "format": fmt_})
 
     return _locked(index_dir, "updated", run, progress)
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from spectrag.build import check_supplied_unit_rows
 from spectrag.errors import CorpusError, SpectragError
 from spectrag.index.embed import Embedder
 from spectrag.store import Index
@@ -60,6 +61,7 @@ def new_vectors(old: Index, texts: Sequence[str], supplied: np.ndarray | None, r
         vectors = np.ascontiguousarray(supplied, dtype=np.float32)
         if vectors.shape != (len(texts), dim):
             raise CorpusError(f"embeddings has shape {vectors.shape}, expected [{len(texts)} new chunks, {dim}]")
+        check_supplied_unit_rows(vectors)
         return vectors, 0
     if supplied is not None:
         raise SpectragError(f"embeddings: {old.path} embeds with the model {info['model']!r}; supplied vectors would not "

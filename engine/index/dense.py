@@ -59,6 +59,23 @@ def check_flat_file(path: Path, n: int, d: int) -> None:
         raise IndexFormatError(
             f"{path}: holds {ntotal} x {dim} vectors in {size} bytes, expected {n} x {d} ({_FLAT.size + 4 * n * d} bytes)"
         )
+
+
+def check_flat_vectors(path: Path, vectors: np.ndarray) -> None:
+    """The vectors stored in the (header-checked) FAISS file at ``path`` are ``vectors`` (the
+    format's "IndexFlatIP over the same vectors"): FAISS picks the candidates and ``vectors``
+    scores them, so vectors that differ change rankings silently. Compared in blocks of rows."""
+    n, d = vectors.shape
+    stored = np.memmap(path, dtype=np.float32, mode="r", offset=_FLAT.size, shape=(n, d))
+    step = max(RESCORE_BLOCK // max(d, 1), 1)
+    for lo in range(0, n, step):
+        got, want = np.asarray(stored[lo : lo + step]), np.asarray(vectors[lo : lo + step])
+        if not np.array_equal(got.view(np.int32), want.view(np.int32)):  # bit for bit
+            row = lo + int(np.flatnonzero((got != want).any(axis=1))[0])
+            raise IndexFormatError(f"{path}: vector {row} differs from row {row} of the embeddings (the FAISS index "
+                                   "holds the same vectors)")
+
+
 RESCORE_BLOCK = 1 << 22  # float64 elements gathered per block of rows by :func:`rescore` (32 MiB)
 
 
@@ -250,6 +267,7 @@ class DenseIndex:
     def load(cls, folder: Path, vectors: np.ndarray, *, backend: str = "auto", device: str = "cpu") -> "DenseIndex":
         index = cls(vectors, backend=backend, device=device)
         check_flat_file(folder / cls.FILE, len(vectors), index.dim)  # before FAISS parses it
+        check_flat_vectors(folder / cls.FILE, vectors)
         if index.backend.startswith("faiss"):
             faiss = load_faiss()
             cpu_index = faiss.read_index(str(folder / cls.FILE), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)

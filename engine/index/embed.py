@@ -27,9 +27,9 @@ import torch
 from tqdm.auto import tqdm
 
 from spectrag.config import DEFAULT_MODEL, EmbedConfig
-from spectrag.errors import ConfigError
+from spectrag.errors import ConfigError, brief
 from spectrag.util.console import LOGGER, third_party_quiet
-from spectrag.util.io import default_cache_dir
+from spectrag.util.io import default_cache_dir, printable_path
 from spectrag.util.threads import ThreadChooser
 
 
@@ -63,7 +63,7 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"embed.device is {device!r} but no CUDA device is available")
+        raise ConfigError(f"embed.device is {brief(device)} but no CUDA device is available")
     return device
 
 
@@ -103,16 +103,26 @@ def _pad_tokens(value, n: int, width: int, pad: int, left: bool, fill: int = 0):
 class EmbeddingCache:
     """SQLite store ``(model key, sha256(text)) -> float32 vector``; safe to share between runs."""
 
-    def __init__(self, folder: str | Path, model_key: str) -> None:
+    def __init__(self, folder: str | Path, model_key: str, *, setting: str = "embed.cache_dir") -> None:
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / "embeddings.sqlite"
         self.model_key = model_key
-        self._db = sqlite3.connect(self.path)
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS vectors (model TEXT, hash BLOB, vector BLOB, "
-            "PRIMARY KEY (model, hash))"
-        )
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path)
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS vectors (model TEXT, hash BLOB, vector BLOB, "
+                "PRIMARY KEY (model, hash))"
+            )
+            with self._db:  # a write, rolled back: a read-only cache fails here, not after the embedding
+                self._db.execute("SAVEPOINT probe")
+                self._db.execute("INSERT OR REPLACE INTO vectors VALUES ('', x'', x'')")
+                self._db.execute("ROLLBACK TO probe")
+        except (OSError, sqlite3.Error) as exc:
+            what = "a file, not a folder" if folder.exists() and not folder.is_dir() else (
+                getattr(exc, "strerror", None) or str(exc))
+            raise ConfigError(f"{setting} {printable_path(folder)}: cannot hold the embedding cache ({what}); "
+                              "name a writable folder, or '' to embed without a cache") from None
 
     @staticmethod
     def text_hash(text: str) -> bytes:
@@ -179,6 +189,12 @@ class Embedder:
         self.config = config or EmbedConfig()
         self.model_path = resolve_model_path(self.config.model)
         self.device = resolve_device(self.config.device)
+        cache_dir, setting = self.config.cache_dir, "embed.cache_dir"
+        if cache_dir is None:
+            cache_dir, setting = str(default_cache_dir()), "embed.cache_dir (default: $SPECTRAG_CACHE_DIR or ~/.cache/spectrag)"
+        self._cache_dir = cache_dir
+        # opened before the model loads, so an unusable folder is refused at once; keyed once the model is known
+        self.cache = EmbeddingCache(cache_dir, "", setting=setting) if cache_dir else None
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder never needs the hub
         LOGGER.info(f"loading the embedding model {self.config.model} on {self.device}")
         from sentence_transformers import SentenceTransformer
@@ -187,6 +203,8 @@ class Embedder:
             with third_party_quiet():  # no "Loading weights" bar or advisory logs of transformers
                 self.model = SentenceTransformer(str(self.model_path), device=self.device, local_files_only=True)
         except Exception as exc:  # a broken folder fails in json, safetensors, transformers or torch: one error for all
+            if self.cache is not None:
+                self.cache.close()
             raise ConfigError(
                 f"embed.model {self.config.model!r}: {self.model_path} is not a loadable sentence-transformers model "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
@@ -197,12 +215,9 @@ class Embedder:
         self.dim = int(self.model.get_embedding_dimension())
         self.model_name = self.config.model
         self.fingerprint = model_fingerprint(self.model_path)
-        cache_dir = self.config.cache_dir
-        if cache_dir is None:
-            cache_dir = str(default_cache_dir())
-        self._cache_dir = cache_dir
-        # the key names the padding recipe: vectors of another recipe differ in the last bits
-        self.cache = EmbeddingCache(cache_dir, f"{self.fingerprint}:{self.dim}:w{WIDTH_STEP}") if cache_dir else None
+        if self.cache is not None:
+            # the key names the padding recipe: vectors of another recipe differ in the last bits
+            self.cache.model_key = f"{self.fingerprint}:{self.dim}:w{WIDTH_STEP}"
         self.last_cache_hits = 0
 
         self._cpu = not self.device.startswith("cuda")

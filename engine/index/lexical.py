@@ -25,7 +25,7 @@ import scipy.sparse as sp
 import torch
 
 from spectrag.config import BM25Config
-from spectrag.errors import ConfigError, CorpusError, IndexFormatError
+from spectrag.errors import ConfigError, CorpusError, IndexFormatError, brief
 from spectrag.index.bm25_scores import first_use_order, score_matrix, select_tokens
 from spectrag.kernels.csr import torch_csr
 from spectrag.kernels.compiled.topk import product_topk
@@ -267,7 +267,7 @@ class BM25Index:
              tokens: bool | None = None) -> "BM25Index":
         """The index saved under ``folder/bm25``, every array checked before use
         (:mod:`spectrag.util.checks`): a term x chunk CSR of ``n_chunks`` columns (default: the
-        stored shape's) with indices in range and finite scores, distinct terms, token ids in
+        stored shape's) with indices in range and finite scores >= 0, distinct terms, token ids in
         the vocabulary. ``tokens``: whether to read the stored token ids (default: when present)."""
         src = folder / cls.FOLDER
         where = f"{src}/vocab.json"
@@ -280,7 +280,7 @@ class BM25Index:
         terms = check_strings(info["terms"], f"{where} terms")
         shape = info["shape"]
         if not (isinstance(shape, list) and len(shape) == 2 and all(type(v) is int and v >= 0 for v in shape)):
-            raise IndexFormatError(f"{where}: shape must be [terms, chunks], got {shape!r:.80}")
+            raise IndexFormatError(f"{where}: shape must be [terms, chunks], got {brief(shape)}")
         if n_chunks is not None and shape[1] != n_chunks:
             raise IndexFormatError(f"{where}: a matrix over {shape[1]} chunks, the index has {n_chunks}")
         if shape[0] != len(terms):
@@ -289,7 +289,8 @@ class BM25Index:
         if len(vocab) != len(terms):
             raise IndexFormatError(f"{where}: terms repeat")
         parts = [load_npy(src / f"{name}.npy") for name in ("data", "indices", "indptr")]
-        check_csr(parts[2], parts[1], parts[0], f"{src}/{{data,indices,indptr}}.npy", (shape[0], shape[1]))
+        # BM25 scores are >= 0 in every bm25s variant (a zero is no match)
+        check_csr(parts[2], parts[1], parts[0], f"{src}/{{data,indices,indptr}}.npy", (shape[0], shape[1]), lo=0.0)
         matrix = sp.csr_matrix(tuple(parts), shape=(shape[0], shape[1]))
         if tokens is None:
             tokens = all((src / name).exists() for name in TOKEN_FILES)

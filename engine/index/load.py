@@ -22,6 +22,11 @@ taken out of the text into ``metadata["front_matter"]``, its ``title:`` the docu
 a title is the first level-1 heading (ATX or setext, never one inside an HTML comment) as
 plain text; reStructuredText files are parsed by docutils, their sections the section paths.
 A symbolic link that leads out of the folder is refused unless ``follow_symlinks=True``.
+A FIFO, socket, device or broken link in the folder is skipped with a note (it is never
+opened: reading a FIFO would block), and given as the corpus itself it is refused. A file name
+that is not UTF-8 is read, its document id and title spelling each such byte ``\\xNN``
+(:func:`spectrag.util.io.printable_path`), with a note. Notes go to ``notes`` (a list) when one
+is given, else they are issued as :class:`CorpusNote` warnings.
 With ``skipped`` (a list), a file or record that cannot be read (not UTF-8, invalid JSON or
 YAML, a lone surrogate, unparsable reStructuredText, a link out of the folder) is listed there
 as ``(where, why)`` and the rest is read; without it, the first one is a :class:`CorpusError`.
@@ -30,14 +35,15 @@ as ``(where, why)`` and the rest is read; without it, the first one is a :class:
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spectrag.errors import CorpusError
+from spectrag.errors import CorpusError, brief
 from spectrag.types import Document
-from spectrag.util.io import check_unicode, iter_json_lines, read_json, read_text
+from spectrag.util.io import check_unicode, iter_json_lines, printable_path, read_json, read_text, special_file
 from spectrag.util.markdown import comment_spans, plain_title, split_front_matter
 from spectrag.util.rst import rst_structure
 
@@ -45,15 +51,34 @@ FORMATS = ("folder", "jsonl", "json", "musique", "2wiki", "hotpotqa", "multihop-
 TEXT_SUFFIXES = (".md", ".markdown", ".txt", ".rst")
 
 
+class CorpusNote(UserWarning):
+    """Something about a corpus the user may want to know (it is still read): a special file
+    skipped, a file name that is not UTF-8."""
+
+
 @dataclass
 class _Options:
     skipped: list[tuple[str, str]] | None = None  # None: the first invalid file or record is an error
     follow_symlinks: bool = False
+    notes: list[str] | None = None  # None: notes are CorpusNote warnings
 
     def skip(self, where: str, exc: CorpusError) -> None:
         if self.skipped is None:
             raise exc
-        self.skipped.append((where, str(exc)))
+        self.skipped.append((printable_path(where), printable_path(str(exc))))
+
+    def note(self, message: str) -> None:
+        if self.notes is None:
+            warnings.warn(message, CorpusNote, stacklevel=4)
+        else:
+            self.notes.append(message)
+
+
+def _refuse_special(path: Path) -> None:
+    """A corpus given as a FIFO, socket or device is refused before anything opens it."""
+    what = special_file(path)
+    if what is not None:
+        raise CorpusError(f"{printable_path(path)} is {what}, not a corpus file or folder")
 
 
 def _iter_jsonl(path: Path, options: _Options | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -68,6 +93,7 @@ def _iter_jsonl(path: Path, options: _Options | None = None) -> Iterator[tuple[i
 def detect_format(path: str | Path) -> str:
     """Guess the corpus format from the path and the first record; raises if nothing fits."""
     path = Path(path)
+    _refuse_special(path)
     if not path.exists():
         raise CorpusError(f"{path}: no such file or folder")
     if path.is_dir() or path.suffix.lower() in TEXT_SUFFIXES:
@@ -109,12 +135,14 @@ def detect_format(path: str | Path) -> str:
 
 
 def iter_documents(path: str | Path, fmt: str = "auto", *, skipped: list[tuple[str, str]] | None = None,
-                   follow_symlinks: bool = False) -> Iterator[Document]:
+                   follow_symlinks: bool = False, notes: list[str] | None = None) -> Iterator[Document]:
     """Yield the documents of the corpus at ``path`` in a stable order. ``skipped``: a list
     that collects ``(where, why)`` of each file or record that cannot be read, instead of the
     first one raising :class:`CorpusError`. ``follow_symlinks``: read links that lead out of a
-    corpus folder (refused by default)."""
+    corpus folder (refused by default). ``notes``: a list that collects the notes (special files
+    skipped, file names that are not UTF-8) instead of :class:`CorpusNote` warnings."""
     path = Path(path)
+    _refuse_special(path)
     if fmt == "auto":
         fmt = detect_format(path)
     if fmt not in FORMATS:
@@ -122,7 +150,7 @@ def iter_documents(path: str | Path, fmt: str = "auto", *, skipped: list[tuple[s
     if not path.exists():
         raise CorpusError(f"{path}: no such file or folder")
     reader = _READERS[fmt]
-    yield from reader(path, _Options(skipped, follow_symlinks))
+    yield from reader(path, _Options(skipped, follow_symlinks, notes))
 
 
 def load_documents(path: str | Path, fmt: str = "auto", **options: Any) -> list[Document]:
@@ -189,15 +217,21 @@ def _folder_files(path: Path, options: _Options) -> list[Path]:
                     "pass --follow-symlinks (follow_symlinks=True) to read it"))
                 if name in names:
                     names.remove(name)
-        files += [here / n for n in names if n.lower().endswith(TEXT_SUFFIXES) and (here / n).is_file()]
+        for n in sorted(names):
+            entry = here / n
+            what = special_file(entry)
+            if what is not None:
+                options.note(f"{printable_path(entry.relative_to(path).as_posix())} is {what}, not a regular file: skipped")
+            elif n.lower().endswith(TEXT_SUFFIXES) and entry.is_file():
+                files.append(entry)
     return sorted(files)
 
 
 def _read_file(file: Path, root: Path) -> Document:
     text = read_text(file)
-    doc_id = file.relative_to(root).as_posix()
+    doc_id = printable_path(file.relative_to(root).as_posix())  # bytes that are not UTF-8 as \xNN
     suffix = file.suffix.lower()
-    stem = file.stem.replace("_", " ")
+    stem = printable_path(file.stem).replace("_", " ")
     if suffix == ".rst":
         try:
             title, headings = rst_structure(text, str(file))
@@ -226,17 +260,23 @@ def _read_folder(path: Path, options: _Options) -> Iterator[Document]:
         if not files:
             raise CorpusError(f"{path}: folder holds no .md, .markdown, .rst or .txt files")
     for file in files:
+        rel = file.relative_to(root).as_posix()
         try:
-            yield _read_file(file, root)
+            doc = _read_file(file, root)
         except CorpusError as exc:
-            options.skip(file.relative_to(root).as_posix(), exc)
+            options.skip(rel, exc)
+            continue
+        if doc.doc_id != rel:
+            options.note(f"{doc.doc_id}: the file name is not UTF-8; its document id and title write each byte "
+                         f"that is not UTF-8 as \\xNN")
+        yield doc
 
 
 def _record(path: Path, where: str, record: Any, *, text_key: str = "text") -> dict[str, Any]:
     if not isinstance(record, dict):
         raise CorpusError(f"{path}: {where} is not a JSON object")
     if text_key not in record:
-        raise CorpusError(f"{path}: {where} has no '{text_key}' field (keys: {sorted(record)[:20]})")
+        raise CorpusError(f"{path}: {where} has no '{text_key}' field (keys: {brief(sorted(record))})")
     if not isinstance(record[text_key], str):
         raise CorpusError(f"{path}: {where} field '{text_key}' is not a string")
     for key in (text_key, "title", "id", "_id", "url"):
@@ -307,8 +347,8 @@ def _read_hotpotqa(path: Path, options: _Options) -> Iterator[Document]:
     def make(where: str, item: tuple[str, Any]) -> Document:
         title, sentences = item
         if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
-            raise CorpusError(f"{path}: entry {title[:200]!r} is not a list of sentence strings")
-        text = check_unicode("".join(sentences), f"{path}: entry {title[:200]!r}")
+            raise CorpusError(f"{path}: entry {brief(title)} is not a list of sentence strings")
+        text = check_unicode("".join(sentences), f"{path}: entry {brief(title)}")
         return Document(check_unicode(title, f"{path}: a title"), title, text, kind="passage")
 
     yield from _each(path, ((f"entry {i}", item) for i, item in enumerate(data.items())), options, make)

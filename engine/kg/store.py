@@ -49,7 +49,7 @@ def load_kg(folder: Path, n_chunks: int, *, dim: int | None = None) -> Knowledge
     """The graph of the index at ``folder``, arrays memory-mapped; :class:`IndexFormatError`
     when a part is malformed or the parts disagree: every id array in range of what it points
     at (entities, predicates, relation texts, chunks, relations), the CSR row pointers sound,
-    the embeddings ``[rows, dim]`` and finite."""
+    the embeddings ``[rows, dim]`` and L2-normalized."""
     src = Path(folder) / FOLDER
     where = f"{folder}: {FOLDER}/"
     load = lambda name: load_npy(src / name, f"{where}{name}")  # noqa: E731
@@ -82,8 +82,10 @@ def load_kg(folder: Path, n_chunks: int, *, dim: int | None = None) -> Knowledge
     if adj["indices"].shape[0] != 2 * n_rel:
         raise IndexFormatError(f"{folder}: {FOLDER}/adjacency does not match {n_ent} entities, {n_rel} relations")
     check_ints(adj["relation"], f"{where}adjacency.relation.npy", (2 * n_rel,), 0, max(n_rel, 1))
-    entity_emb = check_floats(load("entity_embeddings.npy"), f"{where}entity_embeddings.npy", (n_ent, dim))
-    text_emb = check_floats(load("text_embeddings.npy"), f"{where}text_embeddings.npy", (len(texts), entity_emb.shape[1]))
+    entity_emb = check_floats(load("entity_embeddings.npy"), f"{where}entity_embeddings.npy", (n_ent, dim),
+                              unit_rows=True)
+    text_emb = check_floats(load("text_embeddings.npy"), f"{where}text_embeddings.npy", (len(texts), entity_emb.shape[1]),
+                            unit_rows=True)
     return KnowledgeGraph(
         keys=keys, names=names, aliases=aliases,
         incidence=sp.csr_matrix((np.ones(indices.shape[0], dtype=np.float32), indices, indptr), shape=(n_chunks, n_ent)),

@@ -13,10 +13,13 @@ stability promise of ``/v1``: :mod:`spectrag.serve.models`)::
 
 Bad input is a 4xx with a message: 422 for a malformed body (pydantic: a field's type or range,
 an unknown field or mode, neither or both of query/queries, too many queries), 400 for what the
-engine refuses (an empty query, a mode this index cannot run), 413 for a body over the size limit,
-503 when the queue is full or the server is shutting down. On shutdown (SIGINT / SIGTERM) uvicorn
-stops accepting connections and waits for the open requests; then the batcher answers everything
-it accepted before the process ends.
+engine refuses (an empty query, a mode this index cannot run, a budget out of its range), 413 for a
+body over the size limit (counted as it arrives, chunked or not), 408 for a body that does not
+arrive in full within ``body_timeout_s`` (:mod:`spectrag.serve.body`), 503 when the queue is full
+or the server is shutting down. ``/healthz`` and ``/info`` are answered on the event loop and never
+wait for the batcher. On shutdown (SIGINT / SIGTERM) uvicorn stops accepting connections and the
+open requests get their answers until the grace period ends; those still waiting then get a 503,
+and the process exits (:mod:`spectrag.serve.shutdown`).
 """
 
 # no `from __future__ import annotations`: FastAPI reads the request model from the route's
@@ -31,6 +34,7 @@ from spectrag import __version__
 from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever
 from spectrag.serve.batcher import Busy, Closing, MicroBatcher
+from spectrag.serve.body import BodyLimit
 
 try:  # the `serve` extra
     from fastapi import FastAPI, Request
@@ -38,6 +42,7 @@ try:  # the `serve` extra
     from fastapi.responses import JSONResponse
 
     from spectrag.serve.models import API_VERSION, ErrorResponse, Health, Info, RetrieveResponse, request_model, result_of
+    from spectrag.serve.shutdown import BACKSTOP_S, GracefulServer, GracePeriod
 except ImportError as exc:  # pragma: no cover - exercised where the extra is absent
     raise ImportError("spectrag serve needs FastAPI and uvicorn: pip install 'spectrag[serve]'") from exc
 
@@ -51,6 +56,7 @@ class ServeSettings:
     batching: bool = True  # False: every request scored alone
     max_k: int = 1000
     max_body_bytes: int = 1 << 20
+    body_timeout_s: float = 30.0  # a request body must arrive in full within this (else 408)
     max_query_chars: int = 4096
     max_pending: int | None = None  # queries waiting at most (default 16 * max_batch)
 
@@ -76,25 +82,20 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
         app.state.batcher = MicroBatcher(retriever, max_batch=settings.max_batch, max_wait_ms=settings.max_wait_ms,
                                          enabled=settings.batching, max_pending=settings.max_pending)
         yield
-        # uvicorn has waited for the open requests; answer anything still queued, then stop
-        await asyncio.to_thread(app.state.batcher.close)
+        # uvicorn has waited for the open requests; answer anything still queued (no longer than the
+        # grace period leaves, when one was started), then stop
+        await asyncio.to_thread(app.state.batcher.close, app.state.grace.remaining())
 
     app = FastAPI(title="spectrag", version=__version__, lifespan=lifespan)
+    app.state.grace = GracePeriod()  # started by GracefulServer when shutdown begins (serve())
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
         detail = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
         return JSONResponse(status_code=422, content={"error": _message(exc), "detail": detail})
 
-    @app.middleware("http")
-    async def _size_limit(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > settings.max_body_bytes):
-            return JSONResponse(status_code=413, content={
-                "error": f"request body of {length} bytes; at most {settings.max_body_bytes}"})
-        return await call_next(request)
-
-    errors = {code: {"model": ErrorResponse} for code in (400, 413, 422, 503)}
+    errors = {code: {"model": ErrorResponse} for code in (400, 408, 413, 422, 503)}
 
     @app.post("/v1/retrieve", response_model=RetrieveResponse, response_model_exclude_unset=True, responses=errors)
     @app.post("/retrieve", response_model=RetrieveResponse, response_model_exclude_unset=True, responses=errors,
@@ -104,7 +105,7 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
         queries = req.texts()
         batcher: MicroBatcher = request.app.state.batcher
         try:
-            contexts = await asyncio.wrap_future(batcher.submit(queries, mode=req.mode, budget=req.budget, k=req.k))
+            contexts = await request.app.state.grace.answer(batcher.submit(queries, mode=req.mode, budget=req.budget, k=req.k))
         except (Busy, Closing) as exc:
             return JSONResponse(status_code=503, content={"error": str(exc)})
         except SpectragError as exc:
@@ -137,11 +138,26 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
     return app
 
 
-def serve(retriever: Retriever, settings: ServeSettings | None = None, *, host: str = "127.0.0.1", port: int = 8000,
-          graceful_s: float = 30.0, log_level: str = "info") -> None:
-    """Run the app under uvicorn until SIGINT / SIGTERM (then finish in-flight requests, at most
-    ``graceful_s`` seconds)."""
+def make_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, graceful_s: float = 30.0,
+                log_level: str = "info") -> GracefulServer:
+    """The uvicorn server of ``app``: on SIGINT / SIGTERM the app stops taking requests and
+    starts its grace period of ``graceful_s`` seconds; uvicorn's own wait is a backstop
+    ``BACKSTOP_S`` later (:mod:`spectrag.serve.shutdown`)."""
     import uvicorn  # the `serve` extra
 
-    uvicorn.run(create_app(retriever, settings), host=host, port=port, log_level=log_level,
-                timeout_graceful_shutdown=graceful_s)
+    def begin_shutdown() -> None:
+        app.state.grace.begin(graceful_s)
+        batcher = getattr(app.state, "batcher", None)
+        if batcher is not None:
+            batcher.close(timeout=0)  # takes nothing more (/healthz says closing); what it holds is scored
+
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=graceful_s + BACKSTOP_S)
+    return GracefulServer(config, begin_shutdown)
+
+
+def serve(retriever: Retriever, settings: ServeSettings | None = None, *, host: str = "127.0.0.1", port: int = 8000,
+          graceful_s: float = 30.0, log_level: str = "info") -> None:
+    """Run the app under uvicorn until SIGINT / SIGTERM, then answer the open requests within
+    ``graceful_s`` seconds (a 503 for those the batcher has not answered by then) and exit."""
+    make_server(create_app(retriever, settings), host=host, port=port, graceful_s=graceful_s, log_level=log_level).run()

@@ -10,7 +10,10 @@ depend on the budget, so a top-k request shares any batch of its mode).
 
 ``enabled=False`` scores every request alone (the same worker, no gathering): the reference the
 load test compares against. :meth:`close` stops taking requests and returns when every request
-already accepted has its answer.
+already accepted has its answer (or after ``timeout`` seconds). A caller may cancel its future
+(the server does when its shutdown grace period ends): a request cancelled before the worker
+takes it is never scored, and the worker never sets a result on a cancelled future; nothing a
+request does stops the worker.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections import defaultdict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from spectrag.config import RetrieverConfig, check_setting
 from spectrag.contexts import build_contexts
 from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever, check_k, check_queries
@@ -57,6 +61,7 @@ class Stats:
     batches: int = 0
     max_batch_seen: int = 0
     errors: int = 0
+    cancelled: int = 0  # requests whose caller gave up before they were scored
 
 
 class MicroBatcher:
@@ -94,11 +99,11 @@ class MicroBatcher:
         check_queries(queries)
         if len(queries) > self.max_batch:
             raise SpectragError(f"{len(queries)} queries in one request; at most {self.max_batch} (max_batch)")
-        if budget is not None and budget < 1:
-            raise SpectragError(f"budget must be >= 1 token, got {budget}")
         config = self.retriever.config
         check_k(k, config, mode)
-        req = _Request(queries, mode or config.mode, config.budget if budget is None else int(budget), k,
+        if budget is not None:  # refused here, not in the worker: the config file's range (retriever.budget)
+            budget = check_setting(RetrieverConfig, "budget", budget, label="budget")
+        req = _Request(queries, mode or config.mode, config.budget if budget is None else budget, k,
                        budgeted=k is None or budget is not None)
         with self._lock:
             if self._closing:
@@ -110,7 +115,8 @@ class MicroBatcher:
         return req.future
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop taking requests; return once every accepted request has been answered."""
+        """Stop taking requests; return once every accepted request has been answered, or after
+        ``timeout`` seconds (None: no limit)."""
         with self._lock:
             if not self._closing:
                 self._closing = True
@@ -157,9 +163,14 @@ class MicroBatcher:
         return batch
 
     def _score(self, batch: list[_Request]) -> None:
-        """One ``score_batch`` per (mode, budget) among ``batch``; each future gets its slice."""
+        """One ``score_batch`` per (mode, budget) among ``batch``; each future gets its slice.
+        A request whose future was cancelled is dropped here (a running future cannot be
+        cancelled any more, so the results set below always land)."""
+        live = [r for r in batch if r.future.set_running_or_notify_cancel()]
+        if len(live) < len(batch):
+            self._done([r for r in batch if r.future.cancelled()], cancelled=True)
         groups: dict[tuple[str, int], list[_Request]] = defaultdict(list)
-        for req in sorted(batch, key=lambda r: not r.budgeted):  # budgeted requests make the groups
+        for req in sorted(live, key=lambda r: not r.budgeted):  # budgeted requests make the groups
             # a top-k context does not depend on the budget: it joins any group of its mode
             key = (req.mode, req.budget) if req.budgeted else next((g for g in groups if g[0] == req.mode),
                                                                    (req.mode, req.budget))
@@ -181,10 +192,13 @@ class MicroBatcher:
                 lo += len(r.queries)
             self._done(reqs, batch_size=len(texts))
 
-    def _done(self, reqs: list[_Request], *, batch_size: int = 0, errors: int = 0) -> None:
+    def _done(self, reqs: list[_Request], *, batch_size: int = 0, errors: int = 0, cancelled: bool = False) -> None:
         with self._lock:
             self._pending -= sum(len(r.queries) for r in reqs)
             s = self.stats
+            if cancelled:
+                s.cancelled += len(reqs)
+                return
             s.requests += len(reqs)
             s.queries += sum(len(r.queries) for r in reqs)
             s.errors += errors

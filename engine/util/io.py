@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,43 @@ def default_cache_dir() -> Path:
     """The root of the project's caches (embeddings, LLM responses, evaluation indexes):
     ``$SPECTRAG_CACHE_DIR``, else ``~/.cache/spectrag``."""
     return Path(os.environ.get("SPECTRAG_CACHE_DIR", Path.home() / ".cache" / "spectrag"))
+
+
+def printable_path(path: str | os.PathLike) -> str:
+    """``path`` as text that is valid Unicode: a file name's bytes that are not UTF-8 (Python
+    holds them as lone surrogates, PEP 383) are written ``\\xNN``, so the name can be embedded,
+    written to JSON and printed; a UTF-8 name comes back unchanged. (Two names that differ only
+    in that spelling would give one id twice, which the build refuses as a duplicate.)"""
+    try:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that no file name decodes to (from JSON text, say)
+        return os.fspath(path).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters and line separators escaped (``\\n``, ``\\x1b``, ...):
+    a file name may hold a newline, and an error or note line must stay one line."""
+    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch
+                   for ch in text)
+
+
+def special_file(path: Path) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a folder (after following links):
+    a FIFO, a socket, a device or a broken link; None otherwise. Only ``stat`` is called, so a
+    FIFO is never opened (opening one blocks until a writer comes)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link" if path.is_symlink() else None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    for test, what in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return what
+    return "not a regular file"
 
 
 def read_text(path: Path) -> str:

@@ -196,7 +196,44 @@ AUDIT_CASES = [
     ("empty query file", lambda t: ["retrieve", t, "--queries", _bad(t, "e.txt", b"\n\n  \n")], "holds none"),
     ("NaN in a retriever table", lambda t: ["retrieve", t, "-q", "x", "--config", _bad(t, "r.toml", b"[seed]\nrrf_k = nan\n")],
      "seed.rrf_k must be an integer"),
+    # issue 25
+    ("huge finite weight", lambda t: ["retrieve", t, "-q", "x", "--config", _bad(t, "w.toml", b"[seed]\nlexical_weight = 1e308\n")],
+     "seed.lexical_weight must be a finite number in [0, 1,000,000], got 1e+308"),
+    ("huge pool", lambda t: ["retrieve", t, "-q", "x", "--config", _bad(t, "p.toml", b"[expand]\nmax_candidates = 4611686018427387904\n")],
+     "expand.max_candidates must be an integer in [1, 10,000], got 4611686018427387904"),
+    ("huge chunk size", lambda t: ["index", FOLDER, "-o", t / "o", "--config", _bad(t, "z.toml", b"[chunk]\nchunk_size = 9223372036854775807\n")],
+     "chunk.chunk_size must be an integer in [8, 65,536]"),
+    ("100,000-item array", lambda t: ["index", FOLDER, "-o", t / "o", "--config",
+                                      _bad(t, "a.toml", b"[chunk]\nchunk_size = [" + b", ".join(b"1" for _ in range(100_000)) + b"]\n")],
+     "got [1, 1, 1, 1, 1, ... (100,000 items)]"),
+    ("cache_dir is a file", lambda t: ["index", FOLDER, "-o", t / "o", "--config",
+                                       _bad(t, "e.toml", f"[embed]\ncache_dir = '{_bad(t, 'f', b'x')}'\n".encode())],
+     "cannot hold the embedding cache (a file, not a folder)"),
+    ("cache_dir under a file", lambda t: ["index", FOLDER, "-o", t / "o", "--config",
+                                          _bad(t, "u.toml", f"[embed]\ncache_dir = '{_bad(t, 'g', b'x')}/sub'\n".encode())],
+     "cannot hold the embedding cache (Not a directory)"),
+    ("corpus is a FIFO", lambda t: ["index", _fifo(t / "c.jsonl"), "-o", t / "o"], "is a FIFO (named pipe), not a corpus"),
+    ("a non-UTF-8 name on a non-UTF-8 file", lambda t: ["index", _badly_named(t), "-o", t / "o"],
+     "bad\\xff.md: not UTF-8 text"),  # the name spelled \xNN in the error line too
+    ("a newline in a file name", lambda t: ["index", _badly_named(t, b"two\nlines.md"), "-o", t / "o"],
+     "two\\nlines.md: not UTF-8 text"),  # still one line
 ]
+
+
+def _badly_named(t, name=b"bad\xff.md"):
+    import os
+
+    folder = t / "named"
+    folder.mkdir()
+    (folder / os.fsdecode(name)).write_bytes(b"\xff\xfe not text")
+    return folder
+
+
+def _fifo(path):
+    import os
+
+    os.mkfifo(path)
+    return path
 
 
 @pytest.mark.parametrize("make_args, message", [c[1:] for c in AUDIT_CASES], ids=[c[0] for c in AUDIT_CASES])
@@ -312,3 +349,39 @@ def test_eval_generate_end_to_end(run, llm_server, tmp_path, monkeypatch):
     result = run("eval", "musique", "--data", data, "--generate", "--llm-base-url", llm_server.url, "--methods",
                  "dense", "--rounds", "2", "--budget", "400", "--json")
     assert result.exit_code == 0 and len(llm_server.requests) == before
+
+
+def test_file_names_not_utf8_and_special_files_end_to_end(run, tmp_path):
+    """The issue's repro (a file name with bytes 0xff 0xfe) indexes through the embedder: the
+    document id spells them \\xff\\xfe, a note says so, a FIFO beside it is skipped with a note,
+    no JSON file of the index holds a lone surrogate, and the document is retrieved by its text."""
+    import os
+
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / os.fsdecode(b"bad\xff\xfe.txt")).write_text("The lighthouse keeper of Tessel rowed out in the storm.\n")
+    (corpus / "good.md").write_text("# Good\n\nThe harbour froze in the winter.\n")
+    os.mkfifo(corpus / "pipe.md")
+    result = run("index", corpus, "-o", tmp_path / "i")
+    assert result.exit_code == 0, result.output
+    assert "note: bad\\xff\\xfe.txt: the file name is not UTF-8" in result.output
+    assert "note: pipe.md is a FIFO (named pipe), not a regular file: skipped" in result.output
+    for path in (tmp_path / "i").rglob("*.json*"):
+        text = path.read_bytes().decode("utf-8")  # strict: valid UTF-8
+        assert "\\ud8" not in text.lower() and "\\udc" not in text.lower(), path  # no escaped lone surrogate
+
+        def strings(v):
+            if isinstance(v, str):
+                v.encode("utf-8")
+            elif isinstance(v, dict):
+                [strings(x) for x in (*v.keys(), *v.values())]
+            elif isinstance(v, list):
+                [strings(x) for x in v]
+
+        for line in (text.splitlines() if path.suffix == ".jsonl" else [text]):
+            strings(json.loads(line))
+    manifest = json.loads((tmp_path / "i" / "manifest.json").read_text())
+    assert any("pipe.md" in n for n in manifest["source"]["notes"])
+    result = run("retrieve", tmp_path / "i", "-q", "lighthouse keeper in the storm", "-k", "1", "--budget", "100")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.splitlines()[0])["hits"][0]["doc_id"] == "bad\\xff\\xfe.txt"

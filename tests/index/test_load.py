@@ -242,3 +242,86 @@ def test_hostile_json_is_a_corpus_error(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(CorpusError, match=message):
         load_documents(path, "json")
+
+
+# --- special files and file names that are not UTF-8 (issue 25) ---------------------------------
+
+
+def _special_folder(tmp_path):
+    """A corpus folder with a regular file, a FIFO, a socket and a broken link."""
+    import os
+    import socket
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "good.md").write_text("# Good\n\nFine text.\n")
+    os.mkfifo(corpus / "pipe.md")  # opening it would block until a writer comes
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(corpus / "sock.txt"))
+    (corpus / "gone.md").symlink_to(corpus / "missing.md")
+    return corpus, sock
+
+
+def _in_thread(fn, timeout=60):
+    """``fn()`` in a thread that must finish within ``timeout`` s (a blocked read of a FIFO would not)."""
+    import threading
+
+    box = {}
+
+    def target():
+        try:
+            box["out"] = fn()
+        except BaseException as exc:  # noqa: BLE001  (raised again in the caller's thread)
+            box["exc"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), "reading the corpus blocked"
+    if "exc" in box:
+        raise box["exc"]
+    return box["out"]
+
+
+def test_special_files_are_skipped_with_a_note_never_opened(tmp_path):
+    from spectrag.index.load import CorpusNote
+
+    corpus, sock = _special_folder(tmp_path)
+    try:
+        notes: list = []
+        docs = _in_thread(lambda: load_documents(corpus, notes=notes))
+        assert [d.doc_id for d in docs] == ["good.md"]
+        assert notes == ["gone.md is a broken symbolic link, not a regular file: skipped",
+                         "pipe.md is a FIFO (named pipe), not a regular file: skipped",
+                         "sock.txt is a socket, not a regular file: skipped"]
+        with pytest.warns(CorpusNote) as warned:  # no list given: warnings
+            assert len(_in_thread(lambda: load_documents(corpus))) == 1
+        assert [str(w.message) for w in warned] == notes
+        for special, fmt in (("pipe.md", "auto"), ("sock.txt", "folder"), ("pipe.md", "jsonl")):
+            with pytest.raises(CorpusError, match=f"{special} is a (FIFO|socket).*not a corpus file or folder"):
+                _in_thread(lambda: load_documents(corpus / special, fmt))
+        (corpus / "c.jsonl").unlink(missing_ok=True)
+        import os
+
+        os.mkfifo(corpus / "c.jsonl")
+        with pytest.raises(CorpusError, match="c.jsonl is a FIFO"):  # format detection reads nothing first
+            _in_thread(lambda: load_documents(corpus / "c.jsonl"))
+    finally:
+        sock.close()
+
+
+def test_file_names_that_are_not_utf8_get_escaped_ids_and_a_note(tmp_path):
+    import os
+
+    corpus = tmp_path / "corpus"
+    (corpus / os.fsdecode(b"sub\xe9")).mkdir(parents=True)
+    (corpus / os.fsdecode(b"bad\xff\xfe.txt")).write_text("plain words about the harbour in one line\n")
+    (corpus / os.fsdecode(b"sub\xe9") / "caf\u00e9.md").write_text("no heading here\n")
+    notes: list = []
+    docs = load_documents(corpus, notes=notes)
+    assert [(d.doc_id, d.title) for d in docs] == [("bad\\xff\\xfe.txt", "bad\\xff\\xfe"),
+                                                   ("sub\\xe9/caf\u00e9.md", "caf\u00e9")]
+    for d in docs:
+        (d.doc_id + d.title).encode("utf-8")  # valid Unicode: it can be embedded and written to JSON
+    assert notes == [f"{d.doc_id}: the file name is not UTF-8; its document id and title write each byte that is "
+                     "not UTF-8 as \\xNN" for d in docs]

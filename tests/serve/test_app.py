@@ -4,7 +4,6 @@ shutting down answers every request it accepted."""
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ import pytest
 from conftest import assert_same_results
 import uvicorn
 from fastapi.testclient import TestClient
+from serving import in_thread
 
 from spectrag.cli.demo import sample_questions
 from spectrag.retriever import Retriever
@@ -33,18 +33,8 @@ def running(app):
     """``app`` under uvicorn in a thread on a free loopback port; yields (server, base url)."""
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                                            timeout_graceful_shutdown=60))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield server, f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(60)
+    with in_thread(server) as (url, _):
+        yield server, url
 
 
 def _post_all(url, bodies):
