@@ -194,6 +194,9 @@ class EmbedConfig(_Checked):
         (default: 0).
     backend: ``torch``, or ``onnx`` (CPU only: ONNX Runtime on a copy of the model exported once
         into the cache folder; needs ``pip install onnxruntime onnx``) (default: torch).
+    long_texts: a text longer than the model reads (its ``max_seq_length`` wordpieces) is
+        embedded whole as the pooled vectors of consecutive windows (``pool``) or, as the model
+        alone does, cut at that length (``truncate``) (default: pool).
     """
 
     SECTION = "embed"
@@ -205,6 +208,7 @@ class EmbedConfig(_Checked):
     max_batch_tokens: int = opt(2048, lo=0)
     num_threads: int = opt(0, lo=0)
     backend: str = opt("torch", choices=("torch", "onnx"))
+    long_texts: str = opt("pool", choices=("pool", "truncate"))
 
     def check(self) -> None:
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
