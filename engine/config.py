@@ -418,7 +418,7 @@ class SeedConfig(_Checked):
         on the cosine scale (:mod:`spectrag.rescore.relevance`); 0 keeps ``r`` the cosine
         (default: 0.5).
     named_specificity: a question names a document only through a title at least this specific
-        in the corpus (the scale-free IDF of its rarest term, 0.5: a term in sqrt(n) chunks;
+        in the corpus (the scale-free IDF of its rarest term, 0.5: a term in sqrt(N) documents;
         :mod:`spectrag.seed.titles`), so "Arguments" or a library's own name in its
         documentation names nothing; 0 takes every title (default: 0.5).
     """

@@ -149,7 +149,7 @@ class QueryState:
             **arrays,
         )
         state._kg_index = index  # the KG's tensors are copied on the first activation batch
-        state.titles = TitleIndex([c.title for c in index.chunks], index.bm25)
+        state.titles = TitleIndex([c.title for c in index.chunks], index.bm25, np.asarray(doc_codes))
         state.stubs = stub_chunks(state.tokens, state.doc_codes, index.config.chunk.min_tokens)
         signals = graph.get("signals", {}) if graph is not None else {}
         if len(signals.get("citation", ((),))[0]):

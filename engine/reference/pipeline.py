@@ -264,16 +264,18 @@ def spectral(ref: ReferenceIndex, pool: list[int], seeds: list[int]) -> dict[int
 
 
 def specificity(index, name: str) -> float:
-    """``max over the name's terms of log(n / df) / log(n)``, ``df`` the chunks holding the term
-    (nonzeros of its row of the BM25 matrix), 0 without a term (spectrag.seed.titles)."""
-    n = index.bm25.n
+    """``max over the name's terms of log(N / df) / log(N)``, ``df`` the documents holding the
+    term (the distinct documents of the chunks in its row of the BM25 matrix), ``N`` the
+    documents; 0 without a term (spectrag.seed.titles)."""
+    doc_of = [c.doc_id for c in index.chunks]
+    n = len(set(doc_of))
     if n <= 1:
         return 1.0
     row = index.bm25.query_matrix([name]).tocsr()
-    indptr = np.asarray(index.bm25.matrix.indptr)
+    indptr, indices = np.asarray(index.bm25.matrix.indptr), np.asarray(index.bm25.matrix.indices)
     best = 0.0
     for term in row.indices.tolist():
-        df = max(int(indptr[term + 1] - indptr[term]), 1)
+        df = max(len({doc_of[c] for c in indices[indptr[term] : indptr[term + 1]].tolist()}), 1)
         best = max(best, min(max(math.log(n / df) / math.log(n), 0.0), 1.0))
     return best
 

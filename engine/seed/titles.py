@@ -12,14 +12,16 @@ kept above bridged chunks in the ranking (:func:`spectrag.rescore.bridge.protect
 in this corpus: "Veltra Bridge" names one article, while "Arguments", "Settings" or a library's
 own name in its documentation occur in a large part of the chunks, so a question that uses them
 names nothing. The specificity of a title is the inverse document frequency of its rarest term
-over the BM25 index (the chunks the index holds, titles included), scale-free:
+over the BM25 index (the documents of the chunks that hold it, titles included: a long page's
+own chunks count once), scale-free:
 
 .. math::
-    \\mathrm{spec}(T) = \\max_{t \\in T} \\frac{\\log (n / \\mathrm{df}_t)}{\\log n} \\in [0, 1]
+    \\mathrm{spec}(T) = \\max_{t \\in T} \\frac{\\log (N / \\mathrm{df}_t)}{\\log N} \\in [0, 1]
 
-(1: a term found in one chunk; 0.5: in sqrt(n) chunks; 0: in every chunk; 0 for a title with
-no indexed term). A question names a document only through a title of specificity at least
-``seed.named_specificity``.
+(``N`` documents; 1: a term found in one document; 0.5: in sqrt(N) documents; 0: in every one;
+0 for a title with no indexed term). A question names a document only through a title of
+specificity at least ``seed.named_specificity``; the citation edges the best candidates vouch
+along (:func:`spectrag.graph.relational.specific_citations`) use the same bar.
 """
 
 from __future__ import annotations
@@ -36,18 +38,31 @@ from spectrag.extract.titles import TitleMatcher
 _QUALIFIER = re.compile(r"\s*\([^()]*\)\s*$")  # "Hello Love (song)", "Beatrice (1987 film)"
 
 
-def title_specificity(names: Sequence[str], bm25) -> np.ndarray:
+def title_specificity(names: Sequence[str], bm25, doc_codes: np.ndarray | None = None) -> np.ndarray:
     """``spec`` of each name (module docstring) from a :class:`spectrag.index.lexical.BM25Index`:
-    its terms as the index tokenizes a query, each term's chunk frequency from the stored
-    ``[vocab, n]`` score matrix (nonzeros per row). Shapes: ``[T]`` names -> ``[T]`` float64."""
-    n = bm25.n
+    its terms as the index tokenizes a query, each term's frequency from the stored ``[vocab, n]``
+    score matrix. With ``doc_codes`` (each chunk's document, ``[n]``) frequencies count
+    documents over the number of documents, so a page split into many chunks does not make its
+    own title look common; without, chunks. Shapes: ``[T]`` names -> ``[T]`` float64."""
     if not len(names):
         return np.zeros(0)
+    terms = bm25.query_matrix(list(names)).tocsr()  # [T, vocab] term counts
+    matrix = bm25.matrix
+    if doc_codes is None:
+        n, df_of = bm25.n, lambda t: np.diff(matrix.indptr)[t].astype(np.float64)
+    else:
+        doc_codes = np.asarray(doc_codes, dtype=np.int64)
+        n = len(np.unique(doc_codes))
+        span = int(doc_codes.max()) + 1 if len(doc_codes) else 1
+
+        def df_of(t: np.ndarray) -> np.ndarray:  # distinct documents among each term's chunks
+            used, inverse = np.unique(t, return_inverse=True)
+            rows = matrix[used].tocoo()
+            pairs = np.unique(rows.row.astype(np.int64) * span + doc_codes[rows.col])
+            return np.bincount(pairs // span, minlength=len(used)).astype(np.float64)[inverse]
     if n <= 1:
         return np.ones(len(names))
-    df = np.diff(bm25.matrix.indptr).astype(np.float64)  # chunks holding each term
-    terms = bm25.query_matrix(list(names)).tocsr()  # [T, vocab] term counts
-    idf = np.log(n / np.maximum(df[terms.indices], 1.0)) / math.log(n)
+    idf = np.log(n / np.maximum(df_of(terms.indices), 1.0)) / math.log(n) if terms.nnz else np.zeros(0)
     rows = np.repeat(np.arange(len(names)), np.diff(terms.indptr))
     spec = np.zeros(len(names))
     np.maximum.at(spec, rows, np.clip(idf, 0.0, 1.0))
@@ -61,7 +76,7 @@ class TitleIndex:
     ``bm25``: the index's BM25 index, for each name's specificity (without it every name has
     specificity 1)."""
 
-    def __init__(self, chunk_titles: Sequence[str], bm25=None) -> None:
+    def __init__(self, chunk_titles: Sequence[str], bm25=None, doc_codes: np.ndarray | None = None) -> None:
         keys: dict[str, int] = {}
         owner = np.fromiter((keys.setdefault(t, len(keys)) if t else -1 for t in chunk_titles), dtype=np.int64,
                             count=len(chunk_titles))
@@ -80,7 +95,7 @@ class TitleIndex:
                 self._title_of.append(i)
         self._title_of = np.asarray(self._title_of, dtype=np.int64)
         self.names = names
-        self.specificity = title_specificity(names, bm25) if bm25 is not None else np.ones(len(names))
+        self.specificity = title_specificity(names, bm25, doc_codes) if bm25 is not None else np.ones(len(names))
         # each chunk's own title's specificity (0 without a title): titles come first in ``names``
         self.chunk_specificity = np.where(has, self.specificity[np.maximum(owner, 0)], 0.0) if len(titles) \
             else np.zeros(self.n)

@@ -37,6 +37,18 @@ def test_specificity_is_the_scaled_idf_of_the_rarest_term(bm25):
     np.testing.assert_allclose(spec, want, atol=1e-12)
 
 
+def test_document_frequency_counts_a_long_page_once(bm25):
+    """With each chunk's document, a term's frequency counts documents: the 10 chunks titled
+    "Arguments" are one page, so its title term is in as many documents as "settings"."""
+    docs = np.array([{"Arguments": 0, "Settings": 1, "Veltra Bridge": 2, "Harbour Tolls": 3}.get(t, 4 + i - 24)
+                     for i, t in enumerate(TITLES)])  # the "Misc" chunks (24..39) are documents 4..19
+    n = len(set(docs.tolist()))  # 4 titled documents + 16 one-chunk ones
+    spec = title_specificity(["Arguments", "Veltra Bridge", "Harbour Tolls"], bm25, docs)
+    harbour_docs = 1 + 5  # its own page and the five one-chunk documents that mention it
+    want = [0.0, 1.0, math.log(n / harbour_docs) / math.log(n)]
+    np.testing.assert_allclose(spec, want, atol=1e-12)
+
+
 def test_generic_titles_name_nothing(bm25):
     titles = TitleIndex(TITLES, bm25)
     q = ["Which arguments and settings does the Veltra Bridge take?", "What do the harbour tolls cost?"]
@@ -51,7 +63,9 @@ def test_generic_titles_name_nothing(bm25):
 @pytest.mark.parametrize("bar", [0.0, 0.3, 0.5, 0.7])
 def test_batched_equals_reference_on_the_sample_index(sample_index, bar):
     questions = [q["question"] for q in sample_questions()] + ["What does the Veltra Bridge cost?"]
-    titles = TitleIndex([c.title for c in sample_index.chunks], sample_index.bm25)
+    codes: dict[str, int] = {}
+    docs = np.array([codes.setdefault(c.doc_id, len(codes)) for c in sample_index.chunks])  # as the state numbers them
+    titles = TitleIndex([c.title for c in sample_index.chunks], sample_index.bm25, docs)
     got = titles.named(questions, min_specificity=bar).tocsr()
     total = 0
     for b, text in enumerate(questions):
