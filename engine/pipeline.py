@@ -5,8 +5,9 @@ the benchmarks, the GPU check) goes through.
     seed       dense top-K + BM25 top-K, fused by RRF            [B, K]      spectrag.seed
     expand     two hops over W from the top seeds, capped at P  [B, P]      spectrag.expand.pool
     blocks     induced candidate subgraphs                       [B, P, P]   spectrag.expand.blocks
-    propagate  r = cos(q, c) [+ w BM25];  p = heat | PPR | spectral  [B, P]  spectrag.propagate, seed.lexical
-    rescore    x = r bridged along relational edges (max-plus)   [B, P]      spectrag.rescore
+    relevance  r = dense + BM25, z-scored over the pool          [B, P]      spectrag.rescore.relevance, seed.lexical
+    propagate  p = heat | PPR | spectral                         [B, P]      spectrag.propagate
+    rescore    x = r + what named / cited documents vouch for    [B, P]      spectrag.rescore.bridge
                s2 = (1 - alpha) x + alpha p                      (Algorithm 1, line 7)
     select     token-budgeted greedy selection                   [B, K_sel]  spectrag.select
 

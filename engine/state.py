@@ -15,6 +15,7 @@ import scipy.sparse as sp
 import torch
 
 from spectrag.errors import SpectragError
+from spectrag.graph.relational import specific_citations
 from spectrag.index.dense import DenseIndex
 from spectrag.index.lexical import BM25Index
 from spectrag.kernels.csr import TorchCSR, torch_csr
@@ -25,9 +26,8 @@ from spectrag.kernels.pagerank import PageRankMatrix, RandomWalkOperator, random
 PPR_MATRIX_MAX_N = 4096
 from spectrag.propagate.activation import KGState
 from spectrag.seed.titles import TitleIndex
-from spectrag.graph.relational import specific_citations
-from spectrag.select.select import stub_chunks
 from spectrag.seed.utility import QuestionIndex
+from spectrag.select.select import stub_chunks
 
 
 @dataclass
