@@ -1,12 +1,12 @@
-"""Benchmark: where the graph modes lose on the bundled sample corpus (what ``spectrag demo``
-shows a newcomer), and which stage is the cause.
+"""Benchmark: the graph modes against the baselines on the bundled sample corpus (what
+``spectrag demo`` shows a newcomer), and which feature decides it.
 
 Builds the sample index (the demo's default config) in a temporary folder and counts, per
 method and per variant of the default ``spectral`` pipeline, the gold documents among the
 top 5 chunks of each of the 12 questions (the demo's own measure): the baselines; spectral with
-the named-document protection, its bridging sources, bridging itself, or bridging's
-same-document edges (adjacency, section) switched off, and with lexical relevance
-(``seed.lexical_weight``) switched on.
+each feature of its relevance model and graph evidence switched off in turn; everything of
+issue 28 off (the pipeline before it, on today's index); bridging without the same-document
+(adjacency, section) edges.
 
     python bench/bench_sample.py
 
@@ -50,10 +50,8 @@ def main() -> None:
         index = spectrag.build_index(sample_corpus(), f"{tmp}/index", spectrag.load_config())
         signals, alpha = index.graph["signals"], index.config.graph.weights
 
-        def spectral(drop: tuple[str, ...] = (), lexical: float = 0.0, **bridge) -> list[int]:
-            config = RetrieverConfig().replace(seed__lexical_weight=lexical,
-                                               **{f"bridge__{k}": v for k, v in bridge.items()})
-            retriever = spectrag.Retriever(index, config)
+        def spectral(drop: tuple[str, ...] = (), **overrides) -> list[int]:
+            retriever = spectrag.Retriever(index, RetrieverConfig().replace(**overrides))
             if drop:  # the relational graph without the dropped signals, as the build would store it
                 kept = {name: edges for name, edges in signals.items() if name not in drop}
                 retriever.state.relations = relational_graph(kept, alpha, len(index.chunks))
@@ -61,15 +59,20 @@ def main() -> None:
 
         base = spectrag.Retriever(index)
         rows = [{"method": m, "per": gold_found(base, texts, golds, mode=m)} for m in ("hybrid", "bm25", "dense")]
+        before = dict(seed__lexical_weight=0.0, seed__named_specificity=0.0, bridge__anchors="top",
+                      bridge__other_documents=False, bridge__named_best_chunk=False, bridge__cited=False)
         rows += [
             {"method": "spectral (default)", "per": spectral()},
-            {"method": "spectral, no named-document protection", "per": spectral(protect_named=False)},
-            {"method": "spectral, named chunks not bridging's sources", "per": spectral(named_sources=False)},
-            {"method": "spectral, no bridging", "per": spectral(rounds=0)},
+            {"method": "spectral, no lexical relevance (seed.lexical_weight 0)", "per": spectral(seed__lexical_weight=0.0)},
+            {"method": "spectral, every title names (seed.named_specificity 0)", "per": spectral(seed__named_specificity=0.0)},
+            {"method": "spectral, bridging from any top candidate (bridge.anchors top)", "per": spectral(bridge__anchors="top")},
+            {"method": "spectral, bridges into the same document, every chunk", "per": spectral(bridge__other_documents=False)},
+            {"method": "spectral, every chunk of a named document protected", "per": spectral(bridge__named_best_chunk=False)},
+            {"method": "spectral, no cited documents (bridge.cited false)", "per": spectral(bridge__cited=False)},
+            {"method": "spectral, no named-document protection", "per": spectral(bridge__protect_named=False)},
+            {"method": "spectral, no bridging", "per": spectral(bridge__rounds=0)},
             {"method": "spectral, bridging without adjacency and section edges", "per": spectral(drop=("adjacency", "section"))},
-            {"method": "spectral, lexical relevance 0.3 (seed.lexical_weight)", "per": spectral(lexical=0.3)},
-            {"method": "spectral, lexical relevance 1.0", "per": spectral(lexical=1.0)},
-            {"method": "spectral, lexical relevance 1.0, no bridging", "per": spectral(lexical=1.0, rounds=0)},
+            {"method": "spectral, everything of issue 28 off", "per": spectral(**before)},
         ]
     total = sum(len(g) for g in golds)
     for r in rows:

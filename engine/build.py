@@ -10,6 +10,7 @@ index as reusable files::
 from __future__ import annotations
 
 import json
+import logging
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,6 +71,24 @@ class BuildReport:
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # this process + finished children
     peak_rss_mib: dict[str, float] = field(default_factory=dict)  # per stage (engine/util/usage.py)
     llm: dict | None = None  # the LLM stage's facts and usage per stage (tokens, cost), when it ran
+    notes: list[str] = field(default_factory=list)  # settings the build could not honour in full (logged too)
+
+
+def embedding_input_facts(embedder, config: IndexConfig, n: int, report: BuildReport) -> dict:
+    """What the manifest says of the chunks against the model's input length: the length (its
+    wordpieces), how many chunks are longer and what became of them (``pooled``: embedded whole
+    as windows; ``truncated``: only their first window). A truncating config gets a note
+    (logged, and kept in ``report.notes``) naming the settings that avoid it."""
+    long, limit = embedder.last_long, embedder.max_input_tokens
+    facts = {"max_input_tokens": limit, "chunks_over_input": long,
+             "long_chunks": "pooled" if config.embed.long_texts == "pool" else "truncated"}
+    if long and config.embed.long_texts == "truncate":
+        note = (f"embed.long_texts = 'truncate': {long:,} of {n:,} chunks are longer than the model reads ({limit} "
+                f"wordpieces) and are embedded only up to there; set embed.long_texts = 'pool' to embed them whole, "
+                f"or a smaller chunk.chunk_size (now {config.chunk.chunk_size})")
+        report.notes.append(note)
+        logging.getLogger("spectrag").warning(note)
+    return facts
 
 
 def stage_recorder(report: BuildReport, on_stage: Callable[[str], None] | None = None) -> Callable[[str], None]:
@@ -288,12 +307,14 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
         vectors = embedder.encode(texts, show_progress=progress)
         report.cache_hits = embedder.last_cache_hits
         fingerprint, dim = embedder.fingerprint, embedder.dim
+        input_facts = embedding_input_facts(embedder, config, len(texts), report)
     else:
         vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
         if vectors.shape[0] != len(chunks) or vectors.ndim != 2:
             raise CorpusError(f"embeddings has shape {vectors.shape}, expected [{len(chunks)} chunks, d]")
         check_supplied_unit_rows(vectors)
         fingerprint, dim = "supplied", int(vectors.shape[1])
+        input_facts = {}
     stage("embed")
 
     graph = questions = None
@@ -349,6 +370,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
                     "dtype": "float32",
                     "normalized": True,
                     "text": "title + newline + chunk" if config.embed.include_title else "chunk",
+                    **input_facts,
                 },
                 "counts": {
                     "documents": report.documents,

@@ -220,9 +220,12 @@ class _Checked:
 class ChunkConfig(_Checked):
     """Token-window chunking (SpectRAG paper 3.3).
 
-    chunk_size: maximum tokens per chunk (default: 1200).
+    chunk_size: maximum tokens per chunk; 256 keeps a chunk near what the default embedder reads
+        (256 wordpieces; a longer chunk is embedded as pooled windows, ``embed.long_texts``) and
+        measured best among 128 / 256 / 512 / 1,200 on documentation (bench/results/quality.md)
+        (default: 256).
     overlap: tokens of the previous window repeated at the start of the next, whole sentences
-        only (default: 100).
+        only (default: 32).
     min_tokens: a chunk shorter than this merges into the previous chunk of its document
         (default: 32).
     structure: split Markdown / numbered-section documents along their sections and keep the
@@ -230,8 +233,8 @@ class ChunkConfig(_Checked):
     """
 
     SECTION = "chunk"
-    chunk_size: int = opt(1200, lo=8, hi=MAX_CHUNK_TOKENS)
-    overlap: int = opt(100, lo=0, hi=MAX_CHUNK_TOKENS - 1)
+    chunk_size: int = opt(256, lo=8, hi=MAX_CHUNK_TOKENS)
+    overlap: int = opt(32, lo=0, hi=MAX_CHUNK_TOKENS - 1)
     min_tokens: int = opt(32, lo=0, hi=MAX_CHUNK_TOKENS)
     structure: bool = True
 
@@ -262,6 +265,9 @@ class EmbedConfig(_Checked):
         (default: 0).
     backend: ``torch``, or ``onnx`` (CPU only: ONNX Runtime on a copy of the model exported once
         into the cache folder; needs ``pip install onnxruntime onnx``) (default: torch).
+    long_texts: a text longer than the model reads (its ``max_seq_length`` wordpieces) is
+        embedded whole as the pooled vectors of consecutive windows (``pool``) or, as the model
+        alone does, cut at that length (``truncate``) (default: pool).
     """
 
     SECTION = "embed"
@@ -273,6 +279,7 @@ class EmbedConfig(_Checked):
     max_batch_tokens: int = opt(2048, lo=0, hi=1 << 24)
     num_threads: int = opt(0, lo=0, hi=MAX_THREADS)
     backend: str = opt("torch", choices=("torch", "onnx"))
+    long_texts: str = opt("pool", choices=("pool", "truncate"))
 
     def check(self) -> None:
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
@@ -474,11 +481,14 @@ class SeedConfig(_Checked):
     k_utility: depth of the utility-question list (SpectRAG Algorithm 1, line 2: the chunks whose
         questions best match the query), a third RRF list in every mode that fuses lists except
         ``hybrid``, when the index has utility questions; 0 leaves it out (default: 50).
-    lexical_weight: graph modes add this times each candidate's BM25 score (divided by its
-        query's best) to its relevance ``r``, so that the words a question shares with a passage
-        reach the ranking, not only the seeds (:mod:`spectrag.seed.lexical`); 0 keeps ``r`` the
-        cosine. It helped 2Wiki and the bundled sample and lowered MuSiQue's Recall@5
-        (bench/results/quality.md), so it is off by default (default: 0.0).
+    lexical_weight: ``w``, the weight of the BM25 evidence against the dense evidence's 1 in the
+        graph modes' relevance ``r``, both standardized over the query's candidates and put back
+        on the cosine scale (:mod:`spectrag.rescore.relevance`); 0 keeps ``r`` the cosine
+        (default: 0.5).
+    named_specificity: a question names a document only through a title at least this specific
+        in the corpus (the scale-free IDF of its rarest term, 0.5: a term in sqrt(N) documents;
+        :mod:`spectrag.seed.titles`), so "Arguments" or a library's own name in its
+        documentation names nothing; 0 takes every title (default: 0.5).
     """
 
     SECTION = "seed"
@@ -487,7 +497,8 @@ class SeedConfig(_Checked):
     rrf_k: int = opt(60, lo=1, hi=1_000_000)
     k_named: int = opt(10, lo=0, hi=MAX_DEPTH)
     k_utility: int = opt(50, lo=0, hi=MAX_DEPTH)
-    lexical_weight: float = opt(0.0, lo=0, hi=MAX_WEIGHT)
+    lexical_weight: float = opt(0.5, lo=0, hi=MAX_WEIGHT)
+    named_specificity: float = opt(0.5, lo=0, hi=1)
 
 
 @dataclass(frozen=True)
@@ -547,6 +558,17 @@ class BridgeConfig(_Checked):
     named_floor: see ``protect_named`` (default: 0.3).
     named_sources: bridging starts from the scores with the named chunks on top, so they are
         its first sources and their relational neighbours the second hop (default: True).
+    anchors: which candidates may vouch for their neighbours: ``named``, only the chunks of the
+        documents the question names (a query that names none is ranked by its relevance), or
+        ``top``, the ``sources`` best-scored of any kind (default: named).
+    other_documents: a bridge leads to another document: not into a source's own document, and
+        only to the best-bridged chunk of each document reached (default: True).
+    named_best_chunk: a named document is represented by its most relevant chunk (protected, an
+        anchor); its other chunks keep their own scores (default: True).
+    cited: the ``sources`` best candidates also vouch, along the citation edges between
+        documents of specific titles (``seed.named_specificity``), for the documents they cite
+        (:func:`spectrag.rescore.bridge.graph_evidence`) (default: True).
+    cited_lam: the cited target's share of its own relevance, as ``lam`` (default: 0.5).
     """
 
     SECTION = "bridge"
@@ -557,6 +579,11 @@ class BridgeConfig(_Checked):
     protect_named: bool = True
     named_floor: float = opt(0.3, lo=-1, hi=1)
     named_sources: bool = True
+    anchors: str = opt("named", choices=("named", "top"))
+    other_documents: bool = True
+    named_best_chunk: bool = True
+    cited: bool = True
+    cited_lam: float = opt(0.5, lo=0, hi=1)
 
 
 @dataclass(frozen=True)
@@ -825,7 +852,7 @@ def load_llm_config(path: str | Path | None = None, **overrides: Any) -> LLMConf
 
 
 PRESETS: dict[str, ChunkConfig] = {
-    "default": ChunkConfig(chunk_size=1200, overlap=100),
+    "default": ChunkConfig(),
     "fine": ChunkConfig(chunk_size=256, overlap=64),
 }
 ONLINE_TABLES = ("retriever",) + RETRIEVER_TABLES

@@ -5,8 +5,9 @@ the benchmarks, the GPU check) goes through.
     seed       dense top-K + BM25 top-K, fused by RRF            [B, K]      spectrag.seed
     expand     two hops over W from the top seeds, capped at P  [B, P]      spectrag.expand.pool
     blocks     induced candidate subgraphs                       [B, P, P]   spectrag.expand.blocks
-    propagate  r = cos(q, c) [+ w BM25];  p = heat | PPR | spectral  [B, P]  spectrag.propagate, seed.lexical
-    rescore    x = r bridged along relational edges (max-plus)   [B, P]      spectrag.rescore
+    relevance  r = dense + BM25, z-scored over the pool          [B, P]      spectrag.rescore.relevance, seed.lexical
+    propagate  p = heat | PPR | spectral                         [B, P]      spectrag.propagate
+    rescore    x = r + what named / cited documents vouch for    [B, P]      spectrag.rescore.bridge
                s2 = (1 - alpha) x + alpha p                      (Algorithm 1, line 7)
     select     token-budgeted greedy selection                   [B, K_sel]  spectrag.select
 
@@ -37,8 +38,9 @@ from spectrag.kernels.compiled.gather import gathered_dot_compiled
 from spectrag.kernels.gather import gathered_dot
 from spectrag.propagate.activation import ActivationBatch, activate
 from spectrag.propagate.proximity import pool_proximity
-from spectrag.rescore.bridge import bridge_relevance, protect_named
-from spectrag.seed.lexical import lexical_relevance
+from spectrag.rescore.bridge import graph_evidence, named_best_chunks, protect_named
+from spectrag.rescore.relevance import calibrated_relevance
+from spectrag.seed.lexical import lexical_scores
 from spectrag.seed.seed import seed
 from spectrag.select.select import select_context
 from spectrag.state import QueryState
@@ -198,13 +200,18 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     else:
         relevance = gathered_dot(state.embeddings, candidates, q)
     if mode in PROPAGATION_MODES and sc.lexical_weight > 0 and batch.terms is not None and state.bm25 is not None:
-        relevance = relevance + sc.lexical_weight * lexical_relevance(state.bm25, batch.terms, candidates)
+        # r: dense and BM25 evidence together, each standardized over the query's pool (rescore.relevance)
+        lexical = lexical_scores(state.bm25, batch.terms, candidates)[0]
+        relevance = calibrated_relevance(relevance, lexical, mask, weight=sc.lexical_weight)
     proximity = torch.zeros_like(relevance)
     if mode in PROPAGATION_MODES:
         pc, bc = config.propagate, config.bridge
         bridging = bc.rounds > 0 and state.relations is not None
         names = ["weights", "relations"] if bridging else ["weights"]
-        blocks, *relation_blocks = candidate_blocks(candidates, [graph(g) for g in names])
+        graphs = [graph(g) for g in names]
+        if bridging and bc.cited and (cited := state.citation_graph(sc.named_specificity, on_device=not compiled)) is not None:
+            graphs.append(cited)  # citations between documents of specific titles (rescore.bridge.graph_evidence)
+        blocks, *relation_blocks = candidate_blocks(candidates, graphs)
         stage("blocks")
         dense = pc.blocks == "dense" or (pc.blocks == "auto" and state.device.type != "cpu")
         walk = state.ppr_solver(pc.damping) if pc.scope == "graph" and mode != "heat" else None
@@ -216,13 +223,13 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         stage("propagate")
         protect = bc.protect_named and batch.named is not None and batch.named.nnz > 0
         named_mask = named_in(batch.named, candidates) if protect else None
+        docs = state.doc_codes[candidates.clamp(min=0)].masked_fill(~mask, -1)
+        if protect and bc.named_best_chunk:  # a named document is represented by its best chunk
+            named_mask = named_best_chunks(named_mask, relevance, docs, candidates)
         bridged = relevance
         if bridging:
-            # the named chunks are bridging's first sources: their neighbours are the second hop
-            start = protect_named(relevance, relevance, named_mask, candidates, floor=bc.named_floor) \
-                if protect and bc.named_sources else None
-            bridged = bridge_relevance(relation_blocks[0], relevance, candidates, sources=bc.sources, lam=bc.lam,
-                                       gamma=bc.gamma, rounds=bc.rounds, start=start)
+            bridged = graph_evidence(relation_blocks[0], relation_blocks[1] if len(relation_blocks) > 1 else None,
+                                     relevance, candidates, named_mask, docs, bc)
             stage("bridge")
         scores = (1 - pc.alpha) * bridged + pc.alpha * proximity
         if activation is not None and config.activation.beta > 0:  # combined: the activation as its own term
@@ -241,7 +248,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     stage("score")
     select = config.baseline_select if mode in BASELINE_MODES else config.select
     sel = select_context(scores, proximity, candidates, state.embeddings, state.tokens, state.clusters,
-                         state.doc_codes, select, budget=budget, compiled=compiled)
+                         state.doc_codes, select, budget=budget, stubs=state.stubs, compiled=compiled)
     stage("select")
     seed_ids = None if mode == "activation" else top if mode in PROPAGATION_MODES else seeds[:, : ec.max_candidates]
     return BatchResult(mode, candidates, scores, relevance, proximity, sel.order, sel.phase, sel.used_tokens,

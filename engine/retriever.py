@@ -167,8 +167,9 @@ class Retriever:
         if vectors.shape[0] != len(queries):
             raise SpectragError(f"{len(queries)} queries but {vectors.shape[0]} query vectors")
         titles = self.state.titles if named else None
-        return QueryBatch(vectors, self.index.bm25.query_matrix(queries), titles.named(queries) if titles else None,
-                          queries)
+        spec = self.config.seed.named_specificity
+        return QueryBatch(vectors, self.index.bm25.query_matrix(queries),
+                          titles.named(queries, min_specificity=spec) if titles else None, queries)
 
     def hyde_vectors(self, queries: list[str], *, progress: bool = False) -> torch.Tensor:
         """Mode ``hyde``'s query vectors ``[B, d]``: the embeddings of one hypothetical passage

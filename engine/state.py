@@ -15,6 +15,7 @@ import scipy.sparse as sp
 import torch
 
 from spectrag.errors import SpectragError
+from spectrag.graph.relational import specific_citations
 from spectrag.index.dense import DenseIndex
 from spectrag.index.lexical import BM25Index
 from spectrag.kernels.csr import TorchCSR, torch_csr
@@ -26,6 +27,7 @@ PPR_MATRIX_MAX_N = 4096
 from spectrag.propagate.activation import KGState
 from spectrag.seed.titles import TitleIndex
 from spectrag.seed.utility import QuestionIndex
+from spectrag.select.select import stub_chunks
 
 
 @dataclass
@@ -52,6 +54,8 @@ class QueryState:
     kg: KGState | None = None
     titles: TitleIndex | None = None
     questions: QuestionIndex | None = None
+    stubs: torch.Tensor | None = None  # [n] bool: chunks selection never spends budget on (select.select.stub_chunks)
+    _citations: tuple | None = field(default=None, repr=False, compare=False)  # the stored citation signal
     _torch_graphs: dict = field(default_factory=dict, repr=False, compare=False)  # name -> TorchCSR
     _kg_index: object = field(default=None, repr=False, compare=False)  # an index whose KG loads on first use
 
@@ -145,8 +149,27 @@ class QueryState:
             **arrays,
         )
         state._kg_index = index  # the KG's tensors are copied on the first activation batch
-        state.titles = TitleIndex([c.title for c in index.chunks])
+        state.titles = TitleIndex([c.title for c in index.chunks], index.bm25, np.asarray(doc_codes))
+        state.stubs = stub_chunks(state.tokens, state.doc_codes, index.config.chunk.min_tokens)
+        signals = graph.get("signals", {}) if graph is not None else {}
+        if len(signals.get("citation", ((),))[0]):
+            state._citations = signals["citation"]
         return state
+
+    def citation_graph(self, min_specificity: float, *, on_device: bool = False) -> sp.csr_matrix | TorchCSR | None:
+        """The citation edges between documents of specific titles
+        (:func:`spectrag.graph.relational.specific_citations`), built once per bar: scipy CSR, or
+        with ``on_device`` a :class:`TorchCSR` on the state's device (as :meth:`torch_graph`).
+        None: the index has no citation edges."""
+        if self._citations is None or self.titles is None:
+            return None
+        key = f"citations-{min_specificity!r}"
+        if key not in self._torch_graphs:
+            self._torch_graphs[key] = specific_citations(self._citations, self.titles.chunk_specificity, self.n,
+                                                         min_specificity)
+        if on_device and key + "-torch" not in self._torch_graphs:
+            self._torch_graphs[key + "-torch"] = TorchCSR.from_scipy(self._torch_graphs[key], self.device)
+        return self._torch_graphs[key + "-torch" if on_device else key]
 
     def torch_graph(self, name: str) -> TorchCSR:
         """``weights`` or ``relations`` as a :class:`TorchCSR` on the device, copied once."""

@@ -11,7 +11,7 @@ from spectrag.errors import ConfigError
 
 
 def test_defaults_and_presets():
-    assert load_config().chunk == ChunkConfig(1200, 100, 32)
+    assert load_config().chunk == ChunkConfig(256, 32, 32) == ChunkConfig()
     fine = load_config(preset="fine").chunk
     assert (fine.chunk_size, fine.overlap) == (256, 64)
 

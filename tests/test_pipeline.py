@@ -293,15 +293,34 @@ def test_utility_question_seeding_changes_the_seeds(llm_index):
     assert not torch.equal(a.candidates, b.candidates), "the utility list changed no pool: the test would be vacuous"
 
 
-def test_sample_index_lexical_relevance_matches_reference(sample_retriever, sample_qvecs):
-    """``seed.lexical_weight`` adds w * BM25 / best BM25 to the graph modes' relevance: held to
-    the per-query reference, and it does change the relevance (the check can fail)."""
+def test_sample_index_calibrated_relevance_matches_reference(sample_retriever, sample_qvecs):
+    """The graph modes' relevance (dense and BM25 standardized over the pool, weight
+    ``seed.lexical_weight``) is held to the per-query reference at other weights than the default
+    too, and it does change the relevance (the check can fail); at weight 0 it is the cosine."""
     texts, qvecs = QUESTIONS, sample_qvecs
-    lexical = Retriever(sample_retriever.index, sample_retriever.config.replace(seed__lexical_weight=0.3))
+    heavy = Retriever(sample_retriever.index, sample_retriever.config.replace(seed__lexical_weight=2.0))
     for mode in ("spectral", "heat"):
-        check_batch(lexical, texts, qvecs, mode, 4000)
-    plain = sample_retriever.score_batch(texts, qvecs=qvecs)
-    with_lex = lexical.score_batch(texts, qvecs=qvecs)
-    assert torch.equal(plain.candidates, with_lex.candidates)  # the seeds and pools are unchanged
-    assert float((with_lex.relevance - plain.relevance).max()) > 0.1
-    assert bool(((with_lex.relevance - plain.relevance) >= -1e-6).all())
+        check_batch(heavy, texts[:6], qvecs[:6], mode, 4000)
+    plain = Retriever(sample_retriever.index, sample_retriever.config.replace(seed__lexical_weight=0.0))
+    cos = plain.score_batch(texts, qvecs=qvecs)
+    with_lex = sample_retriever.score_batch(texts, qvecs=qvecs)
+    assert torch.equal(cos.candidates, with_lex.candidates)  # the seeds and pools are unchanged
+    assert float((with_lex.relevance - cos.relevance).abs().max()) > 0.01
+    dense = torch.einsum("bpd,bd->bp", sample_retriever.state.embeddings[cos.candidates.clamp(min=0)], qvecs)
+    real = cos.candidates >= 0
+    torch.testing.assert_close(cos.relevance[real], dense[real], atol=1e-5, rtol=0)
+
+
+def test_sample_index_bridging_from_any_top_candidate_matches_reference(sample_retriever, sample_qvecs):
+    """``bridge.anchors = "top"`` (any of the best candidates vouches for its neighbours, the
+    engine's earlier rule) against the reference, and it bridges more than the named anchors."""
+    top = Retriever(sample_retriever.index, sample_retriever.config.replace(bridge__anchors="top"))
+    check_batch(top, QUESTIONS[:6], sample_qvecs[:6], "spectral", 1500)
+    alpha = sample_retriever.config.propagate.alpha
+
+    def lifted(result) -> int:  # candidates scored above their own relevance and proximity
+        return int(((result.scores - (1 - alpha) * result.relevance - alpha * result.proximity) > 1e-6).sum())
+
+    a = top.score_batch(QUESTIONS, mode="spectral", qvecs=sample_qvecs)
+    b = sample_retriever.score_batch(QUESTIONS, mode="spectral", qvecs=sample_qvecs)
+    assert lifted(a) > lifted(b)

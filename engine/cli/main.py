@@ -190,7 +190,7 @@ def _ray_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("corpus", type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Index folder to create.")
 @click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]), help="Corpus format.")
-@click.option("--preset", type=click.Choice(["default", "fine"]), help="Chunking preset: default 1200/100 tokens, fine 256/64.")
+@click.option("--preset", type=click.Choice(["default", "fine"]), help="Chunking preset: default 256/32 tokens, fine 256/64.")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [chunk], [embed], [bm25] tables.")
 @click.option("--openie", "openie_file", type=click.Path(path_type=Path),
               help="HippoRAG OpenIE JSON: builds the knowledge graph (modes activation, combined) from it and "

@@ -45,11 +45,12 @@ class RayEmbedder:
         self.gpus = gpus
         self.local = Embedder(replace(config, device="cpu"))
         self.fingerprint, self.dim = self.local.fingerprint, self.local.dim
-        self.last_cache_hits = 0
+        self.max_input_tokens = self.local.max_input_tokens
+        self.last_cache_hits = self.last_long = 0
 
     def encode(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
         out, todo, hashes = self.local.lookup(texts)
-        self.last_cache_hits = self.local.last_cache_hits
+        self.last_cache_hits, self.last_long = self.local.last_cache_hits, self.local.last_long
         if todo:
             self.local.store(out, todo, hashes, self.encode_uncached([texts[i] for i in todo]))
         return out

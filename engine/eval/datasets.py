@@ -12,7 +12,8 @@ dataset         ``--data`` (a folder, or the questions file)     gold evidence, 
 ``multihop-rag`` ``MultiHopRAG.json`` + ``corpus.json``           ``evidence_list`` articles;
                                                                   ``question_type``
 ``beir``        ``corpus.jsonl``, ``queries.jsonl``, ``qrels/``   qrels rows with score > 0
-                (``test.tsv``, else ``dev``, else ``train``)      (graded gains); no groups
+                (``test.tsv``, else ``dev``, else ``train``)      (graded gains); type from
+                                                                  a query's ``metadata.type``
 ``sample``      ``engine/sample`` (the default)                   ``gold_docs`` file names; type
 =============== ================================================ ===============================
 
@@ -232,10 +233,14 @@ def _load_beir(data: Path) -> Dataset:
         raise CorpusError(f"{data}: no qrels/ folder")
     qrels = _one_of(qrels_dir, ("test.tsv", "dev.tsv", "train.tsv"), "qrels file")
     texts: dict[str, str] = {}
+    kinds: dict[str, str] = {}  # metadata.type, when the queries carry one (docs-dev: single / two-doc / howto)
     for lineno, r in iter_json_lines(qfile):
         if not isinstance(r, dict) or "_id" not in r or not isinstance(r.get("text"), str):
             raise CorpusError(f"{qfile}: line {lineno} needs '_id' and a string 'text'")
         texts[str(r["_id"])] = r["text"]
+        meta = r.get("metadata")
+        if isinstance(meta, dict) and isinstance(meta.get("type"), (str, int)) and str(meta["type"]).strip():
+            kinds[str(r["_id"])] = str(meta["type"]).strip()
     gold: dict[str, list[GoldItem]] = {}
     rows = list(csv.reader(read_text(qrels).splitlines(), delimiter="\t"))
     for lineno, row in enumerate(rows, start=1):
@@ -253,7 +258,8 @@ def _load_beir(data: Path) -> Dataset:
     missing = [q for q in gold if q not in texts]
     if missing:
         raise CorpusError(f"{qrels}: query {missing[0]!r} is not in {qfile.name} ({len(missing)} missing)")
-    questions = [Question(q, texts[q], tuple(items)) for q, items in gold.items()]
+    questions = [Question(q, texts[q], tuple(items), {"type": kinds.get(q, "none")} if kinds else {})
+                 for q, items in gold.items()]
     return Dataset("beir", corpus, "beir", qfile, questions)
 
 

@@ -10,7 +10,8 @@ ids ``[B, G]`` (-1 padded) with gains ``[B, G]``. Per question ``q`` with gold s
     \mathrm{nDCG@}k = \frac{\sum_{i \le k} g_{(i)} / \log_2(i + 1)}
                            {\sum_{i \le \min(k, |E_q|)} g^\ast_{(i)} / \log_2(i + 1)}
 
-(linear gains ``g``, ideal order ``g*`` over all gold ids, as ``trec_eval``'s ``ndcg_cut``), and
+(linear gains ``g``, ideal order ``g*`` over all gold ids, as ``trec_eval``'s ``ndcg_cut``),
+``All@k`` = 1 when every gold id is in the top k (``Recall@k = 1``), and
 for a context set ``C_q`` (SpectRAG eq. 23-24):
 
 .. math::
@@ -67,6 +68,13 @@ def recall_at(hit: torch.Tensor, n_gold: torch.Tensor, ks: list[int]) -> torch.T
     found = torch.cumsum(hit.to(torch.float64), dim=1)  # (B, L) gold within the first i + 1
     cols = torch.tensor([min(k, hit.shape[1]) - 1 for k in ks], device=hit.device)
     return found[:, cols] / n_gold.clamp(min=1).to(torch.float64)[:, None]
+
+
+def all_found_at(hit: torch.Tensor, n_gold: torch.Tensor, k: int) -> torch.Tensor:
+    """1 where every gold id of the question is in the top ``k`` (a two-page question needs
+    both pages), else 0 (also without gold). ``hit [B, L]``, ``n_gold [B]`` -> ``[B]`` float64."""
+    found = _nonempty(hit)[:, :k].sum(dim=1)
+    return ((found >= n_gold) & (n_gold > 0)).to(torch.float64)
 
 
 def reciprocal_rank(hit: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from spectrag.eval import metrics as M
 from spectrag.eval.gold import _docno
 from spectrag.eval.score import Run, Scorer
 
-RANK_COLS = ("R@2", "R@5", "R@10", "R@20", "MRR", "nDCG@10")
+RANK_COLS = ("R@2", "R@5", "R@10", "R@20", "MRR", "nDCG@10", "All@5")
 SET_COLS = ("P", "R", "F1")
 
 
@@ -43,18 +43,25 @@ def methods_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def groups_tables(result: dict[str, Any], metric: str = "R@5") -> str:
+def groups_tables(result: dict[str, Any], metrics: tuple[str, ...] = ("R@2", "R@5", "MRR", "All@5")) -> str:
+    """One table per question grouping (type, hops) and metric; All@5 is the share of questions
+    with every gold passage in the top 5 (both pages of a two-page question)."""
     parts = []
     for group, counts in result["dataset"]["groups"].items():
-        values = list(counts)
-        lines = [f"{metric} by {group} (%):", "",
-                 "| method | " + " | ".join(f"{v} (n={counts[v]})" for v in values) + " |",
-                 "|---|" + "---:|" * len(values)]
-        for name, m in result["methods"].items():
-            g = m["groups"][group]
-            lines.append(f"| {name} | " + " | ".join(_pct(g[v][metric]) if g[v]["n"] else "-" for v in values) + " |")
-        parts.append("\n".join(lines))
+        for metric in metrics:
+            parts.append(_group_table(result, group, counts, metric))
     return "\n\n".join(parts)
+
+
+def _group_table(result: dict[str, Any], group: str, counts: dict[str, int], metric: str) -> str:
+    values = list(counts)
+    lines = [f"{metric} by {group} (%):", "",
+             "| method | " + " | ".join(f"{v} (n={counts[v]})" for v in values) + " |",
+             "|---|" + "---:|" * len(values)]
+    for name, m in result["methods"].items():
+        g = m["groups"][group]
+        lines.append(f"| {name} | " + " | ".join(_pct(g[v][metric]) if g[v]["n"] else "-" for v in values) + " |")
+    return "\n".join(lines)
 
 
 def budget_table(result: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from spectrag.eval.gold import GoldSet, chunk_gold, map_gold, unit_table
 from spectrag.index.load import iter_documents
 
 KS = (2, 5, 10, 20)
-METRICS = ("R@2", "R@5", "R@10", "R@20", "MRR", "nDCG@10", "P", "R", "F1")
+METRICS = ("R@2", "R@5", "R@10", "R@20", "MRR", "nDCG@10", "All@5", "P", "R", "F1")
 CURVE_K = 20
 
 
@@ -57,6 +57,7 @@ class Scorer:
             M.recall_at(hit, gold.n_gold, list(KS)),
             M.reciprocal_rank(hit)[:, None],
             M.ndcg_at(M.gold_gain(ranked, gold.units, gold.gains), gold.gains, 10)[:, None],
+            M.all_found_at(hit, gold.n_gold, 5)[:, None],
             M.set_prf(chosen, gold.units, gold.n_gold),
         ]
         return torch.cat(cols, dim=1)

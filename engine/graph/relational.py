@@ -34,3 +34,15 @@ def relational_graph(signals: dict, alpha: dict[str, float], n: int) -> sp.csr_m
     out.sum_duplicates()
     out.sort_indices()
     return out.astype(np.float32)
+
+
+def specific_citations(edges: tuple, chunk_specificity: np.ndarray, n: int, min_specificity: float) -> sp.csr_matrix:
+    """The citation signal's edges (links, footnotes, title mentions; undirected ``(rows, cols,
+    weights)`` as stored) between chunks whose documents' titles are both at least
+    ``min_specificity`` specific (:func:`spectrag.seed.titles.title_specificity`), so that a
+    mention of "Settings" or "Installation" in a documentation corpus links nothing. What the
+    best candidates of a query vouch for along (:mod:`spectrag.rescore.bridge`). Shapes:
+    ``chunk_specificity [n]`` -> symmetric CSR ``[n, n]`` float32 (weights 1 kept as stored)."""
+    rows, cols, w = (np.asarray(a) for a in edges)
+    keep = np.minimum(chunk_specificity[rows], chunk_specificity[cols]) >= min_specificity if len(rows) else rows > 0
+    return signal_matrix((rows[keep], cols[keep], w[keep]), n)

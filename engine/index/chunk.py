@@ -69,6 +69,9 @@ _NOT_SETEXT_TITLE = re.compile(r" {0,3}(?:[-*+](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$
 # digit, quote or bracket; a line break is always a cut candidate.
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+(?=[\"'(\[A-Z0-9\u00C0-\u024F])")
 _LINE_END = re.compile(r"\n+")
+# a heading in reStructuredText or setext style: optional overline, a title line, an underline of
+# one repeated punctuation character (linear: each part is a run of one character class)
+_ADORNED_TITLE = re.compile(r"^(?:([!-/:-@\[-`{-~])\1{2,}[ \t]*\n)?[ \t]*[^\s][^\n]*\n([!-/:-@\[-`{-~])\2{2,}[ \t]*$", re.M)
 
 
 def _fence_spans(text: str) -> list[tuple[int, int]]:
@@ -90,9 +93,11 @@ def _fence_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _protected_spans(text: str) -> "_Spans":
-    # the substring tests skip scans that cannot match
-    spans = _fence_spans(text) if "```" in text or "~~~" in text else []
+def _protected_spans(text: str, markup: str = "markdown") -> "_Spans":
+    # the substring tests skip scans that cannot match; reStructuredText has no fences (a line of
+    # ``~~~`` there is a heading's underline, and pairing two of them swallowed whole sections)
+    fenced = markup != "rst" and ("```" in text or "~~~" in text)
+    spans = _fence_spans(text) if fenced else []
     if "|" in text:
         spans += [m.span() for m in _TABLE.finditer(text)]
     return _Spans(sorted(spans))
@@ -176,6 +181,17 @@ def _headings(doc: Document, spans: _Spans) -> list[tuple[int, int, str, int]]:
     return [h for h in found if not spans.inside(h[0]) and h[0] not in spans.start_set]
 
 
+_RST_TARGET = re.compile(r"^\.\. [^\n]*$|^:[a-z-]+:[^\n]*$", re.M)
+
+
+def _no_prose(text: str) -> bool:
+    """Whether a reStructuredText span holds only explicit-markup lines without content (link
+    targets such as ``.. _label:``, which label the next heading, ``.. highlight:: rst``) and
+    document fields (``:orphan:``): as a section body it is no body (a directive's content is
+    indented, so it stays)."""
+    return not _RST_TARGET.sub("", text).strip()
+
+
 def _sections(doc: Document, spans: _Spans, structure: bool) -> list[tuple[tuple[str, ...], int, int]]:
     """(section path, start, end) covering the document; heading-only sections join the next."""
     text = doc.text
@@ -183,10 +199,14 @@ def _sections(doc: Document, spans: _Spans, structure: bool) -> list[tuple[tuple
     if not heads:
         return [((), 0, len(text))]
     sections: list[tuple[tuple[str, ...], int, int]] = []
-    if text[: heads[0][0]].strip():
-        sections.append(((), 0, heads[0][0]))
-    stack: list[tuple[int, str]] = []
+    blank = _no_prose if doc.markup == "rst" else str.isspace
     pending_start: int | None = None
+    if text[: heads[0][0]].strip():
+        if blank(text[: heads[0][0]]):
+            pending_start = 0  # only link targets before the first heading: they open its section
+        else:
+            sections.append(((), 0, heads[0][0]))
+    stack: list[tuple[int, str]] = []
     for i, (pos, depth, name, head_end) in enumerate(heads):
         end = heads[i + 1][0] if i + 1 < len(heads) else len(text)
         while stack and stack[-1][0] >= depth:
@@ -195,7 +215,7 @@ def _sections(doc: Document, spans: _Spans, structure: bool) -> list[tuple[tuple
         start = pending_start if pending_start is not None else pos
         newline = text.find("\n", head_end, end)
         body = text[newline + 1 if newline >= 0 else end : end]
-        if not body.strip() and i + 1 < len(heads):
+        if (not body.strip() or blank(body)) and i + 1 < len(heads):
             pending_start = start  # heading with no body: carry it into the next section
             continue
         pending_start = None
@@ -204,12 +224,18 @@ def _sections(doc: Document, spans: _Spans, structure: bool) -> list[tuple[tuple
 
 
 def _cuts(text: str, start: int, end: int, spans: _Spans) -> list[int]:
-    """Sorted cut positions inside ``(start, end)`` that split no table, fence or sentence."""
+    """Sorted cut positions inside ``(start, end)`` that split no table, fence, sentence or
+    underlined heading (a title line with its adornment lines stays one unit, so it opens the
+    window it is in, never ends one without its text)."""
     part = text[start:end]
     cuts = {start + m.end() for m in _SENTENCE_END.finditer(part)}
     cuts |= {start + m.end() for m in _LINE_END.finditer(part)}
     cuts.update(spans.bounds_in(start, end))
-    return sorted(c for c in cuts if start < c < end and not spans.inside(c))
+    ordered = sorted(c for c in cuts if start < c < end and not spans.inside(c))
+    for m in _ADORNED_TITLE.finditer(part) if "\n" in part else ():
+        lo, hi = bisect.bisect_right(ordered, start + m.start()), bisect.bisect_left(ordered, start + m.end())
+        ordered[lo:hi] = []  # the heading's own line breaks (a handful per heading: a cheap splice)
+    return ordered
 
 
 def _units(text: str, start: int, end: int, spans: _Spans, max_tokens: int, limit: int | None = None) -> list[_Unit]:
@@ -416,7 +442,7 @@ def chunk_document(doc: Document, config: ChunkConfig) -> list[Chunk]:
         n = count_tokens([text.strip()])[0]
         if n <= config.chunk_size:
             return [_make(doc, (), 0, len(text), n)]
-    spans = _protected_spans(text)
+    spans = _protected_spans(text, doc.markup)
     chunks: list[Chunk] = []
     ascii_text = text.isascii()
     for section, start, end in _sections(doc, spans, config.structure):

@@ -7,7 +7,12 @@ A thin layer over sentence-transformers that adds what a large build needs:
 * texts are embedded in length-sorted batches (less padding) with a progress bar, on the GPU
   when one is present;
 * a content-hash cache (SQLite, one row per text, keyed by model fingerprint + SHA-256 of the
-  text) so a re-index embeds only the chunks that changed.
+  text) so a re-index embeds only the chunks that changed;
+* texts longer than the model reads (``max_input_tokens``, the model's ``max_seq_length`` in its
+  own wordpieces, special tokens included) are embedded whole: cut into consecutive windows that
+  each fit, embedded, and pooled (the token-weighted mean of the window vectors, renormalized:
+  mean pooling over all of the text's tokens, as the model pools inside one window) unless
+  ``embed.long_texts = "truncate"`` (the model's own behaviour: only the first window counts).
 """
 
 from __future__ import annotations
@@ -65,6 +70,28 @@ def resolve_device(device: str) -> str:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"embed.device is {brief(device)} but no CUDA device is available")
     return device
+
+
+_POOLED = "\x00pooled\x00"  # cache-key prefix of a text embedded as pooled windows
+
+
+def _max_input_tokens(model) -> int | None:
+    """Wordpieces the model reads, special tokens included (``max_seq_length``; the tokenizer's
+    ``model_max_length`` when that is unset); None when neither says."""
+    for value in (getattr(model, "max_seq_length", None), getattr(getattr(model, "tokenizer", None), "model_max_length", None)):
+        if isinstance(value, int) and 0 < value < 1_000_000:  # tokenizers without a limit report ~1e30
+            return value
+    return None
+
+
+def pool_pieces(vectors: np.ndarray, owner: np.ndarray, weight: np.ndarray, n: int) -> np.ndarray:
+    """Each text's vector from its pieces': the weighted mean, L2-normalized. Shapes:
+    ``vectors [m, d]``, ``owner [m]`` (text of each piece, each text at least once), ``weight [m]``
+    -> float32 ``[n, d]``."""
+    summed = np.zeros((n, vectors.shape[1]), dtype=np.float64)
+    np.add.at(summed, owner, vectors.astype(np.float64) * weight[:, None])
+    norms = np.linalg.norm(summed, axis=1, keepdims=True)
+    return (summed / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
 def model_fingerprint(path: Path) -> str:
@@ -181,6 +208,7 @@ class Embedder:
     _WINDOW = 4096  # texts tokenized and sorted together; bounds memory on large builds
     _PROBE_EVERY = 8  # timed batches before the thread count not in use is timed again
     _MIN_TIMED_TOKENS = 256  # smaller batches are too short to time reliably
+    _PIECE_MARGIN = 4  # wordpieces a long text's pieces keep free (module docstring)
 
     class BackendUnavailable(ConfigError, ImportError):
         """The optional package an ``embed.backend`` needs is not installed."""
@@ -213,6 +241,8 @@ class Embedder:
         if self.device.startswith("cuda"):
             self.model.half()
         self.dim = int(self.model.get_embedding_dimension())
+        self.max_input_tokens = _max_input_tokens(self.model)
+        self.last_long = 0  # texts of the last encode() longer than the model reads (pooled or truncated)
         self.model_name = self.config.model
         self.fingerprint = model_fingerprint(self.model_path)
         if self.cache is not None:
@@ -250,8 +280,12 @@ class Embedder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         todo = list(range(len(texts)))
         hashes: list[bytes] = []
+        long = self.long_texts(texts)
+        self.last_long = len(long)
         if self.cache is not None:
-            hashes = [EmbeddingCache.text_hash(t) for t in texts]
+            pooled = set(long) if self.config.long_texts == "pool" else set()
+            # a pooled vector is not the model's own (truncated) one: it has a key of its own
+            hashes = [EmbeddingCache.text_hash(_POOLED + t if i in pooled else t) for i, t in enumerate(texts)]
             found = self.cache.get(hashes, self.dim)
             todo = [i for i, h in enumerate(hashes) if h not in found]
             for i, h in enumerate(hashes):
@@ -285,10 +319,74 @@ class Embedder:
 
     def encode_window(self, texts: Sequence[str], *, bar=None) -> np.ndarray:
         """Vectors of one window (at most ``_WINDOW`` texts), no cache: tokenized and sorted
-        together, cut into batches (module docstring). Shapes: ``[W]`` -> float32 ``[W, dim]``."""
+        together, cut into batches (module docstring); a text longer than the model reads is
+        embedded as several pieces, pooled (:meth:`pieces`). Shapes: ``[W]`` -> float32 ``[W, dim]``."""
         texts = list(texts)
         if len(texts) > self._WINDOW:
             raise ValueError(f"a window holds at most {self._WINDOW} texts, got {len(texts)}")
+        pieces, owner, weight = self.pieces(texts)
+        if len(pieces) == len(texts):
+            return self._encode_texts(texts, bar)
+        vectors = np.concatenate([self._encode_texts(pieces[lo:hi], None)
+                                  for lo, hi in self.windows(len(pieces))])  # (pieces, dim)
+        if bar is not None:
+            bar.update(len(texts))
+        return pool_pieces(vectors, owner, weight, len(texts))
+
+    def pieces(self, texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Each text, or its consecutive pieces when it has more wordpieces than the model reads
+        (``embed.long_texts = "pool"``): ``(pieces, owner text of each, its wordpiece count)``,
+        in text order. Pieces are cut at wordpiece boundaries, ``_PIECE_MARGIN`` under the limit
+        (a piece tokenized alone can take a wordpiece or two more than inside the text)."""
+        texts = list(texts)
+        one = (texts, np.arange(len(texts)), np.ones(len(texts)))
+        if self.config.long_texts != "pool":
+            return one
+        room = self._room()
+        found = self._long_offsets(texts)
+        cuts = {i: [(offsets[lo][0], offsets[min(lo + room, len(offsets)) - 1][1], min(room, len(offsets) - lo))
+                    for lo in range(0, len(offsets), room)] for i, offsets in found.items()}
+        if not cuts:
+            return one
+        out, owner, weight = [], [], []
+        for i, text in enumerate(texts):
+            for a, b, n in cuts.get(i, [(0, len(text), 1)]):
+                out.append(text[a:b] if i in cuts else text)
+                owner.append(i)
+                weight.append(n)
+        return out, np.asarray(owner), np.asarray(weight, dtype=np.float64)
+
+    def _room(self) -> int | None:
+        """Wordpieces of text one window holds (None: the model states no limit, or its tokenizer
+        gives no offsets)."""
+        tokenizer = getattr(self.model, "tokenizer", None)
+        if self.max_input_tokens is None or not getattr(tokenizer, "is_fast", False):
+            return None
+        room = self.max_input_tokens - tokenizer.num_special_tokens_to_add() - self._PIECE_MARGIN
+        return room if room >= 16 else None
+
+    def _long_offsets(self, texts: list[str]) -> dict[int, list[tuple[int, int]]]:
+        """Position -> wordpiece character offsets, for each text with more wordpieces than one
+        window holds."""
+        room = self._room()
+        if room is None:
+            return {}
+        long = [i for i, t in enumerate(texts) if len(t) > room]  # a wordpiece spans at least one character
+        if not long:
+            return {}
+        tokenizer = self.model.tokenizer
+        # measuring a long text is the point here: no "longer than the maximum" warning (transformers warns once)
+        getattr(tokenizer, "deprecation_warnings", {})["sequence-length-is-longer-than-the-specified-maximum"] = True
+        enc = tokenizer([texts[i] for i in long], add_special_tokens=False, truncation=False,
+                              return_offsets_mapping=True, return_attention_mask=False, return_token_type_ids=False)
+        return {i: offsets for i, offsets in zip(long, enc["offset_mapping"]) if len(offsets) > room}
+
+    def long_texts(self, texts: Sequence[str]) -> list[int]:
+        """Positions of the texts longer than the model reads in one window (sorted)."""
+        return sorted(self._long_offsets(list(texts)))
+
+    def _encode_texts(self, texts: list[str], bar) -> np.ndarray:
+        """Vectors of texts each embedded in one pass (the model truncates what it cannot read)."""
         if not self._fast:
             with torch.inference_mode():
                 vectors = self.model.encode(

@@ -45,7 +45,7 @@ from spectrag.errors import CorpusError, brief
 from spectrag.types import Document
 from spectrag.util.io import check_unicode, iter_json_lines, printable_path, read_json, read_text, special_file
 from spectrag.util.markdown import comment_spans, plain_title, split_front_matter
-from spectrag.util.rst import rst_structure
+from spectrag.util.rst import looks_like_rst, rst_structure
 
 FORMATS = ("folder", "jsonl", "json", "musique", "2wiki", "hotpotqa", "multihop-rag", "beir")
 TEXT_SUFFIXES = (".md", ".markdown", ".txt", ".rst")
@@ -186,6 +186,21 @@ def _markdown_title(text: str) -> str | None:
     return None
 
 
+def _record_markup(doc_id: str, url: str, text: str) -> tuple[str, tuple]:
+    """Markup and section headings of a record's text (JSON, JSON lines, BEIR): reStructuredText
+    (an ``.rst`` id or url, or a text that reads as rst) parsed by docutils, else Markdown (a
+    level-1 heading or a ``##`` line), else plain text. A text docutils cannot parse is plain."""
+    name = (doc_id.rsplit("/", 1)[-1] + " " + url.split("?")[0].split("#")[0]).lower()
+    if ".rst " in name + " " or ".rest " in name + " " or looks_like_rst(text):
+        try:
+            return "rst", rst_structure(text, doc_id)[1]
+        except ValueError:
+            return "text", ()
+    if _markdown_title(text) is not None or "\n## " in text:
+        return "markdown", ()
+    return "text", ()
+
+
 def _text_title(text: str) -> str | None:
     """First line as a title when it is short and set apart by a blank line."""
     lines = text.lstrip().splitlines()
@@ -304,9 +319,9 @@ def _generic(path: Path, items: Iterator[tuple[str, Any]], options: _Options) ->
         metadata = record.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise CorpusError(f"{path}: {where} field 'metadata' is not an object")
-        text = record["text"]
-        markup = "markdown" if _markdown_title(text) is not None or "\n## " in text else "text"
-        return Document(doc_id, title, text, str(record.get("url") or ""), markup, "document", metadata)
+        text, url = record["text"], str(record.get("url") or "")
+        markup, headings = _record_markup(doc_id, url, text)
+        return Document(doc_id, title, text, url, markup, "document", metadata, headings=headings)
 
     yield from _each(path, items, options, make)
 
@@ -372,10 +387,10 @@ def _read_beir(path: Path, options: _Options) -> Iterator[Document]:
         if "_id" not in record:
             raise CorpusError(f"{path}: {where} has no '_id' field (BEIR corpus.jsonl)")
         metadata = record.get("metadata") or {}
-        return Document(
-            str(record["_id"]), str(record.get("title") or ""), record["text"],
-            kind="passage", metadata=metadata if isinstance(metadata, dict) else {},
-        )
+        doc_id, text, url = str(record["_id"]), record["text"], str(record.get("url") or "")
+        markup, headings = _record_markup(doc_id, url, text)
+        return Document(doc_id, str(record.get("title") or ""), text, url, markup, kind="passage",
+                        metadata=metadata if isinstance(metadata, dict) else {}, headings=headings)
 
     yield from _each(path, ((f"line {n}", r) for n, r in _iter_jsonl(path, options)), options, make)
 

@@ -17,18 +17,21 @@ expand       Python BFS over the CSR rows of ``index.graph["weights"]`` with dic
              ``F1 = s W``, ``F2 = F1 W``, priority ``2 + w`` for seeds, ``(F1 + 0.5 F2) / max``
              for the rest (``hops`` general: ``sum_h 0.5**h F_{h+1}``); top ``P`` by priority
              (ties: smaller id)
-relevance    ``cos(q, c)`` in float64; with ``seed.lexical_weight`` plus that times the BM25 row's
-             value at ``c`` over the row's maximum
+relevance    ``cos(q, c)`` in float64; with ``seed.lexical_weight`` ``w`` (graph modes), the
+             cosines and the BM25 row's values over the pool standardized (``statistics.fmean``
+             and ``pstdev``) and averaged, ``mu_d + sd_d (z_d + w z_b) / (1 + w)``
 subgraph     a ``networkx.Graph`` on the pool with the ``W`` edges between pool members
 ppr          ``networkx.pagerank(G, alpha=damping, personalization=seed weights, tol=1e-8)``
 heat         ``scipy.linalg.expm(-t L) r+`` with ``L`` the normalized Laplacian of the subgraph
 spectral     numpy loop over the seeds: max cosine of row-normalized spectral coordinates
 bridge       dict of dicts of the relational signals (``graph["signals"]`` without semantic,
              ``sum alpha_r w_r / sum alpha_r``); per round, a loop over the top-``m`` candidates
-             and their relational neighbours in the pool
+             (with ``bridge.anchors = "named"``, the top-``m`` named ones) and their relational
+             neighbours in the pool
 score        ``s2 = (1 - alpha) x + alpha p`` (``x`` bridged relevance); ranking by ``s2``
              (ties: smaller chunk id)
-select       :func:`spectrag.kernels.select.budget_select_reference` on the pool in pool order
+select       :func:`spectrag.kernels.select.budget_select_reference` on the pool in pool order,
+             stub chunks (under ``chunk.min_tokens`` in a document of several chunks) masked
 ============ ===================================================================================
 
 Conventions the batched pipeline documents and this reference follows (checked against
@@ -54,6 +57,9 @@ networkx where one exists):
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections import Counter
 from dataclasses import asdict
 
 import numpy as np
@@ -84,6 +90,9 @@ class ReferenceIndex:
         self.tokens = [int(c.n_tokens) for c in index.chunks]
         docs: dict[str, int] = {}
         self.doc_codes = [docs.setdefault(c.doc_id, len(docs)) for c in index.chunks]
+        per_doc = Counter(self.doc_codes)
+        self.stub = [t < index.config.chunk.min_tokens and per_doc[d] > 1 for t, d in zip(self.tokens, self.doc_codes)]
+        self.cache: dict = {}
         graph = index.graph
         self.has_graph = graph is not None
         if self.has_graph:
@@ -254,22 +263,43 @@ def spectral(ref: ReferenceIndex, pool: list[int], seeds: list[int]) -> dict[int
     return out
 
 
-def named_chunks(index, text: str) -> set[int]:
+def specificity(index, name: str) -> float:
+    """``max over the name's terms of log(N / df) / log(N)``, ``df`` the documents holding the
+    term (the distinct documents of the chunks in its row of the BM25 matrix), ``N`` the
+    documents; 0 without a term (spectrag.seed.titles)."""
+    doc_of = [c.doc_id for c in index.chunks]
+    n = len(set(doc_of))
+    if n <= 1:
+        return 1.0
+    row = index.bm25.query_matrix([name]).tocsr()
+    indptr, indices = np.asarray(index.bm25.matrix.indptr), np.asarray(index.bm25.matrix.indices)
+    best = 0.0
+    for term in row.indices.tolist():
+        df = max(len({doc_of[c] for c in indices[indptr[term] : indptr[term + 1]].tolist()}), 1)
+        best = max(best, min(max(math.log(n / df) / math.log(n), 0.0), 1.0))
+    return best
+
+
+def named_chunks(index, text: str, min_specificity: float = 0.0) -> set[int]:
     """The chunks of the documents ``text`` names: each title (and its base name without a
     trailing ``(qualifier)``), casefolded with whitespace collapsed, found as whole words by a
     regex; titles under 4 characters, one common word or without a letter or digit are skipped;
-    a match inside a longer match is dropped (spectrag.seed.titles, written out)."""
+    a match inside a longer match is dropped; a matched name of specificity under
+    ``min_specificity`` names nothing (spectrag.seed.titles, written out)."""
     import re
 
     from spectrag.extract.titles import COMMON_WORDS
 
     t = " ".join(text.casefold().split())
     forms: dict[str, set[str]] = {}
+    spelled: dict[str, set[str]] = {}  # key -> the forms as written (each title's own specificity)
     for c in index.chunks:
         if c.title:
             for form in {c.title, re.sub(r"\s*\([^()]*\)\s*$", "", c.title)}:
                 if form:
-                    forms.setdefault(" ".join(form.casefold().split()), set()).add(c.title)
+                    key = " ".join(form.casefold().split())
+                    forms.setdefault(key, set()).add(c.title)
+                    spelled.setdefault(key, set()).add(form)
     spans = []
     for key, titles in forms.items():
         if len(key) < 4 or key in COMMON_WORDS or not re.search(r"\w", key):
@@ -281,8 +311,27 @@ def named_chunks(index, text: str) -> set[int]:
     kept = set()
     for s0, e0, titles in spans:
         if not any(s1 <= s0 and e0 <= e1 and (s1, e1) != (s0, e0) for s1, e1, _ in spans):
-            kept |= titles
+            key = " ".join(t[s0:e0].split())
+            specific = {form for form in spelled[key] if specificity(index, form) >= min_specificity}
+            kept |= {title for title in titles if title in specific
+                     or re.sub(r"\s*\([^()]*\)\s*$", "", title) in specific}
     return {i for i, c in enumerate(index.chunks) if c.title in kept}
+
+
+def calibrated(dense: dict[int, float], lexical: dict[int, float], w: float) -> dict[int, float]:
+    """``mu_d + sd_d (z_d + w z_b) / (1 + w)`` over the pool, population deviations; a signal
+    that does not vary has z = 0, and BM25 that does not vary has weight 0
+    (spectrag.rescore.relevance)."""
+    ids = list(dense)
+    mu_d, sd_d = statistics.fmean(dense.values()), statistics.pstdev(dense.values())
+    mu_b, sd_b = statistics.fmean(lexical.values()), statistics.pstdev(lexical.values())
+    w = w if sd_b > 1e-9 else 0.0
+    out = {}
+    for c in ids:
+        z_d = (dense[c] - mu_d) / sd_d if sd_d > 1e-9 else 0.0
+        z_b = (lexical[c] - mu_b) / sd_b if sd_b > 1e-9 else 0.0
+        out[c] = mu_d + sd_d * (z_d + w * z_b) / (1 + w)
+    return out
 
 
 def protect(scores: dict[int, float], relevance: dict[int, float], named: set[int], floor: float,
@@ -297,21 +346,56 @@ def protect(scores: dict[int, float], relevance: dict[int, float], named: set[in
 
 
 def bridge(ref: ReferenceIndex, pool: list[int], relevance: dict[int, float], cfg,
-           start: dict[int, float] | None = None) -> dict[int, float]:
-    """Max-plus bridging over relational edges inside the pool (spectrag.rescore.bridge), from
-    ``start`` (default: the relevance)."""
+           start: dict[int, float] | None = None, anchors: set[int] | None = None,
+           relations: dict[int, dict[int, float]] | None = None, lam: float | None = None) -> dict[int, float]:
+    """Max-plus bridging over ``relations`` (default: the relational signals) inside the pool
+    (spectrag.rescore.bridge), from ``start`` (default: the relevance); only ``anchors`` (default:
+    any candidate) are sources; with ``bridge.other_documents`` not into a source's own document
+    and, of each document reached, only the best-bridged chunk (ties: the smaller id)."""
     x = dict(relevance if start is None else start)
     members = set(pool)
-    lam, gamma = cfg.bridge.lam, cfg.bridge.gamma
+    rel = ref.relations if relations is None else relations
+    lam = cfg.bridge.lam if lam is None else lam
+    gamma, apart = cfg.bridge.gamma, cfg.bridge.other_documents
+    doc = ref.doc_codes
     for _ in range(cfg.bridge.rounds):
-        sources = sorted(pool, key=lambda c: (-x[c], c))[: cfg.bridge.sources]
-        new = dict(x)
+        eligible = [c for c in pool if anchors is None or c in anchors]
+        sources = sorted(eligible, key=lambda c: (-x[c], c))[: cfg.bridge.sources]
+        best: dict[int, float] = {}
         for s in sources:
-            for c, w in ref.relations.get(s, {}).items():
-                if c in members and w > 0:
-                    new[c] = max(new[c], (1 - lam) * x[s] + lam * relevance[c] - gamma * (1 - w))
-        x = new
+            for c, w in rel.get(s, {}).items():
+                if c in members and w > 0 and not (apart and doc[s] == doc[c]):
+                    best[c] = max(best.get(c, float("-inf")), (1 - lam) * x[s] + lam * relevance[c] - gamma * (1 - w))
+        if apart:  # one chunk per document reached
+            winner: dict[int, int] = {}
+            for c in sorted(best):
+                d = doc[c]
+                if d not in winner or best[c] > best[winner[d]]:
+                    winner[d] = c
+            best = {c: v for c, v in best.items() if winner[doc[c]] == c}
+        x = {c: max(v, best.get(c, float("-inf"))) for c, v in x.items()}
     return x
+
+
+def citation_dicts(index, ref: ReferenceIndex, bar: float) -> dict[int, dict[int, float]]:
+    """The citation signal's edges between chunks whose documents' titles both have specificity
+    at least ``bar`` (spectrag.graph.relational.specific_citations), both directions."""
+    key = ("citations", bar)
+    if key not in ref.cache:
+        spec: dict[str, float] = {}
+        for c in index.chunks:
+            if c.title and c.title not in spec:
+                spec[c.title] = specificity(index, c.title)
+        chunk_spec = [spec.get(c.title, 0.0) if c.title else 0.0 for c in index.chunks]
+        out: dict[int, dict[int, float]] = {}
+        edges = (index.graph or {}).get("signals", {}).get("citation")
+        if edges is not None:
+            for i, j, w in zip(*(np.asarray(a).tolist() for a in edges)):
+                if min(chunk_spec[i], chunk_spec[j]) >= bar:
+                    for a, b in ((i, j), (j, i)):
+                        out.setdefault(a, {})[b] = out.get(a, {}).get(b, 0.0) + float(np.float32(w))
+        ref.cache[key] = out
+    return ref.cache[key]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,7 +441,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             seeds, seed_scores = bm_ids, bm_scores
         else:
             lists = [dense_ids, bm_ids]
-            named = named_chunks(index, query_text) if mode in GRAPH_MODES else set()
+            named = named_chunks(index, query_text, cfg.seed.named_specificity) if mode in GRAPH_MODES else set()
             if named and cfg.seed.k_named > 0:  # the third list: named chunks by relevance
                 rel = {c: float(np.dot(ref.embeddings[c].astype(np.float64), q.astype(np.float64))) for c in named}
                 lists.append(sorted(named, key=lambda c: (-np.float32(rel[c]), c))[: cfg.seed.k_named])
@@ -383,12 +467,9 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
     # relevance r = cos(q, c), float64 over the float32 vectors
     q64 = q.astype(np.float64)
     relevance = {c: float(np.dot(ref.embeddings[c].astype(np.float64), q64)) for c in pool}
-    if mode in GRAPH_MODES and cfg.seed.lexical_weight > 0 and index.bm25 is not None:
-        # + w * BM25 / the query's best BM25 (spectrag.seed.lexical)
+    if mode in GRAPH_MODES and cfg.seed.lexical_weight > 0 and index.bm25 is not None and pool:
         row = index.bm25.score([query_text]).toarray()[0].astype(np.float64)
-        best = float(row.max()) if len(row) else 0.0
-        if best > 0:
-            relevance = {c: r + cfg.seed.lexical_weight * (float(row[c]) / best) for c, r in relevance.items()}
+        relevance = calibrated(relevance, {c: float(row[c]) for c in pool}, cfg.seed.lexical_weight)
     proximity = {c: 0.0 for c in pool}
     if mode in GRAPH_MODES:
         G = subgraph(ref, pool)
@@ -404,9 +485,21 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
                 spec = spectral(ref, pool, top)
                 proximity = {c: min(max(0.5 * pr[c] + 0.5 * spec[c], 0.0), 1.0) for c in pool}
         named_pool = named & set(pool) if cfg.bridge.protect_named else set()
+        if cfg.bridge.named_best_chunk:  # each named document's most relevant chunk (ties: the smaller id)
+            best_of: dict[int, int] = {}
+            for c in sorted(named_pool):
+                d = ref.doc_codes[c]
+                if d not in best_of or relevance[c] > relevance[best_of[d]]:
+                    best_of[d] = c
+            named_pool = set(best_of.values())
         start = protect(relevance, relevance, named_pool, cfg.bridge.named_floor) \
             if named_pool and cfg.bridge.named_sources and cfg.bridge.rounds > 0 else None
-        bridged = bridge(ref, pool, relevance, cfg, start)
+        anchors = named_pool if cfg.bridge.anchors == "named" else None
+        bridged = bridge(ref, pool, relevance, cfg, start, anchors)
+        if cfg.bridge.cited and cfg.bridge.rounds > 0 and (index.graph or {}).get("signals", {}).get("citation") is not None:
+            cited = bridge(ref, pool, relevance, cfg, start, None, citation_dicts(index, ref, cfg.seed.named_specificity),
+                           cfg.bridge.cited_lam)
+            bridged = {c: max(bridged[c], cited[c]) for c in pool}
         scores = {c: (1 - cfg.propagate.alpha) * bridged[c] + cfg.propagate.alpha * proximity[c] for c in pool}
         if named_pool:
             scores = protect(scores, relevance, named_pool, cfg.bridge.named_floor)
@@ -424,7 +517,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             torch.tensor([[scores[c] for c in pool]], dtype=torch.float32),
             torch.tensor([[proximity[c] for c in pool]], dtype=torch.float32),
             torch.tensor([[ref.tokens[c] for c in pool]], dtype=torch.int64),
-            torch.ones((1, len(pool)), dtype=torch.bool),
+            torch.tensor([[not ref.stub[c] for c in pool]], dtype=torch.bool),
             torch.from_numpy(ref.embeddings[pool][None]),
             torch.tensor([[ref.clusters[c] for c in pool]], dtype=torch.int64),
             torch.tensor([[ref.doc_codes[c] for c in pool]], dtype=torch.int64),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from spectrag.config import BridgeConfig
 from spectrag.kernels.blocks import BlockGraph
 from spectrag.kernels.compiled.blocks import PoolGraphs
 from spectrag.kernels.compiled.bridge import bridge_compiled
@@ -40,6 +41,8 @@ def bridge_relevance(
     gamma: float = 0.05,
     rounds: int = 1,
     start: torch.Tensor | None = None,
+    anchors: torch.Tensor | None = None,
+    docs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Bridged relevance ``x [B, P]`` (see the module docstring).
 
@@ -58,6 +61,12 @@ def bridge_relevance(
         rounds: hops of bridging (default: 1).
         start: the scores ``x_0`` bridging starts from (default: ``relevance``), e.g. with the
             chunks the question names lifted to the top so that they are the sources.
+        anchors: ``[B, P]`` bool, the candidates that may be sources (default: every one), e.g.
+            the chunks of the documents the question names; a query without any bridges nothing.
+        docs: ``[B, P]`` document code of each candidate (default: none known). A bridge leads to
+            another document: a source's own document gets nothing from it, and of each document
+            reached only its best-bridged chunk (ties: the smaller id) takes the bridged score,
+            so one anchor's neighbours in one long page cannot fill the top of the ranking.
 
     Per round only the edges leaving the ``m`` source rows are read (a CSR slice) and each
     target keeps its best bridged score (``scatter_reduce`` amax): no ``[B, P, P]`` work.
@@ -69,24 +78,52 @@ def bridge_relevance(
     if rounds < 1 or sources < 1 or p == 0:
         return x
     if isinstance(relations, PoolGraphs):
-        return torch.from_numpy(bridge_compiled(relations, relevance.numpy(), sources=sources, lam=lam, gamma=gamma,
-                                                rounds=rounds, start=x.numpy()))
+        return torch.from_numpy(bridge_compiled(
+            relations, relevance.numpy(), sources=sources, lam=lam, gamma=gamma, rounds=rounds, start=x.numpy(),
+            anchors=None if anchors is None else anchors.numpy(), docs=None if docs is None else docs.numpy()))
     target = (lam * relevance).masked_fill(~mask, float("-inf")).reshape(-1)  # (B P,)
     m = min(sources, p)
     rows = torch.arange(batch, device=relevance.device)[:, None] * p
     weight = relations.val.to(relevance.dtype)
+    can = mask if anchors is None else mask & anchors
     for _ in range(rounds):
-        key = x.masked_fill(~mask, float("-inf"))
+        key = x.masked_fill(~can, float("-inf"))
         order = positions_by_score_then_id(key, candidates, m)  # (B, m)
-        source = (rows + order)[mask.gather(1, order)]  # flat slots of the real sources
+        source = (rows + order)[can.gather(1, order)]  # flat slots of the real sources
         owner, pos = csr_entries(relations.crow, source)  # their edges, in CSR order
         w, col = weight[pos], relations.col[pos]
         via = (1.0 - lam) * x.reshape(-1)[source][owner] + target[col] - gamma * (1.0 - w)
         via = via.masked_fill(~(w > 0), float("-inf"))
+        if docs is not None:
+            flat_docs = docs.reshape(-1)
+            via = via.masked_fill(flat_docs[source][owner] == flat_docs[col], float("-inf"))
         best = torch.full((batch * p,), float("-inf"), dtype=x.dtype, device=x.device)
         best = best.scatter_reduce(0, col, via, reduce="amax", include_self=True).reshape(batch, p)
+        if docs is not None:
+            best = best_per_document(best, docs, candidates)
         x = torch.where(mask, torch.maximum(x, best), x)
     return x
+
+
+def best_per_document(best: torch.Tensor, docs: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+    """``best`` kept at each query's best entry per document (ties: the smaller chunk id), -inf
+    elsewhere. Shapes: ``best/docs/candidates [B, P]`` (-inf / -1 where nothing) -> ``[B, P]``."""
+    live = torch.isfinite(best) & (candidates >= 0)
+    if not bool(live.any()):
+        return best
+    batch, p = best.shape
+    row = torch.arange(batch, device=best.device)[:, None].expand(batch, p)
+    span = int(docs.max()) + 1
+    _, group = torch.unique((row * span + docs.clamp(min=0))[live], return_inverse=True)  # (query, document)
+    n = int(group.max()) + 1
+    top = torch.full((n,), float("-inf"), dtype=best.dtype, device=best.device)
+    top = top.scatter_reduce(0, group, best[live], reduce="amax", include_self=True)
+    ids = torch.where(best[live] == top[group], candidates[live], torch.full_like(candidates[live], torch.iinfo(torch.int64).max))
+    first = torch.full((n,), torch.iinfo(torch.int64).max, dtype=torch.int64, device=best.device)
+    first = first.scatter_reduce(0, group, ids, reduce="amin", include_self=True)
+    keep = torch.zeros_like(live)
+    keep[live] = candidates[live] == first[group]
+    return best.masked_fill(~keep, float("-inf"))
 
 
 def protect_named(scores: torch.Tensor, relevance: torch.Tensor, named: torch.Tensor, candidates: torch.Tensor, *,
@@ -107,3 +144,47 @@ def protect_named(scores: torch.Tensor, relevance: torch.Tensor, named: torch.Te
     others = scores.masked_fill(~mask | keep, float("-inf")).amax(dim=1, keepdim=True)
     lifted = torch.maximum(scores, others) + eps * (1.0 + scores)
     return torch.where(keep, lifted, scores)
+
+
+def named_best_chunks(named: torch.Tensor, relevance: torch.Tensor, docs: torch.Tensor,
+                      candidates: torch.Tensor) -> torch.Tensor:
+    """Of each document a query names, its most relevant candidate chunk (ties: the smaller id):
+    the document's representative, protected and vouching; its other chunks keep their own
+    scores (a long page's sections would otherwise fill the top of the ranking). Shapes:
+    ``named/relevance/docs/candidates [B, P]`` -> bool ``[B, P]``."""
+    keyed = torch.where(named, relevance.to(torch.float64), torch.full_like(relevance, float("-inf"), dtype=torch.float64))
+    return torch.isfinite(best_per_document(keyed, docs, candidates))
+
+
+def graph_evidence(relations: BlockGraph, citations: BlockGraph | None, relevance: torch.Tensor,
+                   candidates: torch.Tensor, named: torch.Tensor | None, docs: torch.Tensor,
+                   config: BridgeConfig) -> torch.Tensor:
+    """What the graph adds to the relevance ``r`` (online step 4's ``x``), two kinds of vouching:
+
+    * **named anchors** (``config.anchors = "named"``): the chunks of the documents the question
+      names pass their score along every relational edge (entity, title mention, citation,
+      section, adjacency), ``lam`` of the target's own relevance kept: the second hop of a
+      multi-hop question lands right under the passage the question asks about;
+    * **cited documents** (``config.cited``): the ``sources`` best candidates pass their score
+      along the citation edges between documents of specific titles only (links, mentions of
+      a title that names one thing), ``cited_lam`` kept: a page the best hits refer to rises
+      halfway to them, a second page for a question that needs two, and a strong first-stage
+      hit is not buried by every page a good hit mentions.
+
+    With ``config.other_documents`` a bridge leads to another document, one chunk per document
+    reached (:func:`bridge_relevance`). Shapes: ``[B, P]``; ``named`` bool or None (no query
+    names a document), ``docs`` the candidates' document codes (-1 padded) -> ``[B, P]``.
+    """
+    start = protect_named(relevance, relevance, named, candidates, floor=config.named_floor) \
+        if named is not None and config.named_sources else None
+    anchors = None
+    if config.anchors == "named":
+        anchors = named if named is not None else torch.zeros_like(candidates, dtype=torch.bool)
+    docs = docs if config.other_documents else None
+    x = bridge_relevance(relations, relevance, candidates, sources=config.sources, lam=config.lam,
+                         gamma=config.gamma, rounds=config.rounds, start=start, anchors=anchors, docs=docs)
+    if citations is not None:
+        cited = bridge_relevance(citations, relevance, candidates, sources=config.sources, lam=config.cited_lam,
+                                 gamma=config.gamma, rounds=config.rounds, start=start, docs=docs)
+        x = torch.maximum(x, cited)
+    return x

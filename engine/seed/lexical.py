@@ -1,7 +1,7 @@
-"""Lexical evidence at the candidates: each candidate's BM25 score for its query, divided by the
-query's best BM25 score, for graph modes that add it to the embedding relevance
-(``seed.lexical_weight``). Seeding uses BM25 only to choose the seeds; with this the words a
-question shares with a passage also reach the ranking (bench/results/quality.md measures it)."""
+"""Lexical evidence at the candidates: each candidate's BM25 score for its query, for graph
+modes that add it to the embedding relevance (:mod:`spectrag.rescore.relevance`). Seeding uses
+BM25 only to choose the seeds; with this the words a question shares with a passage also reach
+the ranking (bench/results/quality.md measures it)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import torch
 from spectrag.index.lexical import BM25Index
 
 
-def lexical_relevance(bm25: BM25Index, terms: sp.csr_matrix, candidates: torch.Tensor) -> torch.Tensor:
-    """``bm25(q, c) / max_c' bm25(q, c')`` in [0, 1] (0 where the query matches no chunk, and on
-    padding). Shapes: ``terms [B, vocab]`` (query term counts), ``candidates [B, P]`` (-1
-    padded) -> ``[B, P]`` float32 on the candidates' device."""
+def lexical_scores(bm25: BM25Index, terms: sp.csr_matrix, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``bm25(q, c)`` at each candidate (0 where the query shares no term with it, and on
+    padding) and each query's best BM25 score over the whole corpus (0 when it matches nothing).
+    Shapes: ``terms [B, vocab]`` (query term counts), ``candidates [B, P]`` (-1 padded) ->
+    ``[B, P]`` and ``[B]`` float64 on the candidates' device."""
     scores = (terms @ bm25.matrix).tocsr()  # [B, n]: only the chunks sharing a term are stored
     scores.sum_duplicates()
     scores.sort_indices()
@@ -32,5 +33,13 @@ def lexical_relevance(bm25: BM25Index, terms: sp.csr_matrix, candidates: torch.T
     hit = (keys[at] == want) if len(keys) else np.zeros(want.shape, dtype=bool)
     hit &= (cand >= 0).ravel()
     value = np.where(hit, scores.data[at] if len(keys) else 0.0, 0.0).reshape(batch, width).astype(np.float64)
-    out = np.divide(value, peak[:, None], out=np.zeros_like(value), where=peak[:, None] > 0)
-    return torch.from_numpy(out.astype(np.float32)).to(candidates.device)
+    dev = candidates.device
+    return torch.from_numpy(value).to(dev), torch.from_numpy(peak).to(dev)
+
+
+def lexical_relevance(bm25: BM25Index, terms: sp.csr_matrix, candidates: torch.Tensor) -> torch.Tensor:
+    """``bm25(q, c) / max_c' bm25(q, c')`` in [0, 1] (0 where the query matches no chunk, and on
+    padding). Shapes: ``terms [B, vocab]``, ``candidates [B, P]`` -> ``[B, P]`` float32."""
+    value, peak = lexical_scores(bm25, terms, candidates)
+    out = torch.where(peak[:, None] > 0, value / peak[:, None].clamp(min=1e-300), torch.zeros_like(value))
+    return out.to(torch.float32)

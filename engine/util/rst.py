@@ -39,6 +39,20 @@ def _candidates(text: str) -> list[tuple[int, str, int]]:
     return out
 
 
+# explicit markup (``.. note::``, ``.. _target:``, ``.. comment``) or an interpreted-text role (``:ref:`x```)
+_RST_MARKUP = re.compile(r"^\.\. \S|:[a-z][a-z0-9_.:+-]*:`", re.M)
+_UNDERLINED = re.compile(r"^([^\s\n][^\n]*)\n([!-/:-@\[-`{-~])\2{2,}[ \t\r]*$", re.M)
+
+
+def looks_like_rst(text: str) -> bool:
+    """Whether ``text`` reads as reStructuredText: a title over an adornment line at least as long
+    (rst's rule; a setext heading in Markdown needs no length) and rst's explicit markup or
+    roles somewhere. A cheap scan, before docutils is asked."""
+    if not _RST_MARKUP.search(text):
+        return False
+    return any(len(m.group(0).split("\n")[1].rstrip()) >= len(m.group(1).rstrip()) for m in _UNDERLINED.finditer(text))
+
+
 def rst_structure(text: str, source: str) -> tuple[str | None, tuple[tuple[int, int, str, int], ...]]:
     """The document title (None without one) and the headings ``(offset, depth, title, end)``
     of the reStructuredText ``text``. Raises ``ValueError`` when docutils cannot parse it."""

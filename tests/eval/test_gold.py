@@ -124,6 +124,20 @@ def test_beir_graded_qrels(tmp_path):
     assert gold.report["unmapped"] == 1 and gold.n_gold.tolist() == [2, 1]  # dx is not in the corpus
 
 
+def test_beir_question_types_from_metadata(tmp_path):
+    shutil.copy(FORMATS / "beir" / "corpus.jsonl", tmp_path / "corpus.jsonl")
+    (tmp_path / "queries.jsonl").write_text(
+        '{"_id": "q1", "text": "fever drug", "metadata": {"type": "two-doc", "answer": "x"}}\n'
+        '{"_id": "q2", "text": "pain", "metadata": {"answer": "y"}}\n', encoding="utf-8")
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "qrels" / "test.tsv").write_text("q1\td1\t1\nq1\td2\t1\nq2\td2\t1\n", encoding="utf-8")
+    ds = load_dataset("beir", tmp_path)
+    assert [q.groups for q in ds.questions] == [{"type": "two-doc"}, {"type": "none"}]
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "fever drug"}\n{"_id": "q2", "text": "pain"}\n',
+                                            encoding="utf-8")
+    assert all(q.groups == {} for q in load_dataset("beir", tmp_path).questions)  # no types: no table
+
+
 def test_sample_gold_documents_and_chunk_level():
     ds = load_dataset("sample")
     assert len(ds.questions) == 12 and {q.groups["type"] for q in ds.questions} == {"2hop", "3hop", "comparison"}

@@ -157,6 +157,20 @@ def test_agrees_with_ir_measures(tmp_path):
     assert [sets[ir_measures.SetP], sets[ir_measures.SetR], sets[ir_measures.SetF]] == pytest.approx(mean[5:], abs=1e-9)
 
 
+def test_all_found_at_k_is_recall_one():
+    unit_of, ranked, gold, gains, selected = _random_case(11, batch=40)
+    units = M.collapse(ranked, unit_of)
+    n_gold = (gold >= 0).sum(dim=1)
+    hit = M.hits(units, gold)
+    assert M.all_found_at(hit, n_gold, 5).sum() >= 3  # the case has questions with all of their gold found
+    for k in (1, 2, 5):
+        got = M.all_found_at(hit, n_gold, k).tolist()
+        for b in range(units.shape[0]):
+            ranked_b = [u for u in units[b].tolist() if u >= 0][:k]
+            want = set(u for u in gold[b].tolist() if u >= 0)
+            assert got[b] == float(bool(want) and want <= set(ranked_b))
+
+
 def test_paired_bootstrap_interval():
     g = torch.Generator().manual_seed(3)
     diff = torch.randn(200, generator=g, dtype=torch.float64) * 0.2 + 0.1

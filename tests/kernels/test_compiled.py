@@ -131,10 +131,16 @@ def test_bridge_equals_torch(seed, sources, rounds):
     start = relevance.clone()
     start[0, 7] = 2.0  # a lifted source
     kw = dict(sources=sources, lam=0.3, gamma=0.05, rounds=rounds)
+    anchors = torch.rand(cand.shape, generator=g) < 0.3  # some queries' anchors, others' none
+    anchors[2] = False
+    docs = torch.randint(0, 12, cand.shape, generator=g).masked_fill(~mask, -1)  # many chunks per document
+    relevance[4, 1:6] = relevance[4, 0]  # ties within a document: the smaller id keeps the bridged score
+    docs[4, :6] = 3
     for s in (None, start):
-        want = bridge_relevance(blocks, relevance, cand, start=s, **kw)
-        got = bridge_relevance(pools, relevance, cand, start=s, **kw)
-        assert torch.equal(got, want)  # the same float32 operations in the same order
+        for a, d in ((None, None), (anchors, None), (None, docs), (anchors, docs)):
+            want = bridge_relevance(blocks, relevance, cand, start=s, anchors=a, docs=d, **kw)
+            got = bridge_relevance(pools, relevance, cand, start=s, anchors=a, docs=d, **kw)
+            assert torch.equal(got, want)  # the same float32 operations in the same order
 
 
 @pytest.mark.parametrize("ties", [False, True], ids=["continuous", "ties"])

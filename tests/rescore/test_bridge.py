@@ -16,22 +16,31 @@ def bridge_relevance(blocks, relevance, candidates, **kw):
     return _bridge(BlockGraph.from_dense(blocks), relevance, candidates, **kw)
 
 
-def loop_reference(blocks, relevance, candidates, *, sources, lam, gamma, rounds):
-    """One query at a time, dicts and sorted lists only."""
+def loop_reference(blocks, relevance, candidates, *, sources, lam, gamma, rounds, anchors=None, docs=None):
+    """One query at a time, dicts and sorted lists only; ``anchors`` the allowed sources,
+    ``docs`` the document of each candidate (no bridge inside one, one chunk per document)."""
     out = relevance.clone().double()
     for b in range(blocks.shape[0]):
         pool = [p for p in range(blocks.shape[1]) if candidates[b, p] >= 0]
         r = {p: float(relevance[b, p]) for p in pool}
         x = dict(r)
         for _ in range(rounds):
-            top = sorted(pool, key=lambda p: (-x[p], int(candidates[b, p])))[:sources]
-            new = dict(x)
+            eligible = [p for p in pool if anchors is None or bool(anchors[b, p])]
+            top = sorted(eligible, key=lambda p: (-x[p], int(candidates[b, p])))[:sources]
+            best = {}
             for s in top:
                 for c in pool:
                     w = float(blocks[b, s, c])
-                    if w > 0:
-                        new[c] = max(new[c], (1 - lam) * x[s] + lam * r[c] - gamma * (1 - w))
-            x = new
+                    if w > 0 and not (docs is not None and int(docs[b, s]) == int(docs[b, c])):
+                        best[c] = max(best.get(c, float("-inf")), (1 - lam) * x[s] + lam * r[c] - gamma * (1 - w))
+            if docs is not None:
+                winner = {}
+                for c in sorted(best, key=lambda c: int(candidates[b, c])):
+                    d = int(docs[b, c])
+                    if d not in winner or best[c] > best[winner[d]]:
+                        winner[d] = c
+                best = {c: v for c, v in best.items() if winner[int(docs[b, c])] == c}
+            x = {p: max(v, best.get(p, float("-inf"))) for p, v in x.items()}
         for p in pool:
             out[b, p] = x[p]
     return out
@@ -61,6 +70,26 @@ def test_bridge_equals_per_query_loop(seed, sources, rounds, device):
                            rounds=rounds).cpu()
     want = loop_reference(w, r, cand, sources=sources, lam=0.3, gamma=0.05, rounds=rounds)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("sources,rounds", [(2, 1), (5, 2)])
+def test_anchors_and_other_documents_equal_per_query_loop(seed, sources, rounds, device):
+    """Only the anchors vouch (a query without any bridges nothing); a bridge leads to another
+    document, one chunk per document reached (ties: the smaller chunk id)."""
+    w, r, cand = random_pools(seed)
+    g = torch.Generator().manual_seed(100 + seed)
+    docs = torch.randint(0, 9, cand.shape, generator=g).masked_fill(cand < 0, -1)  # ~4 chunks per document
+    anchors = torch.rand(cand.shape, generator=g) < 0.2
+    anchors[4] = False  # a query that names nothing
+    kw = dict(sources=sources, lam=0.3, gamma=0.05, rounds=rounds)
+    got = bridge_relevance(w.to(device), r.to(device), cand.to(device), anchors=anchors.to(device),
+                           docs=docs.to(device), **kw).cpu()
+    want = loop_reference(w, r, cand, anchors=anchors, docs=docs, **kw)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert torch.equal(got[4], r[4])
+    plain = bridge_relevance(w, r, cand, **kw)
+    assert int((plain > r + 1e-12).sum()) > int((got > r + 1e-12).sum()) > 0  # both rules bite, neither empties
 
 
 def test_bridge_never_lowers_and_lifts_linked_chunk(device):
