@@ -181,7 +181,7 @@ def test_k_beyond_the_pool_is_refused_or_honoured_when_the_pool_is_raised(retrie
         retriever.retrieve(QUESTIONS[0], k=51, mode="hybrid")
     with pytest.raises(SpectragError, match=r"seed.k_dense = 50"):
         retriever.retrieve(QUESTIONS[0], k=60, mode="dense")
-    n = len(retriever.index.chunks)  # 102 chunks: a corpus smaller than k gives all it has
+    n = len(retriever.index.chunks)  # ~100 chunks: a corpus smaller than k gives all it has
     wide = Retriever(retriever.index, retriever.config.replace(seed__k_dense=300, expand__max_candidates=300))
     assert len(wide.retrieve(QUESTIONS[0], k=250, mode="dense").hits) == n
     assert len(wide.retrieve(QUESTIONS[0], k=60, mode="dense").hits) == 60

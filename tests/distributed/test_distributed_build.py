@@ -14,7 +14,7 @@ from spectrag import build_index, load_index
 from spectrag.cli.demo import sample_corpus
 from spectrag.store import MANIFEST
 
-#: small tasks, so the sample corpus (102 chunks) is split into several per stage
+#: small tasks, so the sample corpus (~100 chunks) is split into several per stage
 TASKS = {"knn_rows": 16, "entity_rows": 16, "extract_texts": 16}
 
 
