@@ -201,7 +201,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         relevance = gathered_dot(state.embeddings, candidates, q)
     if mode in PROPAGATION_MODES and sc.lexical_weight > 0 and batch.terms is not None and state.bm25 is not None:
         # r: dense and BM25 evidence together, each standardized over the query's pool (rescore.relevance)
-        lexical = lexical_scores(state.bm25, batch.terms, candidates)[0]
+        lexical = lexical_scores(state.bm25, batch.terms, candidates, compiled=compiled)[0]
         relevance = calibrated_relevance(relevance, lexical, mask, weight=sc.lexical_weight)
     proximity = torch.zeros_like(relevance)
     if mode in PROPAGATION_MODES:

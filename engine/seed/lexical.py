@@ -10,13 +10,24 @@ import scipy.sparse as sp
 import torch
 
 from spectrag.index.lexical import BM25Index
+from spectrag.kernels.compiled.topk import product_at
 
 
-def lexical_scores(bm25: BM25Index, terms: sp.csr_matrix, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def lexical_scores(bm25: BM25Index, terms: sp.csr_matrix, candidates: torch.Tensor, *,
+                   compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``bm25(q, c)`` at each candidate (0 where the query shares no term with it, and on
     padding) and each query's best BM25 score over the whole corpus (0 when it matches nothing).
     Shapes: ``terms [B, vocab]`` (query term counts), ``candidates [B, P]`` (-1 padded) ->
-    ``[B, P]`` and ``[B]`` float64 on the candidates' device."""
+    ``[B, P]`` and ``[B]`` float64 on the candidates' device. ``compiled``: one query at a time
+    by :func:`~spectrag.kernels.compiled.topk.product_at` (the same sums; this scipy product and
+    lookup is its reference)."""
+    if compiled:
+        q, m = terms.tocsr(), bm25.matrix
+        value, peak = product_at(q.indptr, q.indices, q.data, m.indptr, m.indices, m.data, m.shape[1],
+                                 candidates.cpu().numpy())
+        dev = candidates.device
+        return (torch.from_numpy(value.astype(np.float64)).to(dev),
+                torch.from_numpy(peak.astype(np.float64)).to(dev))
     scores = (terms @ bm25.matrix).tocsr()  # [B, n]: only the chunks sharing a term are stored
     scores.sum_duplicates()
     scores.sort_indices()

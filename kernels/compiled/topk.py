@@ -65,3 +65,49 @@ def product_topk(q_indptr: np.ndarray, q_indices: np.ndarray, q_data: np.ndarray
     parallel_rows(_product_topk_rows, batch, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, int(n),
                   scores, ids, threads=threads)
     return scores, ids
+
+
+def _product_at_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, n, candidates, out, peak):
+    acc = np.zeros(n, np.float32)
+    seen = np.zeros(n, np.bool_)
+    touched = np.empty(n, np.int64)
+    for b in range(lo, hi):
+        count = 0
+        for t in range(q_indptr[b], q_indptr[b + 1]):
+            term = q_indices[t]
+            weight = np.float32(q_data[t])
+            for e in range(m_indptr[term], m_indptr[term + 1]):
+                c = m_indices[e]
+                if not seen[c]:
+                    seen[c] = True
+                    touched[count] = c
+                    count += 1
+                acc[c] += weight * np.float32(m_data[e])
+        best = np.float32(-np.inf) if count == n and n > 0 else np.float32(0.0)  # an unstored entry is a 0
+        for i in range(count):
+            if acc[touched[i]] > best:
+                best = acc[touched[i]]
+        peak[b] = best
+        for j in range(candidates.shape[1]):
+            c = candidates[b, j]
+            out[b, j] = acc[c] if c >= 0 else 0.0
+        for i in range(count):
+            acc[touched[i]] = 0.0
+            seen[touched[i]] = False
+
+
+_product_at_rows = jit(_product_at_rows)
+
+
+def product_at(q_indptr: np.ndarray, q_indices: np.ndarray, q_data: np.ndarray, m_indptr: np.ndarray,
+               m_indices: np.ndarray, m_data: np.ndarray, n: int, candidates: np.ndarray, *,
+               threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Entries of ``Q M`` at each row's candidates and each row's maximum (over all ``n``
+    columns, unstored ones being 0), summed as scipy's product does. Shapes: CSR ``Q [B, V]``,
+    ``M [V, n]``, ``candidates [B, P]`` (-1 padded) -> float32 ``[B, P]`` (0 on padding), ``[B]``."""
+    candidates = np.ascontiguousarray(candidates, np.int64)
+    batch = len(q_indptr) - 1
+    out, peak = np.empty(candidates.shape, np.float32), np.empty(batch, np.float32)
+    parallel_rows(_product_at_rows, batch, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, int(n),
+                  candidates, out, peak, threads=threads)
+    return out, peak
