@@ -1,8 +1,9 @@
 """The top-``k`` of each row of a sparse product ``Q M`` (BM25: query term counts times the
 term x chunk score matrix), compiled, one query at a time: the row's scores accumulated as
 scipy's CSR product does (float32, the query's terms in stored order, each term's postings in
-order; so the same bits), then the ``k`` largest positive ones, ties to the smaller column (:func:`product_topk`: seeding), or
-the row's entries at given columns (:func:`product_at`: BM25 at each query's candidates)."""
+order; so the same bits), then the ``k`` largest positive ones, ties to the smaller column
+(:func:`product_topk`: seeding), or the row's entries at given columns (:func:`product_at`: BM25 at
+each query's candidates)."""
 
 from __future__ import annotations
 
