@@ -25,6 +25,15 @@ def _cosine(table, a, c):
     return np.float64(np.float32(acc)) if math.isfinite(acc) else np.nan
 
 
+def _drop_shared_gains(b, pos, kw, k_pos, clusters, docs, c_term, d_term):
+    """A pick at ``pos`` ends the cluster and document gains of the candidates sharing them."""
+    for k in range(kw):
+        if clusters[b, k_pos[k]] == clusters[b, pos]:
+            c_term[k] = 0.0
+        if docs[b, k_pos[k]] == docs[b, pos]:
+            d_term[k] = 0.0
+
+
 def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs, budget, core_size, a, bw, c, d, lam,
                  rho, precision_floor, backfill, backfill_floor, order, phase, utility, counts, steps, used, status):
     width = scores.shape[1]
@@ -94,11 +103,7 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
             open_k[to_k[pos]] = False
             picks[n_picks] = ids[b, pos]
             n_picks += 1
-            for k in range(kw):
-                if clusters[b, k_pos[k]] == clusters[b, pos]:
-                    c_term[k] = 0.0
-                if docs[b, k_pos[k]] == docs[b, pos]:
-                    d_term[k] = 0.0
+            _drop_shared_gains(b, pos, kw, k_pos, clusters, docs, c_term, d_term)
         n_taken_core = count
         # (2) tail greedy over K, lazily: redundancy only grows, so a candidate's utility with
         # the redundancy of the picks folded in so far bounds its utility from above (and
@@ -146,11 +151,7 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
             open_k[kp] = False
             picks[n_picks] = ids[b, pos]
             n_picks += 1
-            for k in range(kw):
-                if clusters[b, k_pos[k]] == clusters[b, pos]:
-                    c_term[k] = 0.0
-                if docs[b, k_pos[k]] == docs[b, pos]:
-                    d_term[k] = 0.0
+            _drop_shared_gains(b, pos, kw, k_pos, clusters, docs, c_term, d_term)
         # (3) backfill by descending s: what fits, in score order
         if backfill:
             bfloor = backfill_floor * top
@@ -170,6 +171,7 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
 
 
 _cosine = jit(_cosine, reassociate=True)
+_drop_shared_gains = jit(_drop_shared_gains)
 _select_rows = jit(_select_rows)
 
 

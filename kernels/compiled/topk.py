@@ -13,6 +13,33 @@ from spectrag.kernels.compiled.order import U32, top_by_value_then_id
 from spectrag.kernels.compiled.runtime import jit, parallel_rows
 
 
+def _accumulate_row(b, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, acc, seen, touched):
+    """Row ``b`` of ``Q M`` into ``acc`` as scipy sums it (float32, terms in stored order, postings
+    in order); the columns it touched in ``touched[:count]``; returns ``count``."""
+    count = 0
+    for t in range(q_indptr[b], q_indptr[b + 1]):
+        term = q_indices[t]
+        weight = np.float32(q_data[t])
+        for e in range(m_indptr[term], m_indptr[term + 1]):
+            c = m_indices[e]
+            if not seen[c]:
+                seen[c] = True
+                touched[count] = c
+                count += 1
+            acc[c] += weight * np.float32(m_data[e])
+    return count
+
+
+def _clear_row(acc, seen, touched, count):
+    for i in range(count):
+        acc[touched[i]] = 0.0
+        seen[touched[i]] = False
+
+
+_accumulate_row = jit(_accumulate_row)
+_clear_row = jit(_clear_row)
+
+
 def _product_topk_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, n, out_scores, out_ids):
     k = out_ids.shape[1]
     acc = np.zeros(n, np.float32)
@@ -22,17 +49,7 @@ def _product_topk_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices,
     ids = np.empty(n, np.int64)
     keys = np.empty(n, np.uint64)
     for b in range(lo, hi):
-        count = 0
-        for t in range(q_indptr[b], q_indptr[b + 1]):
-            term = q_indices[t]
-            weight = np.float32(q_data[t])
-            for e in range(m_indptr[term], m_indptr[term + 1]):
-                c = m_indices[e]
-                if not seen[c]:
-                    seen[c] = True
-                    touched[count] = c
-                    count += 1
-                acc[c] += weight * np.float32(m_data[e])
+        count = _accumulate_row(b, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, acc, seen, touched)
         kept = 0
         for i in range(count):
             c = touched[i]
@@ -49,9 +66,7 @@ def _product_topk_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices,
             else:
                 out_ids[b, j] = -1
                 out_scores[b, j] = 0.0
-        for i in range(count):
-            acc[touched[i]] = 0.0
-            seen[touched[i]] = False
+        _clear_row(acc, seen, touched, count)
 
 
 _product_topk_rows = jit(_product_topk_rows)
@@ -74,17 +89,7 @@ def _product_at_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices, m
     seen = np.zeros(n, np.bool_)
     touched = np.empty(n, np.int64)
     for b in range(lo, hi):
-        count = 0
-        for t in range(q_indptr[b], q_indptr[b + 1]):
-            term = q_indices[t]
-            weight = np.float32(q_data[t])
-            for e in range(m_indptr[term], m_indptr[term + 1]):
-                c = m_indices[e]
-                if not seen[c]:
-                    seen[c] = True
-                    touched[count] = c
-                    count += 1
-                acc[c] += weight * np.float32(m_data[e])
+        count = _accumulate_row(b, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, acc, seen, touched)
         best = np.float32(-np.inf) if count == n and n > 0 else np.float32(0.0)  # an unstored entry is a 0
         for i in range(count):
             if acc[touched[i]] > best:
@@ -93,9 +98,7 @@ def _product_at_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices, m
         for j in range(candidates.shape[1]):
             c = candidates[b, j]
             out[b, j] = acc[c] if c >= 0 else 0.0
-        for i in range(count):
-            acc[touched[i]] = 0.0
-            seen[touched[i]] = False
+        _clear_row(acc, seen, touched, count)
 
 
 _product_at_rows = jit(_product_at_rows)
