@@ -51,6 +51,9 @@ MAX_HOPS = 100  # expansion, activation and bridging rounds
 MAX_BUDGET = 10_000_000  # context tokens per query (and LLM completion tokens)
 MAX_COUNT = 1_000_000_000  # corpus-size thresholds and cluster counts
 MAX_THREADS = 4096
+# characters per query, for the CLI, Python and the server alike (the embedder reads its first
+# 256 wordpieces, about 1,000 characters; past this a "query" is a document pasted by mistake)
+MAX_QUERY_CHARS = 4096
 
 
 def opt(default: Any = dataclasses.MISSING, *, lo: float | None = None, hi: float | None = None,

@@ -24,7 +24,7 @@ from typing import overload
 
 import torch
 
-from spectrag.config import RetrieverConfig
+from spectrag.config import MAX_QUERY_CHARS, RetrieverConfig
 from spectrag.contexts import Context, build_contexts
 from spectrag.errors import ConfigError, SpectragError, brief
 from spectrag.llm import LLMClient, make_client
@@ -51,13 +51,17 @@ def resolve_device(device: str) -> torch.device:
 
 
 def check_queries(queries: list[str]) -> list[str]:
-    """The queries as a list; :class:`SpectragError` for none, or for an empty one."""
+    """The queries as a list; :class:`SpectragError` for none, for an empty one or for one over
+    ``MAX_QUERY_CHARS`` characters (the server's limit too)."""
     queries = list(queries)
     if not queries:
         raise SpectragError("no queries given")
     for i, q in enumerate(queries):
         if not isinstance(q, str) or not q.strip():
             raise SpectragError(f"query {i} is empty; every query needs some text")
+        if len(q) > MAX_QUERY_CHARS:
+            raise SpectragError(f"query {i} has {len(q):,} characters; at most {MAX_QUERY_CHARS:,} (a query, not a "
+                                "document: the embedder reads about the first 1,000)")
         check_unicode(q, f"query {i}")
     return queries
 

@@ -422,6 +422,8 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 @click.option("--max-k", default=1000, show_default=True, help="Largest k a request may ask for.")
 @click.option("--max-body-bytes", default=1 << 20, show_default=True, help="Largest request body.")
 @click.option("--body-timeout-s", default=30.0, show_default=True, help="A request body must arrive in full within this (else 408).")
+@click.option("--header-timeout-s", default=10.0, show_default=True,
+              help="A request's line and headers must arrive within this many seconds (else 408, connection closed).")
 @click.option("--graceful-s", default=30.0, show_default=True,
               help="On SIGTERM / Ctrl-C: seconds to finish open requests (then 503 for those left) before exiting.")
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]),
@@ -430,7 +432,7 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 @_friendly
 def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_file: Path | None, device: str | None,
               max_batch: int, max_wait_ms: float, no_batching: bool, max_k: int, max_body_bytes: int,
-              body_timeout_s: float, graceful_s: float, log_level: str, quiet: bool) -> None:
+              body_timeout_s: float, header_timeout_s: float, graceful_s: float, log_level: str, quiet: bool) -> None:
     """Serve retrieval over HTTP (POST /retrieve, GET /healthz, GET /info), batching concurrent requests."""
     from spectrag.retriever import Retriever
     from spectrag.serve.app import ServeSettings, serve  # the `serve` extra
@@ -442,7 +444,8 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
         if value < 1:
             raise SpectragError(f"{name} must be >= 1, got {value}")
     for name, value, lo, unit in (("--max-wait-ms", max_wait_ms, 0.0, "milliseconds"), ("--graceful-s", graceful_s, 0.0, "seconds"),
-                                  ("--body-timeout-s", body_timeout_s, 1e-3, "seconds")):
+                                  ("--body-timeout-s", body_timeout_s, 1e-3, "seconds"),
+                                  ("--header-timeout-s", header_timeout_s, 1e-3, "seconds")):
         if not lo <= value <= 86_400:  # NaN too
             raise SpectragError(f"{name} must be in [{lo:g}, 86400] {unit}, got {value}")
     with showing(sys.stderr.isatty() and not quiet):  # the load's progress bars
@@ -450,7 +453,8 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
         # load the model, touch the state and compile (or load from numba's cache) the kernels before the first request
         retriever.retrieve("warm-up")
     settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching, max_k=max_k,
-                             max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
+                             max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s,
+                             header_timeout_s=header_timeout_s)
     LOGGER.info(f"serving {index_dir} ({len(retriever.index.chunks):,} chunks, mode {retriever.config.mode}, "
                 f"device {retriever.state.device}) on http://{host}:{port}")
     serve(retriever, settings, host=host, port=port, graceful_s=graceful_s, log_level=log_level)

@@ -31,16 +31,20 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from spectrag import __version__
+from spectrag.config import MAX_BUDGET, MAX_QUERY_CHARS, MODES
 from spectrag.errors import SpectragError
-from spectrag.retriever import Retriever
+from spectrag.retriever import Retriever, pool_limit
 from spectrag.serve.batcher import Busy, Closing, MicroBatcher
 from spectrag.serve.body import BodyLimit
 
 try:  # the `serve` extra
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import HTMLResponse, JSONResponse
+    from starlette.exceptions import HTTPException
 
+    from spectrag.serve.docs import docs_page
+    from spectrag.serve.headers import header_timeout_protocol
     from spectrag.serve.models import API_VERSION, ErrorResponse, Health, Info, RetrieveResponse, request_model, result_of
     from spectrag.serve.shutdown import BACKSTOP_S, GracefulServer, GracePeriod
 except ImportError as exc:  # pragma: no cover - exercised where the extra is absent
@@ -57,25 +61,61 @@ class ServeSettings:
     max_k: int = 1000
     max_body_bytes: int = 1 << 20
     body_timeout_s: float = 30.0  # a request body must arrive in full within this (else 408)
-    max_query_chars: int = 4096
+    header_timeout_s: float = 10.0  # a request's line and headers must arrive within this (else 408)
+    max_query_chars: int = MAX_QUERY_CHARS  # at most spectrag.config.MAX_QUERY_CHARS (the engine's own limit)
     max_pending: int | None = None  # queries waiting at most (default 16 * max_batch)
 
 
 def _message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors():
+        if err.get("type") == "json_invalid":  # loc is ("body", character offset)
+            at = [p for p in err.get("loc", ()) if isinstance(p, int)]
+            reason = (err.get("ctx") or {}).get("error", "")
+            parts.append(f"the request body is not valid JSON ({reason}{' ' if reason else ''}"
+                         f"at character {at[0] if at else '?'})")
+            continue
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
         msg = str(err.get("msg", "")).removeprefix("Value error, ")
         parts.append(f"{where}: {msg}" if where else msg)
     return "; ".join(parts) or "invalid request"
 
 
+def _unparsable(cause: BaseException | None) -> str:
+    """Why FastAPI could not read a body as JSON (it says only "There was an error parsing the body")."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the request body is not UTF-8 (byte {cause.start}: {cause.reason})"
+    if isinstance(cause, RecursionError):
+        return "the request body is not valid JSON (nested too deeply)"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return "the request body is not valid JSON (an integer with too many digits)"
+    return f"the request body is not valid JSON ({type(cause).__name__ if cause else 'unreadable'})"
+
+
+def limits(retriever: Retriever, settings: ServeSettings) -> dict[str, Any]:
+    """The request limits the server enforces, as ``/v1/info`` and ``/openapi.json`` state them:
+    ``k`` is at most ``--max-k`` and what the mode ranks per query (``per_mode``; a larger one is a
+    400 naming the setting), queries at most ``MAX_QUERY_CHARS`` characters (the CLI's and
+    Python's limit too), ``budget`` in the config's range."""
+    per_mode = {mode: min(pool_limit(retriever.config, mode)[0], settings.max_k) for mode in MODES}
+    return {
+        "queries_per_request": settings.max_batch,
+        "query_chars": min(settings.max_query_chars, MAX_QUERY_CHARS),
+        "k": {"min": 1, "max": max(per_mode.values()), "per_mode": per_mode},
+        "budget": {"min": 1, "max": MAX_BUDGET},
+        "body_bytes": settings.max_body_bytes,
+        "body_timeout_s": settings.body_timeout_s,
+        "header_timeout_s": settings.header_timeout_s,
+    }
+
+
 def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> FastAPI:
     """The app over ``retriever``; its batcher starts with the app and drains when it stops
     (``app.state.batcher`` holds it, with its counters in ``.stats``)."""
     settings = settings or ServeSettings()
-    RetrieveRequest = request_model(max_query_chars=settings.max_query_chars, max_batch=settings.max_batch,
-                                    max_k=settings.max_k)
+    stated = limits(retriever, settings)
+    RetrieveRequest = request_model(max_query_chars=stated["query_chars"], max_batch=settings.max_batch,
+                                    max_k=stated["k"]["max"], max_budget=stated["budget"]["max"])
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -86,14 +126,32 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
         # grace period leaves, when one was started), then stop
         await asyncio.to_thread(app.state.batcher.close, app.state.grace.remaining())
 
-    app = FastAPI(title="spectrag", version=__version__, lifespan=lifespan)
+    # /docs is our own page: FastAPI's loads Swagger UI from a CDN (blank offline)
+    app = FastAPI(title="spectrag", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description=_describe(stated))
     app.state.grace = GracePeriod()  # started by GracefulServer when shutdown begins (serve())
+    app.state.limits = stated
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
         detail = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
         return JSONResponse(status_code=422, content={"error": _message(exc), "detail": detail})
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException):
+        """Starlette's and FastAPI's own refusals (404, 405, an unparsable body) in our shape."""
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            return JSONResponse(status_code=422, content={"error": _unparsable(exc.__cause__)})
+        if exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
+            message = f"method {request.method} is not allowed on {request.url.path}" + (
+                f"; use {allowed}" if allowed else "")
+        elif exc.status_code == 404:
+            message = f"no endpoint {request.url.path}: see /openapi.json (or /docs)"
+        else:
+            message = str(exc.detail)
+        return JSONResponse(status_code=exc.status_code, content={"error": message}, headers=exc.headers)
 
     errors = {code: {"model": ErrorResponse} for code in (400, 408, 413, 422, 503)}
 
@@ -132,10 +190,33 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
             "retriever": asdict(retriever.config),
             "device": str(retriever.state.device),
             "serve": asdict(settings),
+            "limits": stated,
             "stats": asdict(request.app.state.batcher.stats),
         }
 
+    schema = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's schema, and the limits as ``info.x-limits`` (the body size is not a field)."""
+        if app.openapi_schema is None:
+            schema()["info"]["x-limits"] = stated
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+    @app.get("/docs", include_in_schema=False, response_class=HTMLResponse)
+    async def docs() -> HTMLResponse:
+        return HTMLResponse(docs_page(app.openapi()))
+
     return app
+
+
+def _describe(stated: dict[str, Any]) -> str:
+    return ("Batched graph retrieval. Every error is `{\"error\": \"...\"}` (with pydantic's `detail` on a 422). "
+            f"Limits: at most {stated['queries_per_request']} queries per request, {stated['query_chars']:,} "
+            f"characters per query, k at most {stated['k']['max']} (per mode: `GET /v1/info` limits.k.per_mode), "
+            f"budget 1 to {stated['budget']['max']:,} tokens, a body of at most {stated['body_bytes']:,} bytes "
+            f"received within {stated['body_timeout_s']:g} s, headers within {stated['header_timeout_s']:g} s.")
 
 
 def make_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, graceful_s: float = 30.0,
@@ -151,7 +232,8 @@ def make_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, grac
         if batcher is not None:
             batcher.close(timeout=0)  # takes nothing more (/healthz says closing); what it holds is scored
 
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+    header_timeout_s = app.state.limits["header_timeout_s"] if hasattr(app.state, "limits") else 10.0
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, http=header_timeout_protocol(header_timeout_s),
                             timeout_graceful_shutdown=graceful_s + BACKSTOP_S)
     return GracefulServer(config, begin_shutdown)
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from spectrag.config import MODES
+from spectrag.config import MAX_BUDGET, MODES
 from spectrag.contexts import Context
 
 API_VERSION = "1"
@@ -27,9 +27,12 @@ Mode = Literal[MODES]  # type: ignore[valid-type]
 
 class RetrieveRequest(BaseModel):
     """One query (``query``) or a batch (``queries``), and how to answer them (the limits on
-    lengths and counts are the server's settings, :func:`request_model`)."""
+    lengths and counts are the server's settings, :func:`request_model`).
 
-    model_config = ConfigDict(extra="forbid")
+    Strict types: a number is a JSON number (``"k": "5"``, ``"k": true`` and ``"k": 5.0`` are
+    422s), a flag is ``true`` / ``false`` (``"text": "yes"`` is a 422), a query is a string."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
     query: str | None = Field(None, description="One query (give this or queries).")
     queries: list[str] | None = Field(None, min_length=1, description="Several queries, scored as one batch.")
     mode: Mode | None = Field(None, description="Retrieval mode (default: the server's).")
@@ -50,9 +53,10 @@ class RetrieveRequest(BaseModel):
         return [self.query] if self.query is not None else list(self.queries or [])
 
 
-def request_model(*, max_query_chars: int, max_batch: int, max_k: int) -> type[RetrieveRequest]:
-    """:class:`RetrieveRequest` with the server's limits on query length, batch size and ``k``
-    (a request beyond them is a 422 naming the field)."""
+def request_model(*, max_query_chars: int, max_batch: int, max_k: int,
+                  max_budget: int = MAX_BUDGET) -> type[RetrieveRequest]:
+    """:class:`RetrieveRequest` with the server's limits on query length, batch size, ``k`` and
+    ``budget`` (a request beyond them is a 422 naming the field; ``/openapi.json`` states them)."""
 
     def _long_queries(self: RetrieveRequest) -> RetrieveRequest:
         long = [i for i, q in enumerate(self.queries or []) if len(q) > max_query_chars]
@@ -69,7 +73,9 @@ def request_model(*, max_query_chars: int, max_batch: int, max_k: int) -> type[R
         queries=(list[str] | None, Field(None, min_length=1, max_length=max_batch,
                                          description="Several queries, scored as one batch.")),
         k=(int | None, Field(None, ge=1, le=max_k, description="Results per query: the top k hits and, without "
-                             "budget, a context of those k chunks.")),
+                             "budget, a context of those k chunks (at most the mode's pool: /v1/info limits.k).")),
+        budget=(int | None, Field(None, ge=1, le=max_budget, description="Context tokens per query: the context is the "
+                                  "budgeted selection. Default without k: the server's budget.")),
     )
 
 

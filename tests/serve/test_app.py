@@ -92,10 +92,11 @@ def test_batching_off_scores_each_request_alone(retriever):
     ({"queries": ["ok", "y" * 101]}, 422, "query 1 has more than 100 characters"),
     ({"query": "x", "mode": "activation"}, 400, "knowledge graph"),
     ({"query": "x", "k": 40, "mode": "dense", "budget": 10}, 200, ""),
-    ({"query": "x", "k": 300}, 400, "k = 300 is more than mode 'spectral' ranks per query (expand.max_candidates = 200)"),
+    ({"query": "x", "k": 300}, 422, "k: Input should be less than or equal to 200"),  # the largest pool (expand.max_candidates)
+    ({"query": "x", "k": 120, "mode": "dense"}, 400, "k = 120 is more than mode 'dense' ranks per query (seed.k_dense = 50)"),
 ])
 def test_bad_requests_get_a_4xx_with_a_message(retriever, body, status, message):
-    max_k = 1000 if body.get("k") == 300 else 50
+    max_k = 1000 if body.get("k") in (300, 120) else 50
     app = create_app(retriever, ServeSettings(max_batch=4, max_k=max_k, max_query_chars=100, max_body_bytes=2000))
     with TestClient(app) as client:
         response = client.post("/retrieve", json=body)
@@ -109,7 +110,7 @@ def test_malformed_and_oversized_bodies(retriever):
     app = create_app(retriever, ServeSettings(max_body_bytes=2000))
     with TestClient(app) as client:
         bad = client.post("/retrieve", content=b"{not json", headers={"content-type": "application/json"})
-        assert bad.status_code == 422 and "JSON decode error" in bad.json()["error"]
+        assert bad.status_code == 422 and "the request body is not valid JSON" in bad.json()["error"], bad.text
         big = client.post("/retrieve", json={"query": "x" * 3000})
         assert big.status_code == 413 and "at most 2000" in big.json()["error"]
         assert client.get("/healthz").json() == {"status": "ok"}
