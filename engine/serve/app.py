@@ -46,7 +46,7 @@ try:  # the `serve` extra
     from spectrag.serve.docs import docs_page
     from spectrag.serve.headers import header_timeout_protocol
     from spectrag.serve.models import API_VERSION, ErrorResponse, Health, Info, RetrieveResponse, request_model, result_of
-    from spectrag.serve.shutdown import BACKSTOP_S, GracefulServer, GracePeriod
+    from spectrag.serve.shutdown import BACKSTOP_S, EXIT_DEADLINE_S, GracefulServer, GracePeriod, exit_within
 except ImportError as exc:  # pragma: no cover - exercised where the extra is absent
     raise ImportError("spectrag serve needs FastAPI and uvicorn: pip install 'spectrag[serve]'") from exc
 
@@ -220,14 +220,17 @@ def _describe(stated: dict[str, Any]) -> str:
 
 
 def make_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, graceful_s: float = 30.0,
-                log_level: str = "info") -> GracefulServer:
+                log_level: str = "info", exit_deadline: bool = False) -> GracefulServer:
     """The uvicorn server of ``app``: on SIGINT / SIGTERM the app stops taking requests and
     starts its grace period of ``graceful_s`` seconds; uvicorn's own wait is a backstop
-    ``BACKSTOP_S`` later (:mod:`spectrag.serve.shutdown`)."""
+    ``BACKSTOP_S`` later (:mod:`spectrag.serve.shutdown`). ``exit_deadline`` (a server that owns
+    its process): the process ends ``EXIT_DEADLINE_S`` after the backstop whatever is still running."""
     import uvicorn  # the `serve` extra
 
     def begin_shutdown() -> None:
         app.state.grace.begin(graceful_s)
+        if exit_deadline:
+            exit_within(graceful_s + BACKSTOP_S + EXIT_DEADLINE_S)
         batcher = getattr(app.state, "batcher", None)
         if batcher is not None:
             batcher.close(timeout=0)  # takes nothing more (/healthz says closing); what it holds is scored
@@ -242,4 +245,5 @@ def serve(retriever: Retriever, settings: ServeSettings | None = None, *, host: 
           graceful_s: float = 30.0, log_level: str = "info") -> None:
     """Run the app under uvicorn until SIGINT / SIGTERM, then answer the open requests within
     ``graceful_s`` seconds (a 503 for those the batcher has not answered by then) and exit."""
-    make_server(create_app(retriever, settings), host=host, port=port, graceful_s=graceful_s, log_level=log_level).run()
+    make_server(create_app(retriever, settings), host=host, port=port, graceful_s=graceful_s, log_level=log_level,
+                exit_deadline=True).run()

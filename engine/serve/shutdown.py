@@ -9,12 +9,20 @@ moment shutdown begins, and a request still waiting for the batcher when it ends
 ``graceful_s + BACKSTOP_S``, a backstop that finds nothing left to cancel. The app's lifespan
 then waits for the batcher no longer than what is left of the grace period, so the process exits
 within about ``graceful_s`` + ``BACKSTOP_S`` of the signal (measured in bench/bench_serve.py).
+Whatever still holds the process after that (a batch being scored that nobody waits for any
+more, the kernels' worker threads, a slow event loop) is cut short by :func:`exit_within`:
+``spectrag serve`` ends at most ``EXIT_DEADLINE_S`` after the backstop (a server only reads its
+index, so nothing is lost).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
+import os
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +31,26 @@ import uvicorn
 from spectrag.serve.batcher import Closing
 
 BACKSTOP_S = 1.0  # uvicorn cancels what is still open this long after the grace period
+EXIT_DEADLINE_S = 0.5  # and the process ends this long after that, whatever is still running
+
+
+def exit_within(seconds: float) -> threading.Timer:
+    """End the process ``seconds`` from now unless it has exited by then (a daemon timer)."""
+
+    def _end() -> None:
+        logging.getLogger("spectrag").warning(f"still running {seconds:g} s after shutdown began "
+                                              "(--graceful-s + backstop): exiting now")
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(1)
+
+    timer = threading.Timer(seconds, _end)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 class GracePeriod:

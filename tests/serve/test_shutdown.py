@@ -24,7 +24,7 @@ from spectrag.cli.demo import sample_questions
 from spectrag.retriever import Retriever
 from spectrag.serve.app import ServeSettings, create_app
 from spectrag.serve.batcher import MicroBatcher
-from spectrag.serve.shutdown import BACKSTOP_S
+from spectrag.serve.shutdown import BACKSTOP_S, EXIT_DEADLINE_S
 
 QUESTIONS = [q["question"] for q in sample_questions()]
 
@@ -143,5 +143,17 @@ def test_sigterm_past_the_grace_period_recipe(sample_index, tmp_path):
     assert set(statuses) <= {200, 503, "closed"} and 503 in statuses, answers[:3]
     assert all("grace period" in body for s, body in answers if s == 503)
     assert "Traceback" not in text and "InvalidStateError" not in text, text[-3000:]
-    assert exit_s < 1 + BACKSTOP_S + 1.5, exit_s  # the grace period, the backstop, and the exit itself
+    assert exit_s < 1 + BACKSTOP_S + EXIT_DEADLINE_S + 0.5, exit_s  # grace, backstop, the exit deadline, jitter
     assert code in (0, -signal.SIGTERM), code  # uvicorn re-raises SIGTERM after a clean shutdown
+
+
+def test_exit_within_ends_a_process_that_would_hang():
+    """What ``spectrag serve`` arms when shutdown begins: the process ends at the deadline even
+    with a non-daemon thread still busy (a kernel pool mid-batch)."""
+    code = ("import threading, time; from spectrag.serve.shutdown import exit_within; "
+            "threading.Thread(target=time.sleep, args=(30,)).start(); exit_within(0.5); time.sleep(30)")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - start
+    assert done.returncode == 1 and "exiting now" in done.stderr, done.stderr
+    assert took < 15, took  # the 30 s sleeps did not hold it (the rest is Python's start-up)
