@@ -7,7 +7,7 @@ the body, but nothing bounds the headers. :func:`header_timeout_protocol` gives 
 protocol class that starts a timer when a connection opens (and when the first bytes of each
 further request on it arrive) and, if the headers are not complete within ``timeout_s``,
 answers 408 ``{"error": ...}`` and closes the connection (what nginx's ``client_header_timeout``
-does).
+does). Broken HTTP (uvicorn's plain-text 400) is answered in the API's error shape too.
 
 Our own because uvicorn has no header timeout (its ``h11_max_incomplete_event_size`` bounds
 the headers' size, not their time).
@@ -22,10 +22,11 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 
-def _timeout_response(timeout_s: float) -> bytes:
-    """The raw 408: h11 cannot send a response before it has read a request."""
-    body = json.dumps({"error": f"request headers not received in full within {timeout_s:g} s"}).encode()
-    head = (f"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+def _raw_error(status: str, message: str) -> bytes:
+    """A raw ``{"error": message}`` answer that closes the connection: h11 cannot send a
+    response before it has read a request, nor after the client broke the protocol."""
+    body = json.dumps({"error": message}).encode()
+    head = (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
             "connection: close\r\n\r\n").encode()
     return head + body
 
@@ -67,7 +68,14 @@ class _HeaderTimeoutH11(H11Protocol):
             return
         if self.cycle is not None and not self.cycle.response_complete:
             return  # a response is still being written on this connection: not an idle client
-        self.transport.write(_timeout_response(self.header_timeout_s))
+        self.transport.write(_raw_error("408 Request Timeout",
+                                        f"request headers not received in full within {self.header_timeout_s:g} s"))
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to broken HTTP (bad framing, bad headers), in the API's error shape."""
+        self._disarm()
+        self.transport.write(_raw_error("400 Bad Request", f"{msg.rstrip('.')}: not a valid HTTP/1.1 request"))
         self.transport.close()
 
 

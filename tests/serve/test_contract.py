@@ -4,6 +4,7 @@ by the server, the CLI and Python, header timeouts, and /docs that works offline
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import time
@@ -169,3 +170,18 @@ def test_slow_headers_get_a_408(retriever):
             assert http.post(url + "/v1/retrieve", json={"query": "bridge", "k": 1}).status_code == 200
             time.sleep(0.9)  # longer than the header timeout, shorter than uvicorn's keep-alive (5 s)
             assert http.post(url + "/v1/retrieve", json={"query": "bridge", "k": 1}).status_code == 200
+
+
+def test_broken_http_is_a_400_in_the_error_shape(retriever):
+    app = create_app(retriever, ServeSettings())
+    with served(app, graceful_s=1.0) as (_, url, _thread):
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.settimeout(30)
+            sock.sendall(b"POST /v1/retrieve HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
+            got = b""
+            while chunk := sock.recv(4096):
+                got += chunk
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head, got
+    assert "not a valid HTTP/1.1 request" in json.loads(body)["error"]
