@@ -12,8 +12,8 @@ pyahocorasick (``tests/test_light_imports.py``).
 
 Synthetic data, generated on the device: ``n`` chunk embeddings (d = 384, float32,
 L2-normalised) drawn around ``n / 1000`` cluster centres; a kNN-like graph where every chunk
-links to 10 random chunks of its own cluster (symmetrised: ~20 nonzeros per row, weights in
-(0.05, 1]), node ids randomly permuted (no free locality); token lengths in [50, 400], 8 chunks
+links to 10 random chunks of its own cluster (symmetric: ~20 nonzeros per row, one weight in
+(0.05, 1] per undirected edge), node ids randomly permuted (no free locality); token lengths in [50, 400], 8 chunks
 per document, 32-dim spectral coordinates; a Zipf-like BM25 matrix; a knowledge graph of
 ``n / 4`` entities with ~4 directed relations each for spreading activation.
 
@@ -130,11 +130,14 @@ def make_data(n: int, dev: torch.device, seed: int) -> dict:
     emb, cluster = emb[inv], cluster[inv]
     emb /= emb.norm(dim=1, keepdim=True)
     keep = row != col
-    r = torch.cat([row[keep], col[keep]])
-    c = torch.cat([col[keep], row[keep]])
-    key = torch.unique(r * n + c)  # sorted by (row, col), duplicates merged
+    lo, hi = torch.minimum(row[keep], col[keep]), torch.maximum(row[keep], col[keep])
+    pair = torch.unique(lo * n + hi)  # each undirected edge once, duplicates merged
+    # one weight per undirected edge, stored at (i, j) and (j, i): the engine's graphs are
+    # symmetric (QueryState.from_arrays checks it; the block kernels rely on it)
+    w_pair = 0.05 + 0.95 * torch.rand(pair.numel(), generator=g, device=dev)
+    key, order = torch.sort(torch.cat([pair, (pair % n) * n + pair // n]))  # sorted by (row, col)
     r, c = key // n, key % n
-    w = 0.05 + 0.95 * torch.rand(key.numel(), generator=g, device=dev)
+    w = torch.cat([w_pair, w_pair])[order]
     indptr = torch.zeros(n + 1, dtype=torch.int64, device=dev)
     torch.cumsum(torch.bincount(r, minlength=n), 0, out=indptr[1:])
     coords = torch.randn(n, 32, generator=g, device=dev)
