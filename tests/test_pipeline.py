@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import require_index_packages
 
 from spectrag.cli.demo import sample_questions
 from spectrag.config import BASELINE_MODES, GRAPH_MODES, RetrieverConfig
@@ -222,6 +223,7 @@ def write_corpus(folder: Path, seed: int = 7) -> tuple[list[int], list[str]]:
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
+    require_index_packages()
     from spectrag.config import EmbedConfig, IndexConfig
     from spectrag.build import build_index
     from spectrag.index.chunk import chunk_document
