@@ -111,8 +111,8 @@ def main() -> None:
     t = time.perf_counter()
     index = load_index(prepared / "index")
     t_load = time.perf_counter() - t
-    if cuda:
-        device_side = Retriever(index, RetrieverConfig(device="cuda", backend="torch"))
+    if cuda:  # the index loaded for the device: its dense search is the torch scan there (or faiss-gpu)
+        device_side = Retriever(load_index(prepared / "index", device="cuda"), RetrieverConfig(device="cuda", backend="torch"))
         label = f"CUDA ({torch.cuda.get_device_name(0)}), torch backend"
     else:
         print("[no CUDA] the device side is the torch backend on the CPU (a rehearsal of the code path; no GPU figure)")
