@@ -12,8 +12,8 @@ pyahocorasick (``tests/test_light_imports.py``).
 
 Synthetic data, generated on the device: ``n`` chunk embeddings (d = 384, float32,
 L2-normalised) drawn around ``n / 1000`` cluster centres; a kNN-like graph where every chunk
-links to 10 random chunks of its own cluster (symmetrised: ~20 nonzeros per row, weights in
-(0.05, 1]), node ids randomly permuted (no free locality); token lengths in [50, 400], 8 chunks
+links to 10 random chunks of its own cluster (symmetric: ~20 nonzeros per row, one weight in
+(0.05, 1] per undirected edge), node ids randomly permuted (no free locality); token lengths in [50, 400], 8 chunks
 per document, 32-dim spectral coordinates; a Zipf-like BM25 matrix; a knowledge graph of
 ``n / 4`` entities with ~4 directed relations each for spreading activation.
 
@@ -72,6 +72,7 @@ from spectrag.kernels.heat import chebyshev_heat, chebyshev_heat_dense_batched, 
 from spectrag.kernels.laplacian import block_laplacian, normalized_laplacian  # noqa: E402
 from spectrag.kernels.pagerank import (  # noqa: E402
     personalized_pagerank,
+    personalized_pagerank_blocks,
     personalized_pagerank_dense_batched,
     random_walk_operator,
 )
@@ -130,11 +131,14 @@ def make_data(n: int, dev: torch.device, seed: int) -> dict:
     emb, cluster = emb[inv], cluster[inv]
     emb /= emb.norm(dim=1, keepdim=True)
     keep = row != col
-    r = torch.cat([row[keep], col[keep]])
-    c = torch.cat([col[keep], row[keep]])
-    key = torch.unique(r * n + c)  # sorted by (row, col), duplicates merged
+    lo, hi = torch.minimum(row[keep], col[keep]), torch.maximum(row[keep], col[keep])
+    pair = torch.unique(lo * n + hi)  # each undirected edge once, duplicates merged
+    # one weight per undirected edge, stored at (i, j) and (j, i): the engine's graphs are
+    # symmetric (QueryState.from_arrays checks it; the block kernels rely on it)
+    w_pair = 0.05 + 0.95 * torch.rand(pair.numel(), generator=g, device=dev)
+    key, order = torch.sort(torch.cat([pair, (pair % n) * n + pair // n]))  # sorted by (row, col)
     r, c = key // n, key % n
-    w = 0.05 + 0.95 * torch.rand(key.numel(), generator=g, device=dev)
+    w = torch.cat([w_pair, w_pair])[order]
     indptr = torch.zeros(n + 1, dtype=torch.int64, device=dev)
     torch.cumsum(torch.bincount(r, minlength=n), 0, out=indptr[1:])
     coords = torch.randn(n, 32, generator=g, device=dev)
@@ -409,18 +413,28 @@ def stage_checks(dev: torch.device, check) -> None:
             differ += got[b, : len(want)].tolist() != [c for c, _ in want]
         return differ / Q.shape[0], "fraction of queries whose top-50 differs (float32 sums in another order may swap near-ties)"
 
-    def pipeline():
-        ref = run(make_state(sdata, cpu), sq, RetrieverConfig(device="cpu", backend="compiled"))
-        out = run(make_state(sdata, dev), sq.to(dev), RetrieverConfig(device=str(dev), backend="torch"))
-        pools = same_rows(out.candidates, ref.candidates)
-        return 1.0 - same_rows(out.selected_ids(), ref.selected_ids()), \
-            f"fraction of queries whose selection differs; pools equal on {pools:.0%}"
+    cpu_state, dev_state = make_state(sdata, cpu), make_state(sdata, dev)
+
+    def pipeline(mode: str, blocks: str):
+        def fn():
+            ref = run(cpu_state, sq, RetrieverConfig(device="cpu", backend="compiled", mode=mode))
+            out = run(dev_state, sq.to(dev), RetrieverConfig(device=str(dev), backend="torch", mode=mode)
+                      .replace(propagate__blocks=blocks))
+            pools = same_rows(out.candidates, ref.candidates)
+            prox = float((out.proximity.cpu() - ref.proximity).abs().max())
+            return 1.0 - same_rows(out.selected_ids(), ref.selected_ids()), \
+                f"fraction of queries whose selection differs; pools equal on {pools:.0%}; max proximity difference {prox:.1e}"
+        return fn
 
     check("expansion (device) vs scipy", expansion, 0.05)
     check("induced blocks (device) vs scipy", blocks, 0.0)
     check("BM25 search_terms (device, torch) vs scipy rows sorted in Python", bm25, 0.05)
-    # float32 sums in another order than scipy's: near-ties at a cut may swap
-    check("spectrag.pipeline.run: device + torch graph backend vs CPU + scipy", pipeline, 0.05)
+    # every blocks setting against the compiled CPU path (issue 35: the dense blocks were once
+    # another PPR on a directed synthetic graph); float32 sums in another order may swap near-ties
+    for mode in ("spectral", "ppr", "heat"):
+        for blocks in ("dense", "sparse"):
+            check(f"spectrag.pipeline.run {mode}: device + torch, blocks={blocks} vs CPU + compiled",
+                  pipeline(mode, blocks), 0.05)
 
 
 def run_checks(dev: torch.device, rows: list) -> None:
@@ -492,23 +506,27 @@ def whole_graph_diffusion(dev, data, batches, left, roof) -> None:
 
 def stage_timings(dev, data, state, batches, left, add) -> None:
     """Each online stage alone (seeding variants, BM25, expansion, blocks, diffusion on the
-    blocks, spreading activation, selection), then ``run`` end to end, per B."""
+    blocks, spreading activation, selection), then ``run`` end to end, per B. Each stage's
+    ``bytes`` is what it must move at least (every input read once, every output written once:
+    the formulas in :data:`BOUND_NOTE`); over the copy bandwidth it is the stage's bound."""
     n = data["n"]
     bm25 = make_bm25(n, dev, 12)
     kg = make_kg(max(n // 4, 1000), dev, 11)
     W = state.torch_graph("weights")
+    deg = data["values"].numel() / n  # mean in-graph degree
+    postings = np.diff(bm25.matrix.indptr)  # posting-list length of every term
     for B in batches:
         if not left():
             return
         q = make_queries(data, B, 100 + B)
         sec, (s, ids) = timed(lambda: tiled_topk_ip(q, data["emb"], K), dev)
-        add("seed: matmul + top-50 (float32)", B, sec)
+        add("seed: matmul + top-50 (float32)", B, sec, bytes_=n * D * 4)
         emb16 = data["emb"].half()
         sec16, (_, ids16) = timed(lambda: tiled_topk_ip(q.half(), emb16, K), dev)
         overlap = (ids16[:, :, None] == ids[:, None, :]).any(2).float().mean().item()
-        add("seed: matmul + top-50 (float16)", B, sec16, f"top-50 overlap with float32 {overlap:.3f}")
+        add("seed: matmul + top-50 (float16)", B, sec16, f"top-50 overlap with float32 {overlap:.3f}", bytes_=n * D * 2)
         sec16s, _ = timed(lambda: tiled_topk_ip(q.half(), emb16, K, tile=8192), dev)
-        add("seed: float16, tile 8,192 (L2-sized)", B, sec16s, "vs the default tile of 65,536")
+        add("seed: float16, tile 8,192 (L2-sized)", B, sec16s, "vs the default tile of 65,536", bytes_=n * D * 2)
         emb16 = None
         if importlib.util.find_spec("faiss") is not None and dev.type == "cuda":
             try:
@@ -519,20 +537,27 @@ def stage_timings(dev, data, state, batches, left, add) -> None:
                 print(f"  faiss-gpu: {type(e).__name__}: {e}")
         Q = bm25_queries(B, bm25.matrix.shape[0], 200 + B)
         sec, _ = timed(lambda: bm25.search_terms(Q, K, device=dev, backend="torch"), dev)
-        add("seed: BM25 search_terms (torch)", B, sec, f"{bm25.matrix.nnz:,} matrix entries")
+        add("seed: BM25 search_terms (torch)", B, sec, f"{bm25.matrix.nnz:,} matrix entries",
+            bytes_=int(postings[Q.indices].sum()) * 8)
         seeds, seed_w = ids[:, :N_SEEDS], s[:, :N_SEEDS] / s[:, :1].clamp(min=1e-30)
         sec, (cand, _) = timed(lambda: expand_torch(seeds, seed_w, W, max_candidates=P), dev)
-        add("expand: two hops, P = 200", B, sec)
+        add("expand: two hops, P = 200", B, sec, bytes_=int(B * N_SEEDS * (1 + deg) * deg * 12))
         sec, (blocks,) = timed(lambda: candidate_blocks(cand, [W]), dev)
-        add("blocks: induced subgraphs (sparse BlockGraph)", B, sec, f"{blocks.nnz:,} edges")
+        add("blocks: induced subgraphs (sparse BlockGraph)", B, sec, f"{blocks.nnz:,} edges",
+            bytes_=int(B * P * deg * 12 + blocks.nnz * 20))
         mask = cand >= 0
         x = torch.where(mask, torch.rand(cand.shape, device=dev), torch.zeros((), device=dev))
+        k_heat = len(heat_coefficients(1.0)) - 1
+        iters = personalized_pagerank_blocks(blocks, (x + mask.float() * 1e-3).double(), mask=mask, tol=1e-8,
+                                             max_iter=200, raise_on_failure=False).n_iter
         for dense in (True, False):  # bmm on [B, P, P] vs one block-diagonal CSR (the engine's stage functions)
             kind = "dense [B, P, P]" if dense else "sparse"
             sec, _ = timed(lambda: heat_proximity(blocks, x, mask, 1.0, dense=dense), dev)
-            add(f"propagate: heat on blocks ({kind})", B, sec)
+            per = B * P * P * 4 if dense else blocks.nnz * 8 + B * P * 4 * 3  # one product: operator + vectors
+            add(f"propagate: heat on blocks ({kind})", B, sec, f"{k_heat} products", bytes_=k_heat * per)
             sec, _ = timed(lambda: ppr_proximity(blocks, x + mask.float() * 1e-3, mask, dense=dense), dev)
-            add(f"propagate: PPR on blocks ({kind}, float64)", B, sec)
+            per = B * P * P * 8 if dense else blocks.nnz * 12 + B * P * 8 * 3
+            add(f"propagate: PPR on blocks ({kind}, float64)", B, sec, f"{iters} iterations", bytes_=iters * per)
         if not left():
             return
         qk = torch.randn(B, D, device=dev)
@@ -546,25 +571,40 @@ def stage_timings(dev, data, state, batches, left, add) -> None:
                       tokens=data["tokens"][ids_c].masked_fill(~mask, 1), mask=mask, embeddings=emb,
                       clusters=data["cluster"][ids_c], docs=data["docs"][ids_c])
         sec, sel = timed(lambda: budget_select(**sel_in, **SELECT), dev)
-        add("select: budget_select", B, sec, f"{sel.n_steps} steps")
+        add("select: budget_select", B, sec, f"{sel.n_steps} steps", bytes_=B * P * (D * 4 + 40))
         if not left():
             return
         config = RetrieverConfig(device=str(dev), budget=SELECT["budget"])
         sec, res = timed(lambda: run(state, q, config), dev)
+        e2e = (n * D * 4 + int(B * N_SEEDS * (1 + deg) * deg * 12) + int(B * P * deg * 12 + blocks.nnz * 20)
+               + iters * (B * P * P * 8 if dev.type == "cuda" else blocks.nnz * 12 + B * P * 8 * 3) + B * P * (D * 4 + 40))
         add("end-to-end: spectrag.pipeline.run (spectral, dense seeds)", B, sec,
-            "stages ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in res.seconds.items()))
+            "stages ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in res.seconds.items()), bytes_=e2e)
 
 
-def run_timings(dev, data, batches, deadline, rows, roof) -> None:
+#: how each stage's least traffic is counted (bytes; n chunks, D = 384, B queries, P = 200,
+#: S = 20 seeds, deg the mean degree, nnz_b the blocks' edges, int64 ids + float32 values = 12 B)
+BOUND_NOTE = ("seed: the embeddings once (n D 4, or n D 2 in float16); BM25: the query terms' posting lists (8 B an "
+              "entry); expand: the CSR rows of the seeds and their neighbours (B S (1 + deg) deg 12); blocks: the "
+              "pool nodes' rows and the blocks written (B P deg 12 + 20 nnz_b); heat / PPR: per product the operator "
+              "(dense B P^2 s, sparse nnz_b (s + 4)) and three [B, P] vectors, times the products / iterations; "
+              "select: the pool's embeddings once (B P (4 D + 40)); end to end: the sum of the stages it runs")
+
+
+def run_timings(dev, data, batches, deadline, rows, roof, ceiling: float) -> None:
     def left() -> bool:
         if time.perf_counter() > deadline:
             print("  (time budget reached: remaining timings skipped)", flush=True)
             return False
         return True
 
-    def add(stage, B, sec, note=""):
-        rows.append(dict(stage=stage, B=B, ms=sec * 1e3, qps=B / sec, note=note))
-        print(f"  {stage:<40} B={B:>5}: {sec * 1e3:9.2f} ms  {B / sec:>11,.0f} queries/s  {note}", flush=True)
+    def add(stage, B, sec, note="", bytes_=None):
+        row = dict(stage=stage, B=B, ms=sec * 1e3, qps=B / sec, note=note)
+        if bytes_ is not None:  # the stage's bound: its least traffic at the measured copy bandwidth
+            row.update(bytes=int(bytes_), bound_ms=bytes_ / (ceiling * 1e9) * 1e3, share=bytes_ / (ceiling * 1e9) / sec)
+        rows.append(row)
+        share = f" bound {row['bound_ms']:.3f} ms ({row['share']:.0%})" if bytes_ is not None else ""
+        print(f"  {stage:<40} B={B:>5}: {sec * 1e3:9.2f} ms  {B / sec:>11,.0f} queries/s{share}  {note}", flush=True)
 
     whole_graph_diffusion(dev, data, batches, left, roof)
     t = time.perf_counter()
@@ -615,7 +655,7 @@ def main() -> None:
     print("== timings", flush=True)
     rows: list = []
     roof: list = []
-    run_timings(dev, data, batches, T0 + args.budget_s, rows, roof)
+    run_timings(dev, data, batches, T0 + args.budget_s, rows, roof, ceiling)
     for r in roof:
         if "GBps" in r:
             r["ratio"] = r["GBps"] / ceiling
@@ -643,8 +683,10 @@ def report(res: dict) -> list[str]:
     L += md_table(res["diffusion"], [("kernel", "kernel", ""), ("B", "B", "d"), ("SpMMs", "spmms", "d"), ("ms", "ms", ".1f"),
                                      ("GB/s", "GBps", ".3g"), ("/ ceiling", "ratio", ".0%"), ("note", "note", "")])
     L += ["", "## Stages at this n", ""]
+    L += [f"Bound: each stage's least traffic over the copy bandwidth ({res['copy_GBps']:.3g} GB/s); share = bound / "
+          f"measured. Bytes: {BOUND_NOTE}.", ""]
     L += md_table(res["timings"], [("stage", "stage", ""), ("B", "B", "d"), ("ms", "ms", ".2f"), ("queries/s", "qps", ",.0f"),
-                                   ("note", "note", "")])
+                                   ("bound ms", "bound_ms", ".3f"), ("share of bound", "share", ".1%"), ("note", "note", "")])
     e2e = [r for r in res["timings"] if r["stage"].startswith("end-to-end")]
     if e2e:
         best = max(e2e, key=lambda r: r["B"])

@@ -28,6 +28,7 @@ from spectrag.propagate.activation import KGState
 from spectrag.seed.titles import TitleIndex
 from spectrag.seed.utility import QuestionIndex
 from spectrag.select.select import stub_chunks
+from spectrag.util.checks import check_csr, check_symmetric
 
 
 @dataclass
@@ -75,11 +76,16 @@ class QueryState:
         dense: DenseIndex | None = None,
         questions: QuestionIndex | None = None,
         device: str | torch.device = "cpu",
+        check_graphs: bool = True,
     ) -> "QueryState":
         """A state from arrays in memory. Shapes: ``embeddings [n, d]`` (L2-normalized);
         ``tokens`` (default: 1 each), ``doc_codes`` (default: one document per chunk),
         ``clusters`` (default: 0) ``[n]``; ``coordinates [n, m]``; ``weights``, ``relations``
-        scipy CSR ``[n, n]``."""
+        scipy CSR ``[n, n]``, undirected: symmetric, non-negative, no self-loops (checked in
+        O(nnz) unless ``check_graphs=False``, for graphs :func:`spectrag.graph.build.load_graph`
+        already checked). The sparse block kernels read ``P^T = A D^{-1}`` off a block's own
+        entries, which is the walk only when ``A`` is symmetric: a directed graph would give
+        another PPR on the CPU (sparse) than on a GPU (dense blocks), so it is refused here."""
         device = torch.device(device)
         emb = torch.as_tensor(np.asarray(embeddings, dtype=np.float32) if not torch.is_tensor(embeddings)
                               else embeddings, dtype=torch.float32)
@@ -97,8 +103,15 @@ class QueryState:
                                 else coordinates, dtype=torch.float32)
             coords = (z / z.norm(dim=1, keepdim=True).clamp(min=1e-12)).to(device)
         for name, g in (("weights", weights), ("relations", relations)):
-            if g is not None and g.shape != (n, n):
+            if g is None:
+                continue
+            if not sp.issparse(g) or g.format != "csr":
+                raise SpectragError(f"{name} must be a scipy CSR matrix [n, n], got {type(g).__name__}")
+            if g.shape != (n, n):
                 raise SpectragError(f"{name} must be [n, n] = [{n}, {n}] over the embeddings' chunks, got {g.shape}")
+            if check_graphs:
+                check_csr(g.indptr, g.indices, g.data, name, (n, n), lo=0.0)
+                check_symmetric(g.indptr, g.indices, g.data, name, n)
         if dense is None:
             dense = DenseIndex(emb.cpu().numpy(), device=str(device))
         return cls(
@@ -146,6 +159,7 @@ class QueryState:
             dense=index.dense,
             questions=QuestionIndex(qs.vectors, qs.owners, device=device) if qs is not None else None,
             device=device,
+            check_graphs=graph is not index.graph,  # load_graph checked the stored graph
             **arrays,
         )
         state._kg_index = index  # the KG's tensors are copied on the first activation batch

@@ -10,9 +10,12 @@ cannot be one shared CSR SpMM. Shapes: ``src, dst [E]`` (int64), ``weight [E, B]
 ``[E, 1]``.
 
 Backends: ``torch`` is the reference (``index_select``, multiply, ``index_add_``: the ``[E, B]``
-messages are materialised); ``triton`` is one fused kernel (``kernels/triton/edge_propagate.py``:
-deterministic segment sums when ``dst`` is sorted, float32 atomics otherwise); ``auto`` takes
-Triton only when the inputs are CUDA tensors and Triton is installed, else torch.
+messages are materialised); ``triton`` is one fused kernel (``kernels/triton/edge_propagate.py``)
+summing in float32 over each target's edges in a fixed order: edges not sorted by ``dst`` are
+sorted once (stable) by :func:`propagator`, so the result has the same bits on every run and for
+a query alone or in a batch (the atomic kernel, whose order varies from run to run on a GPU, is
+not used here). ``auto`` takes Triton only for CUDA tensors of a dtype below float64 when Triton is
+installed, else torch: a float64 ``x`` asks for float64 sums, which the Triton kernels do not do.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import torch
 
 from spectrag.kernels import triton as _triton
 
-__all__ = ["BACKENDS", "edge_propagate"]
+__all__ = ["BACKENDS", "auto_backend", "edge_propagate", "propagator"]
 
 BACKENDS = ("auto", "torch", "triton")
 
@@ -60,11 +63,17 @@ def _check(src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor, x: torch.
     return weight
 
 
+def auto_backend(device_type: str, dtype: torch.dtype) -> str:
+    """What ``backend="auto"`` runs for ``x`` of this device type and dtype: Triton (float32
+    sums) on CUDA for dtypes below float64 when it is installed, torch otherwise."""
+    return "triton" if device_type == "cuda" and dtype != torch.float64 and _triton.available() else "torch"
+
+
 def _resolve(backend: str, x: torch.Tensor) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "auto":
-        return "triton" if x.device.type == "cuda" and _triton.available() else "torch"
+        return auto_backend(x.device.type, x.dtype)
     if backend == "triton":
         _triton.require("edge_propagate(backend='triton')")
         if x.device.type != "cuda" and not _triton.interpreting():
@@ -116,8 +125,14 @@ def propagator(
     if _resolve(backend, x) == "triton":
         from spectrag.kernels.triton.edge_propagate import edge_propagate_triton
 
-        dst_sorted = bool((dst[1:] >= dst[:-1]).all()) if dst.numel() > 1 else True  # the segment kernel's case
-        return lambda x: edge_propagate_triton(src, dst, weight, x, n_out, dst_sorted=dst_sorted)
+        if dst.numel() > 1 and not bool((dst[1:] >= dst[:-1]).all()):
+            # the atomic kernel's float32 sums land in another order on every GPU run: sort the
+            # edges by target once (stable: each row keeps its edges' order) for the segment
+            # kernel, whose fixed order gives the same bits every run (E B copied once, reused
+            # by every call of the returned function)
+            order = torch.argsort(dst, stable=True)
+            src, dst, weight = src.index_select(0, order), dst.index_select(0, order), weight.index_select(0, order)
+        return lambda x: edge_propagate_triton(src, dst, weight, x, n_out, dst_sorted=True)
     return lambda x: _propagate_torch(src, dst, weight, x, n_out)
 
 

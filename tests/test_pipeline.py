@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import require_index_packages
 
 from spectrag.cli.demo import sample_questions
 from spectrag.config import BASELINE_MODES, GRAPH_MODES, RetrieverConfig
@@ -222,6 +223,7 @@ def write_corpus(folder: Path, seed: int = 7) -> tuple[list[int], list[str]]:
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
+    require_index_packages()
     from spectrag.config import EmbedConfig, IndexConfig
     from spectrag.build import build_index
     from spectrag.index.chunk import chunk_document
@@ -324,3 +326,132 @@ def test_sample_index_bridging_from_any_top_candidate_matches_reference(sample_r
     a = top.score_batch(QUESTIONS, mode="spectral", qvecs=sample_qvecs)
     b = sample_retriever.score_batch(QUESTIONS, mode="spectral", qvecs=sample_qvecs)
     assert lifted(a) > lifted(b)
+
+
+# ---------------------------------------------------------------------------------------------
+# every propagate.blocks setting and both backends give one answer (QueryState.from_arrays)
+# ---------------------------------------------------------------------------------------------
+
+#: scores and proximities may differ by float32 rounding between the kernels (dense ``bmm``
+#: against one block-diagonal CSR, compiled against torch; observed <= 3e-7); rankings and
+#: selections must be identical
+BLOCKS_TOL = 1e-5
+SETTINGS = [(backend, blocks) for backend in ("compiled", "torch") for blocks in ("dense", "sparse", "auto")
+            if not (backend == "compiled" and blocks != "auto")]  # the compiled kernels ignore `blocks`
+
+
+def clustered_state(device, *, n: int, cluster: int, links: int, isolated: float, seed: int):
+    """A :class:`QueryState` of ``n`` chunks in clusters of ``cluster`` consecutive ids, each
+    linking to ``links`` random chunks of its own cluster (a symmetric graph, one weight in
+    (0.05, 1] per undirected edge, no self-loop); a fraction ``isolated`` of the chunks has no
+    edge. Query vectors near random chunks, dense seeds by the torch scan. Returns the state,
+    ``[12, d]`` queries and the isolated chunks ``[n]`` bool."""
+    import scipy.sparse as sp
+
+    from spectrag.index.dense import DenseIndex
+    from spectrag.state import QueryState
+
+    rng = np.random.default_rng(seed)
+    d = 32
+    home = np.arange(n) // cluster
+    centres = rng.standard_normal((home.max() + 1, d))
+    emb = centres[home] + 0.8 * rng.standard_normal((n, d))
+    emb = (emb / np.linalg.norm(emb, axis=1, keepdims=True)).astype(np.float32)
+    row = np.repeat(np.arange(n), links)
+    col = home[row] * cluster + rng.integers(0, cluster, row.size)
+    col = np.minimum(col, n - 1)
+    alone = rng.random(n) < isolated
+    keep = (row != col) & ~alone[row] & ~alone[col]
+    lo, hi = np.minimum(row[keep], col[keep]), np.maximum(row[keep], col[keep])
+    upper = sp.coo_matrix((np.ones(lo.size), (lo, hi)), shape=(n, n)).tocsr()
+    upper.data = rng.uniform(0.05, 1.0, upper.nnz)  # duplicates merged: one weight per edge
+    W = (upper + upper.T).tocsr().astype(np.float32)
+    W.sort_indices()
+    coords = rng.standard_normal((n, 8))
+    state = QueryState.from_arrays(emb, tokens=rng.integers(50, 400, n), doc_codes=np.arange(n) // 4, clusters=home,
+                                   coordinates=coords, weights=W, relations=W,
+                                   dense=DenseIndex(emb, backend="torch", device=str(device)), device=device)
+    at = rng.integers(0, n, 12)
+    q = emb[at] + 0.6 * rng.standard_normal((12, d)) / d**0.5
+    return state, torch.from_numpy((q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)), alone
+
+
+@pytest.fixture(scope="module")
+def pool_states(device):
+    """Two states on ``device``: ``full`` (pools of the whole P = 200, ~20 in-pool edges a node,
+    no isolated node: the pools of bench/gpu_check.py) and ``sparse`` (a thin graph where a
+    third of the chunks are isolated: pools shorter than P, padding slots, dangling seeds)."""
+    return {"full": clustered_state(device, n=3000, cluster=300, links=10, isolated=0.0, seed=5),
+            "sparse": clustered_state(device, n=1200, cluster=120, links=1, isolated=0.35, seed=6)}
+
+
+def _run_setting(state, q, mode: str, backend: str, blocks: str):
+    from spectrag.pipeline import run
+
+    config = RetrieverConfig(device=str(state.device), backend=backend, mode=mode).replace(propagate__blocks=blocks)
+    return run(state, q.to(state.device), config)
+
+
+@pytest.mark.parametrize("pools", ["full", "sparse"])
+@pytest.mark.parametrize("mode", ["ppr", "heat", "spectral"])
+def test_every_blocks_setting_and_backend_gives_one_answer(pool_states, device, pools, mode):
+    state, q, _ = pool_states[pools]
+    settings = [s for s in SETTINGS if device.type == "cpu" or s[0] == "torch"]
+    results = {s: _run_setting(state, q, mode, *s) for s in settings}
+    want_key = ("torch", "sparse")
+    want = results[want_key]
+    mask = want.candidates.cpu() >= 0
+    if pools == "full":
+        assert bool(mask.all()), "the full pools are not full"
+    else:
+        assert not bool(mask.all()), "the sparse pools have no padding slot"
+    for key, got in results.items():
+        where = f"{mode}, {pools} pools, backend={key[0]}, blocks={key[1]} vs {want_key}"
+        assert torch.equal(got.candidates.cpu(), want.candidates.cpu()), f"{where}: pools differ"
+        for name in ("proximity", "relevance", "scores"):
+            a, b = getattr(got, name).cpu(), getattr(want, name).cpu()
+            diff = float((a[mask] - b[mask]).abs().max())
+            assert diff <= BLOCKS_TOL, f"{where}: {name} differs by {diff:.3g} (tol {BLOCKS_TOL})"
+        assert torch.equal(got.ranking().cpu(), want.ranking().cpu()), f"{where}: rankings differ"
+        assert torch.equal(got.selected_ids().cpu(), want.selected_ids().cpu()), f"{where}: selections differ"
+    if mode != "heat":  # PPR was computed: proximity is not constant (else the test could not fail)
+        assert float(want.proximity[mask.to(want.proximity.device)].std()) > 0.05
+
+
+def test_sparse_pools_hold_isolated_and_padding_slots(pool_states):
+    """The ``sparse`` state really exercises dangling seeds and padding: isolated chunks in the
+    pools, and pools shorter than P."""
+    state, q, alone = pool_states["sparse"]
+    res = _run_setting(state, q, "ppr", "torch", "dense")
+    cand = res.candidates.cpu()
+    real = cand[cand >= 0]
+    assert bool(torch.from_numpy(alone)[real].any()), "no isolated chunk in any pool"
+    assert int((cand >= 0).sum(dim=1).min()) < cand.shape[1], "every pool is full"
+
+
+def test_directed_graph_is_refused_and_would_split_the_blocks_settings(device):
+    """Root cause of issue 35's divergence: bench/gpu_check.py gave the pipeline a graph with
+    the pattern of a symmetric one but an independent weight per direction. The sparse block
+    kernels (and the compiled ones) read ``P^T = A D^{-1}`` off each block's own entries, which
+    is the walk only for symmetric ``A``; the dense blocks transpose. ``from_arrays`` now refuses
+    such a graph; built unchecked, the two settings disagree (so the test above can fail)."""
+    import scipy.sparse as sp
+
+    from spectrag.errors import SpectragError
+    from spectrag.index.dense import DenseIndex
+    from spectrag.state import QueryState
+
+    state, q, _ = clustered_state(device, n=3000, cluster=300, links=10, isolated=0.0, seed=5)
+    W = state.weights.copy()
+    W.data = np.random.default_rng(0).uniform(0.05, 1.0, W.nnz).astype(np.float32)  # a weight per direction
+    emb = state.embeddings.cpu().numpy()
+    kwargs = dict(coordinates=state.coords.cpu().numpy(), weights=W, relations=W, device=device,
+                  dense=DenseIndex(emb, backend="torch", device=str(device)))
+    with pytest.raises(SpectragError, match="weights: not symmetric"):
+        QueryState.from_arrays(emb, **kwargs)
+    with pytest.raises(SpectragError, match="self-loop"):
+        QueryState.from_arrays(emb, **{**kwargs, "weights": (W + W.T + sp.eye(W.shape[0], format="csr")).tocsr()})
+    directed = QueryState.from_arrays(emb, **kwargs, check_graphs=False)
+    a = _run_setting(directed, q[:4], "ppr", "torch", "dense")
+    b = _run_setting(directed, q[:4], "ppr", "torch", "sparse")
+    assert float((a.proximity - b.proximity).abs().max()) > 0.05

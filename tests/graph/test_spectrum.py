@@ -10,11 +10,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from conftest import require_modules
 from scipy.sparse.csgraph import laplacian
 
 from spectrag.graph import spectrum as spec
 from spectrag.graph.spectrum import spectral_coordinates
 from spectrag.kernels.laplacian import normalized_laplacian
+
+FAISS = {"faiss": "faiss-cpu"}  # spectral_coordinates clusters the coordinates by FAISS k-means
 
 
 def _random_graph(n: int, seed: int, blocks: int = 3, isolated: int = 0) -> sp.csr_matrix:
@@ -38,6 +41,7 @@ def _dense_reference(w: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_spectrum_drops_every_trivial_vector_with_several_components():
+    require_modules(FAISS, "the spectrum's k-means")
     w = _random_graph(183, 0, blocks=3, isolated=3)  # 3 components of 60 + 3 isolated nodes
     spec = spectral_coordinates(w, 10, tol=1e-9)
     values, vectors = _dense_reference(w)
@@ -53,6 +57,7 @@ def test_spectrum_drops_every_trivial_vector_with_several_components():
 
 
 def test_spectrum_is_permutation_equivariant():
+    require_modules(FAISS, "the spectrum's k-means")
     w = _random_graph(150, 3, blocks=2)
     perm = np.random.default_rng(4).permutation(150)
     a = spectral_coordinates(w, 6, tol=1e-10)
@@ -64,6 +69,7 @@ def test_spectrum_is_permutation_equivariant():
 
 
 def test_spectrum_is_deterministic_and_caps_dimension():
+    require_modules(FAISS, "the spectrum's k-means")
     w = _random_graph(40, 5, blocks=1)
     a, b = spectral_coordinates(w, 8, seed=0), spectral_coordinates(w, 8, seed=0)
     np.testing.assert_array_equal(a.coordinates, b.coordinates)
@@ -113,6 +119,7 @@ def _same_subspace(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def test_rcm_reordered_spectrum_equals_the_plain_one():
+    require_modules(FAISS, "the spectrum's k-means")
     w = _graph(400, 0)
     plain = spec.spectral_coordinates(w, 8, tol=1e-9)
     rcm = spec.spectral_coordinates(w, 8, tol=1e-9, reorder=True)
@@ -127,6 +134,7 @@ def test_rcm_reordered_spectrum_equals_the_plain_one():
 
 
 def test_float32_spectrum_matches_float64_and_reports_float64_residuals(monkeypatch):
+    require_modules(FAISS, "the spectrum's k-means")
     w = _graph(400, 1)
     ref = spec.spectral_coordinates(w, 6, tol=1e-9)
     monkeypatch.setattr(spec, "FLOAT32_MIN_N", 300)  # "auto" -> float32 from 300 nodes on
@@ -141,6 +149,7 @@ def test_float32_spectrum_matches_float64_and_reports_float64_residuals(monkeypa
 
 
 def test_warm_start_is_given_in_the_original_node_order():
+    require_modules(FAISS, "the spectrum's k-means")
     w = _graph(400, 2)
     cold = spec.spectral_coordinates(w, 6, tol=1e-8, reorder=True)
     warm = spec.spectral_coordinates(w, 6, tol=1e-8, reorder=True, v0=cold.coordinates)

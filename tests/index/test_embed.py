@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import require_embedder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -31,6 +32,7 @@ def cpu_config(**kw) -> EmbedConfig:
 
 @pytest.fixture(scope="module")
 def reference() -> np.ndarray:
+    require_embedder()  # the GPU image has no embedder package: skip with the reason
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(resolve_model_path(EmbedConfig().model)), device="cpu")
@@ -39,6 +41,7 @@ def reference() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def embedder():
+    require_embedder()  # the GPU image has no embedder package: skip with the reason
     e = Embedder(cpu_config())
     yield e
     e.close()
@@ -120,6 +123,7 @@ def test_config_rejects_bad_values():
 
 
 def test_onnx_backend_without_onnxruntime_names_the_install_command(monkeypatch):
+    require_embedder()  # the model path comes from the embedder package
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
     with pytest.raises(ImportError, match="pip install onnxruntime onnx"):
         Embedder(cpu_config(backend="onnx"))

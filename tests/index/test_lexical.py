@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import require_index_packages
 
 from spectrag import build_index, load_index
 from spectrag.config import BM25Config, EmbedConfig, GraphConfig, IndexConfig
@@ -224,6 +225,7 @@ def drop_token_files(index_dir: Path) -> None:
 
 
 def test_add_extends_or_falls_back_to_a_full_build(tmp_path, monkeypatch):
+    require_index_packages()
     old = write_corpus(tmp_path / "old.jsonl", 0, 15)
     new = write_corpus(tmp_path / "new.jsonl", 15, 6, extra=NEW_ONLY)
     union = tmp_path / "union.jsonl"

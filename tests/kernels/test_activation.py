@@ -3,7 +3,11 @@
 where visit order cannot matter, invariants (bounds, monotonicity) and batch == single; each on
 the ``device`` fixture's devices, compared on the CPU.
 
-Tolerances: float32 kernel vs float64 reference, 1e-5 absolute (on any device)."""
+Tolerances, per dtype (on any device): the float32 activation pipeline vs the float64
+reference, 1e-5 absolute (``TOL``); :func:`spread` in float64 (the torch path on every device:
+``backend="auto"`` keeps float64 on torch) vs float64 loops 1e-12, and in float32 (the Triton
+kernel's float32 sums on CUDA, torch on the CPU) rtol 1e-5 / atol 2e-6: a few float32 rounding
+steps per round on values in [0, 1] over at most 6 rounds (``SPREAD_TOL``)."""
 
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ from spectrag.kernels.activation import khop_pairs, rescale_weights, spread
 
 ref = importlib.import_module("spectrag.reference.activation")
 TOL = 1e-5
+SPREAD_TOL = {torch.float64: dict(rtol=1e-12, atol=1e-12), torch.float32: dict(rtol=1e-5, atol=2e-6)}
+DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 
 
 def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
@@ -83,22 +89,26 @@ def test_pair_cosines_by_product_or_by_gather(device):
         assert torch.allclose(got.double().cpu(), want, atol=1e-6)
 
 
+@DTYPES
 @pytest.mark.parametrize("seed", range(4))
-def test_spread_equals_dense_loop(seed, device):
-    """Directed multigraph, [E, B] weights: the kernel vs a dense per-column numpy loop."""
+def test_spread_equals_dense_loop(seed, dtype, device):
+    """Directed multigraph, [E, B] weights: the kernel (in ``dtype``) vs a dense per-column
+    float64 numpy loop on the same (rounded) inputs."""
     rng = np.random.default_rng(seed)
     n, e, b, hops = 40, 160, 6, 4
     src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
-    w = rng.random((e, b)) * 0.6
-    a0 = (rng.random((n, b)) < 0.1).astype(np.float64)
-    got = spread(*(torch.from_numpy(a).to(device) for a in (src, dst, w, a0)), hops).cpu()
+    w = torch.from_numpy(rng.random((e, b)) * 0.6).to(dtype)
+    a0 = torch.from_numpy((rng.random((n, b)) < 0.1).astype(np.float64)).to(dtype)
+    got = spread(*(t.to(device) for t in (torch.from_numpy(src), torch.from_numpy(dst), w, a0)), hops).cpu()
+    assert got.dtype == dtype
+    w, a0 = w.double().numpy(), a0.double().numpy()
     for col in range(b):
         m = np.zeros((n, n))
         np.add.at(m, (dst, src), w[:, col])
         a = a0[:, col].copy()
         for _ in range(hops):
             a = np.minimum(1.0, a0[:, col] + m @ a)
-        np.testing.assert_allclose(got[:, col].numpy(), a, atol=1e-12)
+        np.testing.assert_allclose(got[:, col].double().numpy(), a, **SPREAD_TOL[dtype])
 
 
 def test_khop_pairs_equal_bfs_distances(device):
@@ -227,12 +237,17 @@ def test_given_seeds_replace_the_search(subgraph, device):
 # --- where the sequential BFS order cannot matter, the synchronous rounds equal it -----------------
 
 
-def _spread_and_bfs(n, edges, weights, seeds, hops, seed_order_rng=None, device=torch.device("cpu")):
+def _spread_and_bfs(n, edges, weights, seeds, hops, seed_order_rng=None, device=torch.device("cpu"),
+                    dtype=torch.float64):
+    """The synchronous rounds in ``dtype`` on ``device`` and the float64 BFS reference on the
+    same weights (rounded to ``dtype`` first, so only the sums' rounding differs)."""
     src = torch.tensor([u for u, _ in edges], dtype=torch.int64, device=device)
     dst = torch.tensor([v for _, v in edges], dtype=torch.int64, device=device)
-    a0 = torch.zeros(n, 1, dtype=torch.float64)
+    a0 = torch.zeros(n, 1, dtype=dtype)
     a0[seeds] = 1.0
-    sync = spread(src, dst, torch.tensor(weights, dtype=torch.float64, device=device), a0.to(device), hops)[:, 0].cpu().numpy()
+    w = torch.tensor(weights, dtype=torch.float64).to(dtype)
+    sync = spread(src, dst, w.to(device), a0.to(device), hops)[:, 0].cpu().double().numpy()
+    weights = w.double().tolist()
     adj = [[] for _ in range(n)]
     for (u, v), w in zip(edges, weights):
         adj[u].append((v, w))
@@ -246,8 +261,9 @@ def _spread_and_bfs(n, edges, weights, seeds, hops, seed_order_rng=None, device=
     return sync, bfs
 
 
+@DTYPES
 @pytest.mark.parametrize("seed", range(30))
-def test_directed_forest_equals_bfs(seed, device):
+def test_directed_forest_equals_bfs(seed, dtype, device):
     rng = random.Random(seed)
     n = rng.randint(2, 60)
     roots = sorted(rng.sample(range(n), rng.randint(1, max(1, n // 8))))
@@ -258,12 +274,13 @@ def test_directed_forest_equals_bfs(seed, device):
         placed.append(v)
     weights = [rng.uniform(0.0, 1.0) for _ in edges]
     for hops in (1, 3, 6):
-        sync, bfs = _spread_and_bfs(n, edges, weights, roots, hops, random.Random(seed + hops), device)
-        np.testing.assert_allclose(sync, bfs, atol=1e-12)
+        sync, bfs = _spread_and_bfs(n, edges, weights, roots, hops, random.Random(seed + hops), device, dtype)
+        np.testing.assert_allclose(sync, bfs, **SPREAD_TOL[dtype])
 
 
+@DTYPES
 @pytest.mark.parametrize("seed", range(30))
-def test_layered_dag_equals_bfs(seed, device):
+def test_layered_dag_equals_bfs(seed, dtype, device):
     """Edges only from level L to level L + 1 (many parents per node, saturation included)."""
     rng = random.Random(seed)
     levels, n = [], 0
@@ -275,12 +292,13 @@ def test_layered_dag_equals_bfs(seed, device):
                     for _ in range(rng.randint(1, 3))})
     weights = [rng.uniform(0.0, 0.9) for _ in edges]
     hops = len(levels) - 1
-    sync, bfs = _spread_and_bfs(n, edges, weights, levels[0], hops, random.Random(seed), device)
-    np.testing.assert_allclose(sync, bfs, atol=1e-12)
+    sync, bfs = _spread_and_bfs(n, edges, weights, levels[0], hops, random.Random(seed), device, dtype)
+    np.testing.assert_allclose(sync, bfs, **SPREAD_TOL[dtype])
 
 
+@DTYPES
 @pytest.mark.parametrize("hops", [1, 2, 3])
-def test_undirected_tree_one_seed_equals_bfs_up_to_three_hops(hops, device):
+def test_undirected_tree_one_seed_equals_bfs_up_to_three_hops(hops, dtype, device):
     rng = random.Random(hops)
     for _ in range(40):
         n = rng.randint(2, 40)
@@ -289,8 +307,8 @@ def test_undirected_tree_one_seed_equals_bfs_up_to_three_hops(hops, device):
             u, w = rng.randrange(v), rng.uniform(0.0, 0.9)
             edges += [(u, v), (v, u)]
             weights += [w, w]
-        sync, bfs = _spread_and_bfs(n, edges, weights, [0], hops, device=device)
-        np.testing.assert_allclose(sync, bfs, atol=1e-12)
+        sync, bfs = _spread_and_bfs(n, edges, weights, [0], hops, device=device, dtype=dtype)
+        np.testing.assert_allclose(sync, bfs, **SPREAD_TOL[dtype])
 
 
 def test_where_sync_and_bfs_differ(device):

@@ -1,6 +1,7 @@
 """Tests for spectrag.kernels.edge_propagate (torch backend) against a plain Python loop over edges,
-on the ``device`` fixture's devices (the backend is named: ``auto`` takes Triton on CUDA, tested in
-tests/kernels/test_triton_edge_propagate.py)."""
+on the ``device`` fixture's devices (the backend is named: ``auto`` takes Triton on CUDA below
+float64, tested in tests/kernels/test_triton_edge_propagate.py). Tolerances per dtype: float64
+sums against the float64 loop 1e-12, float32 ones 1e-5."""
 
 from __future__ import annotations
 
@@ -53,9 +54,50 @@ def test_float64_exact_and_auto_is_torch_on_cpu(device):
     ref = loop_reference(src, dst, weight, x, 25)
     y = edge_propagate(*on(device, src, dst, weight, x), 25, backend="torch")
     torch.testing.assert_close(y.cpu(), ref, rtol=1e-12, atol=1e-12)
-    if device.type == "cpu":  # on CUDA, auto takes Triton (float32 sums): test_triton_edge_propagate.py
-        torch.testing.assert_close(edge_propagate(src, dst, weight, x, 25), ref, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(edge_propagate(src, dst, weight, x, 25, backend="auto"), ref, rtol=1e-12, atol=1e-12)
+    # float64: auto stays on torch on every device (Triton sums in float32), so float64 tolerances
+    x, weight, src, dst = on(device, x, weight, src, dst)
+    torch.testing.assert_close(edge_propagate(src, dst, weight, x, 25).cpu(), ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(edge_propagate(src, dst, weight, x, 25, backend="auto").cpu(), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_auto_backend_choice():
+    from spectrag.kernels.edge_propagate import auto_backend
+
+    assert auto_backend("cpu", torch.float32) == "torch"
+    assert auto_backend("cuda", torch.float64) == "torch"  # float64 sums: the Triton kernels sum in float32
+    assert auto_backend("cuda", torch.float32) == ("triton" if ktriton.available() else "torch")
+    assert auto_backend("cuda", torch.bfloat16) == ("triton" if ktriton.available() else "torch")
+
+
+def test_triton_path_gets_edges_sorted_by_target(monkeypatch):
+    """The Triton path never takes the atomic kernel (its float32 sums land in another order on
+    every GPU run): :func:`propagator` sorts unsorted edges by target once, stably, and hands the
+    segment kernel ``dst_sorted=True``. Checked on the CPU with the kernel replaced by the torch
+    reference, which sums each row in the order it is given: the result must be bitwise the
+    reference on the stably sorted edges (and close to the unsorted one)."""
+    import spectrag.kernels.edge_propagate as ep
+    import spectrag.kernels.triton.edge_propagate as tep
+
+    calls = []
+
+    def fake(src, dst, weight, x, n_out, *, dst_sorted=None):
+        calls.append(dst_sorted)
+        assert dst_sorted is True and bool((dst[1:] >= dst[:-1]).all()), "the segment kernel got unsorted edges"
+        return ep._propagate_torch(src, dst, weight, x, n_out)
+
+    monkeypatch.setattr(tep, "edge_propagate_triton", fake)
+    monkeypatch.setattr(ep, "_resolve", lambda backend, x: "triton")
+    for shape in ("EB", "E"):
+        src, dst, weight, x = random_edges(400, 30, 20, 4, 9, shape)
+        weight2 = weight.reshape(400, -1)  # [E] is one weight per edge for every column
+        step = ep.propagator(src, dst, weight, x, 20, backend="triton")
+        got = step(x)
+        assert torch.equal(step(x), got)
+        order = torch.argsort(dst, stable=True)
+        want = ep._propagate_torch(src[order], dst[order], weight2[order], x, 20)
+        assert torch.equal(got, want)
+        torch.testing.assert_close(got, ep._propagate_torch(src, dst, weight2, x, 20), rtol=1e-5, atol=1e-5)
+    assert calls and all(calls)
 
 
 def test_batched_equals_columns_one_at_a_time(device):
