@@ -21,7 +21,7 @@ import torch
 from spectrag.kernels.blocks import BlockGraph
 from spectrag.kernels.compiled.blocks import PoolGraphs
 from spectrag.kernels.compiled.gather import max_cosine_compiled
-from spectrag.kernels.compiled.pagerank import personalized_pagerank_pools
+from spectrag.kernels.compiled.pagerank import personalized_pagerank_pools, seed_restart_compiled
 from spectrag.kernels.heat import chebyshev_heat_blocks, chebyshev_heat_dense_batched
 from spectrag.kernels.laplacian import block_laplacian
 from spectrag.kernels.pagerank import (
@@ -113,9 +113,13 @@ def spectral_proximity(coords: torch.Tensor, candidates: torch.Tensor, seeds: to
     return torch.where(mask, cos, torch.zeros_like(cos))
 
 
-def seed_restart(candidates: torch.Tensor, seeds: torch.Tensor, seed_weights: torch.Tensor) -> torch.Tensor:
+def seed_restart(candidates: torch.Tensor, seeds: torch.Tensor, seed_weights: torch.Tensor, *,
+                 compiled: bool = False) -> torch.Tensor:
     """PPR restart mass on the seeds, located in each pool (seeds come first in the pool).
-    Shapes: candidates ``[B, P]``, seeds / weights ``[B, S]`` -> ``[B, P]``."""
+    Shapes: candidates ``[B, P]``, seeds / weights ``[B, S]`` -> ``[B, P]``. ``compiled``: by
+    the compiled CPU kernel (this is its reference), without the ``[B, P, S]`` match tensor."""
+    if compiled:
+        return torch.from_numpy(seed_restart_compiled(candidates.numpy(), seeds.numpy(), seed_weights.numpy()))
     match = candidates[:, :, None] == seeds[:, None, :]  # (B, P, S)
     return (match.float() * seed_weights[:, None, :].clamp(min=0)).sum(dim=2)
 
@@ -145,8 +149,8 @@ def pool_proximity(
     if walk is not None:
         ppr = graph_ppr_proximity(walk, candidates, seeds, seed_weights, mask, damping=damping, tol=tol)
     else:
-        ppr = ppr_proximity(blocks, seed_restart(candidates, seeds, seed_weights), mask, damping=damping, tol=tol,
-                            dense=dense)
+        restart = seed_restart(candidates, seeds, seed_weights, compiled=isinstance(blocks, PoolGraphs))
+        ppr = ppr_proximity(blocks, restart, mask, damping=damping, tol=tol, dense=dense)
     if mode == "ppr":
         return ppr
     spec = spectral_proximity(coords, candidates, seeds, mask, compiled=isinstance(blocks, PoolGraphs))

@@ -27,7 +27,7 @@ def _expand_rows(lo, hi, seed_ids, seed_w, indptr, indices, data, hops, out_ids,
     reach = np.zeros(n, np.float64)
     seed_mass = np.zeros(n, np.float64)
     priority = np.zeros(n, np.float32)
-    state = np.zeros(n, np.uint8)  # bit 1: seed, 2: in the union, 4: in the next frontier
+    state = np.zeros(n, np.uint8)  # bit 1: seed, 2: in the union, 4: in the next frontier, 8: in this one
     union = np.empty(n, np.int64)
     cur = np.empty(n, np.int64)
     new = np.empty(n, np.int64)
@@ -52,17 +52,27 @@ def _expand_rows(lo, hi, seed_ids, seed_w, indptr, indices, data, hops, out_ids,
             front[cur[i]] = seed_mass[cur[i]]
         scale = 1.0
         for _ in range(hops):
-            cur[:n_cur].sort()  # ascending sources: each target sums its terms in CSR-product order
+            # ascending sources: each target sums its terms in CSR-product order
+            if n <= 32 * n_cur:  # a large frontier of a small graph: one pass over the nodes beats a sort
+                for i in range(n_cur):
+                    state[cur[i]] |= 8
+                k = 0
+                for v in range(n):
+                    if state[v] & 8:
+                        state[v] &= np.uint8(7)
+                        cur[k] = v
+                        k += 1
+            else:
+                cur[:n_cur].sort()
             n_new = 0
             for i in range(n_cur):
                 u = cur[i]
                 fu = front[u]
                 for e in range(indptr[u], indptr[u + 1]):
                     v = indices[e]
-                    if state[v] & 4 == 0:
-                        state[v] |= 4
-                        new[n_new] = v
-                        n_new += 1
+                    new[n_new] = v  # kept (the count moves on) only at v's first visit: no branch
+                    n_new += 1 - ((state[v] >> 2) & 1)
+                    state[v] |= 4
                     nxt[v] += np.float64(data[e]) * fu
             for i in range(n_cur):
                 front[cur[i]] = 0.0

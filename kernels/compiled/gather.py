@@ -66,21 +66,40 @@ def rescore_compiled(table: np.ndarray, q: np.ndarray, ids: np.ndarray, k: int, 
 
 
 def _max_cosine_rows(lo, hi, table, ids, seeds, out):
+    m = table.shape[1]
+    n_seeds = seeds.shape[1]
+    zs = np.empty((n_seeds, m), np.float64)  # the query's seed rows, read as float64 once
+    zc = np.empty(m, np.float64)
     for b in range(lo, hi):
+        k = 0
+        for j in range(n_seeds):
+            s = seeds[b, j]
+            if s >= 0:
+                for t in range(m):
+                    zs[k, t] = np.float64(table[s, t])
+                k += 1
         for i in range(ids.shape[1]):
             c = ids[b, i]
             best = -np.inf
             if c >= 0:
-                for j in range(seeds.shape[1]):
-                    s = seeds[b, j]
-                    if s < 0:
-                        continue
-                    v = np.float32(_dot64(table, c, table, s))
+                for t in range(m):
+                    zc[t] = np.float64(table[c, t])
+                for j in range(k):
+                    v = np.float32(_dot64_rows(zc, zs, j))
                     if v > best:
                         best = v
             out[b, i] = np.float32(best) if best > 0 else np.float32(0.0)
 
 
+def _dot64_rows(a, rows, j):
+    """``<a, rows[j]>`` of float64 vectors (the compiler may order the sum: see ``jit``)."""
+    acc = 0.0
+    for t in range(a.shape[0]):
+        acc += a[t] * rows[j, t]
+    return acc
+
+
+_dot64_rows = jit(_dot64_rows, reassociate=True)
 _max_cosine_rows = jit(_max_cosine_rows)
 
 

@@ -104,6 +104,33 @@ def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, 
 _ppr_pool_rows = jit(_ppr_pool_rows)
 
 
+def _restart_rows(lo, hi, candidates, seeds, weights, out):
+    for b in range(lo, hi):
+        for i in range(candidates.shape[1]):
+            acc = np.float32(0.0)
+            for j in range(seeds.shape[1]):
+                if candidates[b, i] == seeds[b, j]:
+                    acc += max(weights[b, j], np.float32(0.0))
+            out[b, i] = acc
+
+
+_restart_rows = jit(_restart_rows)
+
+
+def seed_restart_compiled(candidates: np.ndarray, seeds: np.ndarray, weights: np.ndarray, *,
+                          threads: int | None = None) -> np.ndarray:
+    """:func:`spectrag.propagate.proximity.seed_restart` compiled: each candidate's restart
+    mass, the clipped float32 weight of the seed it is (a sum over the seeds it equals, ids
+    compared as given, padding included, as there; the seeds are distinct, so that is one
+    term, exact in any order). Shapes: ``candidates [B, P]``, ``seeds / weights [B, S]`` ->
+    float32 ``[B, P]``."""
+    out = np.empty(candidates.shape, np.float32)
+    parallel_rows(_restart_rows, candidates.shape[0], np.ascontiguousarray(candidates, np.int64),
+                  np.ascontiguousarray(seeds, np.int64), np.ascontiguousarray(weights, np.float32), out,
+                  threads=threads)
+    return out
+
+
 def personalized_pagerank_pools(pools: PoolGraphs, X: torch.Tensor, *, damping: float = 0.85, tol: float = 1e-8,
                                 max_iter: int = 100, raise_on_failure: bool = True,
                                 threads: int | None = None) -> PageRankResult:

@@ -71,6 +71,24 @@ def test_compiled_equals_torch_bitwise(trial, device):
     assert want_pri.tolist() == py_pri
 
 
+@pytest.mark.parametrize("seeds", [2, 40])
+def test_compiled_equals_the_walk_whichever_way_it_orders_a_frontier(seeds):
+    """The compiled walk visits a frontier in ascending node order by a sort (a small frontier
+    of a large graph) or by one pass over the nodes (a frontier over n / 32): 2 seeds of 2,000
+    nodes take the sort at hop 1 and the pass later; 40 seeds the pass throughout. Both give
+    the plain walk's pools, bit for bit."""
+    rng = np.random.default_rng(seeds)
+    n = 2000
+    graph = random_graph(rng, n, 0.01, dyadic=False)
+    ids = torch.from_numpy(np.stack([rng.permutation(n)[:seeds] for _ in range(3)]))
+    w = torch.from_numpy(rng.random((3, seeds)).astype(np.float32))
+    got_ids, got_pri = expand(ids, w, graph, max_candidates=150, hops=3)
+    py_ids, py_pri = python_expand(graph, ids, w, 150, 3)
+    assert got_ids.tolist() == py_ids and got_pri.tolist() == py_pri
+    want_ids, want_pri = expand_torch(ids, w, TorchCSR.from_scipy(graph, torch.device("cpu")), max_candidates=150, hops=3)
+    assert torch.equal(got_ids, want_ids) and torch.equal(got_pri, want_pri)
+
+
 def test_pools_do_not_depend_on_the_batch():
     """A query's pool is the same alone and in any batch, and at any thread count."""
     rng = np.random.default_rng(7)

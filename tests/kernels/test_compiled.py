@@ -59,6 +59,23 @@ def test_max_cosine_equals_spectral_proximity():
     assert torch.equal(got, torch.from_numpy(max_cosine_compiled(coords.numpy(), cand.numpy(), seeds.numpy())))
 
 
+def test_seed_restart_equals_torch():
+    """The PPR restart of the compiled path is the torch one's, bit for bit: seeds found in the
+    pool carry their clipped weights, padding as there."""
+    from spectrag.propagate.proximity import seed_restart
+
+    g = torch.Generator().manual_seed(3)
+    cand = random_ids(g, 9, 70, 300)
+    seeds = torch.where(torch.rand(9, 20, generator=g) < 0.7, cand[:, torch.randperm(70, generator=g)[:20]],
+                        torch.randint(0, 300, (9, 20), generator=g))  # most in the pool, some not
+    seeds[2, 5:] = -1  # seed padding (padding candidates equal it, as in the torch version)
+    weights = torch.rand(9, 20, generator=g) - 0.1  # some negative: clipped at 0
+    want = seed_restart(cand, seeds, weights)
+    got = seed_restart(cand, seeds, weights, compiled=True)
+    assert torch.equal(got, want) and got.dtype == want.dtype
+    assert (got > 0).sum() > 50
+
+
 def test_rescore_equals_numpy_rescore():
     from spectrag.index.dense import rescore
 
