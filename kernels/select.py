@@ -516,6 +516,10 @@ def _rows_view(table: torch.Tensor, ids: torch.Tensor, scores: torch.Tensor) -> 
     return table[:1].expand(scores.shape[0], scores.shape[1], table.shape[1]) if table.shape[0] else table
 
 
+# the gathered candidate rows of one tile of :func:`_k_gram` (float64), at most
+GRAM_ROWS_BYTES = 1 << 28
+
+
 def _k_gram(rows, k_real: torch.Tensor, k_count: torch.Tensor, tile: int = 16) -> torch.Tensor:
     """Cosines between the compacted candidates of each query: ``[B, kw, kw]`` float32;
     ``rows(queries, width)`` gives the first ``width`` compacted vectors ``[len(queries), width, d]``
@@ -527,19 +531,25 @@ def _k_gram(rows, k_real: torch.Tensor, k_count: torch.Tensor, tile: int = 16) -
     alone or in any batch, and two identical chunks get identical cosines (their utilities tie
     exactly and the smaller position wins, as in the reference). Queries go in tiles of similar
     set sizes (sorted by size), each as wide as its largest set, and the gathered rows of a
-    tile stay in cache.
+    tile stay in cache. A tile holds at least ``tile`` queries and as many as fit in
+    :data:`GRAM_ROWS_BYTES` of gathered rows (at most 2^16), so a batch of usual size is one
+    product and makes no host round trip per tile (a device batch would wait at each).
     """
     B, kw = k_real.shape
     gram = torch.zeros((B, kw, kw), dtype=torch.float32, device=k_real.device)
     wide = _work_dtype(k_real.device)  # float64 (float32 on MPS)
+    if B == 0 or kw == 0:
+        return gram
+    dim = rows(torch.zeros(1, dtype=torch.int64, device=k_real.device), 1).shape[-1]
+    tile = max(tile, min(1 << 16, GRAM_ROWS_BYTES // (kw * max(dim, 1) * 8)))
     by_size = torch.argsort(k_count, stable=True)
     for lo in range(0, B, tile):
         group = by_size[lo : lo + tile]
-        width = int(k_count[group].max())
+        width = kw if group.numel() == B else int(k_count[group].max())  # one tile: kw, known here
         if width == 0:
             continue
         e = rows(group, width).to(wide)
-        e[~k_real[group, :width]] = 0.0
+        e = torch.where(k_real[group, :width].unsqueeze(2), e, torch.zeros((), dtype=wide, device=e.device))
         if not bool(torch.isfinite(e.sum())):  # only rows the tail reads (a table's others never matter)
             raise ValueError("embeddings must be finite at the candidates' rows (the [n, d] table with ids)")
         gram[group, :width, :width] = torch.bmm(e, e.transpose(1, 2)).to(torch.float32)
