@@ -537,26 +537,33 @@ def _k_gram(rows, k_real: torch.Tensor, k_count: torch.Tensor, tile: int = 16) -
     alone or in any batch, and two identical chunks get identical cosines (their utilities tie
     exactly and the smaller position wins, as in the reference). Queries go in tiles of similar
     set sizes (sorted by size), each as wide as its largest set, and the gathered rows of a
-    tile stay in cache. A tile holds at least ``tile`` queries and as many as fit in
-    :data:`GRAM_ROWS_BYTES` of gathered rows (at most 2^16), so a batch of usual size is one
-    product and makes no host round trip per tile (a device batch would wait at each).
+    tile stay in cache (on the CPU, ``tile`` queries; on a GPU, as many as fit in
+    :data:`GRAM_ROWS_BYTES` of gathered rows: one product for a batch of usual size). The tiles'
+    widths are read from the device at once and the finiteness check once at the end, so the
+    host waits twice whatever the number of tiles.
     """
     B, kw = k_real.shape
-    gram = torch.zeros((B, kw, kw), dtype=torch.float32, device=k_real.device)
-    wide = _work_dtype(k_real.device)  # float64 (float32 on MPS)
+    dev = k_real.device
+    gram = torch.zeros((B, kw, kw), dtype=torch.float32, device=dev)
+    wide = _work_dtype(dev)  # float64 (float32 on MPS)
     if B == 0 or kw == 0:
         return gram
-    dim = rows(torch.zeros(1, dtype=torch.int64, device=k_real.device), 1).shape[-1]
-    tile = max(tile, min(1 << 16, GRAM_ROWS_BYTES // (kw * max(dim, 1) * 8)))
+    if dev.type != "cpu":
+        dim = rows(torch.zeros(1, dtype=torch.int64, device=dev), 1).shape[-1]
+        tile = max(tile, min(B, GRAM_ROWS_BYTES // (kw * max(dim, 1) * 8)))
     by_size = torch.argsort(k_count, stable=True)
-    for lo in range(0, B, tile):
-        group = by_size[lo : lo + tile]
-        width = kw if group.numel() == B else int(k_count[group].max())  # one tile: kw, known here
+    sizes = k_count[by_size]
+    last = torch.arange(tile - 1, B + tile - 1, tile, device=dev).clamp(max=B - 1)  # each tile's widest set
+    widths = sizes[last].tolist()
+    finite = torch.ones((), dtype=torch.bool, device=dev)
+    for lo, width in zip(range(0, B, tile), widths):
         if width == 0:
             continue
+        group = by_size[lo : lo + tile]
         e = rows(group, width).to(wide)
         e = torch.where(k_real[group, :width].unsqueeze(2), e, torch.zeros((), dtype=wide, device=e.device))
-        if not bool(torch.isfinite(e.sum())):  # only rows the tail reads (a table's others never matter)
-            raise ValueError("embeddings must be finite at the candidates' rows (the [n, d] table with ids)")
+        finite &= torch.isfinite(e.sum())  # only rows the tail reads (a table's others never matter)
         gram[group, :width, :width] = torch.bmm(e, e.transpose(1, 2)).to(torch.float32)
+    if not bool(finite):
+        raise ValueError("embeddings must be finite at the candidates' rows (the [n, d] table with ids)")
     return gram

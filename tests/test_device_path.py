@@ -49,10 +49,15 @@ def index(tmp_path_factory):
 
 
 def rows(result) -> list[dict]:
-    return [dict(candidates=result.candidates[b].tolist(), ranking=result.ranking()[b].tolist(),
-                 selected=result.selected_ids()[b].tolist(), scores=result.scores[b].tolist(),
-                 relevance=result.relevance[b].tolist(), used=int(result.used_tokens[b]))
-            for b in range(len(result.candidates))]
+    """Each query's result without the batch's padding (its width depends on the batch)."""
+    out = []
+    for b in range(len(result.candidates)):
+        real = result.candidates[b] >= 0
+        ranking, selected = result.ranking()[b], result.selected_ids()[b]
+        out.append(dict(candidates=result.candidates[b][real].tolist(), ranking=ranking[ranking >= 0].tolist(),
+                        selected=selected[selected >= 0].tolist(), scores=result.scores[b][real].tolist(),
+                        relevance=result.relevance[b][real].tolist(), used=int(result.used_tokens[b])))
+    return out
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -62,6 +67,10 @@ def test_torch_path_equals_compiled_path(index, mode):
     want = Retriever(idx, RetrieverConfig(backend="compiled")).score_batch(texts, mode=mode, qvecs=qv, budget=2500)
     assert got.candidates.shape[0] == 64 and (got.selected >= 0).sum() > 64
     assert_same_results(rows(got), rows(want), where=mode)
+    torch_path = Retriever(idx, RetrieverConfig(backend="torch"))
+    for b in (0, 17, 63):  # a query alone gets what it gets in the batch
+        alone = torch_path.score_batch(texts[b : b + 1], mode=mode, qvecs=qv[b : b + 1], budget=2500)
+        assert_same_results(rows(alone)[0], rows(got)[b], where=f"{mode}, query {b} alone")
 
 
 def count(retriever, texts, qv, mode) -> SyncCounter:
@@ -85,8 +94,8 @@ def test_host_syncs_per_batch_are_few_and_do_not_grow_with_b(index, mode):
     large = count(retriever, texts[:8] * 32, qv[:8].repeat(32, 1), mode)
     assert large.counts == small.counts, f"B = 8: {small.report()}; B = 256: {large.report()}"
     assert small.total <= MAX_SYNCS, small.places
-    # nothing is copied to the host or read as a list
-    assert not {"cpu", "numpy", "tolist"} & set(small.counts), small.places
+    # no tensor is copied to the host; one short list is read (the selection's tile widths)
+    assert not {"cpu", "numpy"} & set(small.counts) and small.counts["tolist"] <= 1, small.places
     # 256 different queries: more PPR iterations / selection steps at most, never per query
     varied = count(retriever, (texts * 4)[:256], qv.repeat(4, 1), mode)
     assert varied.total <= MAX_SYNCS + 40, varied.report()
