@@ -360,6 +360,10 @@ class GraphConfig(_Checked):
         map the eigenvectors back; its effect is in bench/results/scale_cpu.md (default: False).
     clusters: k-means clusters over the coordinates; 0 picks about sqrt(n / 2) (default: 0).
     seed: seed of Lanczos start vectors and k-means (default: 0).
+    device: where the exact kNN search and the spectrum (Lanczos) run: ``auto`` (CUDA when
+        present), ``cpu`` or ``cuda[:i]``. On the CPU the kNN search is FAISS's; on CUDA a tiled
+        torch top-k (the same neighbour lists: every row's hits are re-scored exactly on the
+        host) and Lanczos there (the same eigenpairs to rounding) (default: auto).
     """
 
     SECTION = "graph"
@@ -389,8 +393,11 @@ class GraphConfig(_Checked):
     lanczos_reorder: bool = False
     clusters: int = opt(0, lo=0, hi=MAX_COUNT)
     seed: int = opt(0, lo=0, hi=2**32 - 1)
+    device: str = "auto"
 
     def check(self) -> None:
+        if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
+            raise ConfigError(f"graph.device must be auto, cpu or cuda[:i], got {brief(self.device)}")
         if self.utility_questions and self.questions_file:
             raise ConfigError("graph.utility_questions and graph.questions_file are both set; the questions come "
                               "either from the LLM or from the file: unset one")
@@ -924,6 +931,13 @@ def with_openie(config: IndexConfig, path: Path) -> IndexConfig:
     graph = config.graph if config.graph.entities_file else dataclasses.replace(config.graph, entities_file=str(path))
     kg = dataclasses.replace(config.kg, enabled=True, source="openie", openie_file=str(path))
     return dataclasses.replace(config, graph=graph, kg=kg)
+
+
+def with_device(config: IndexConfig, device: str) -> IndexConfig:
+    """What ``spectrag index --device DEVICE`` does: the embedder (``embed.device``), the kNN
+    search and the spectrum (``graph.device``) on ``DEVICE`` (``auto``, ``cpu`` or ``cuda[:i]``)."""
+    return dataclasses.replace(config, embed=dataclasses.replace(config.embed, device=device),
+                               graph=dataclasses.replace(config.graph, device=device))
 
 
 def with_llm_stages(config: IndexConfig, *, utility_questions: bool = False, kg_source: str | None = None) -> IndexConfig:

@@ -31,6 +31,7 @@ import torch
 
 from spectrag.config import BASELINE_MODES, GRAPH_MODES, KG_MODES, RetrieverConfig, check_setting
 from spectrag.errors import SpectragError
+from spectrag.index.lexical import DeviceTerms
 from spectrag.expand.blocks import candidate_blocks
 from spectrag.expand.pool import expand
 from spectrag.kernels import compiled as compiled_kernels
@@ -42,6 +43,7 @@ from spectrag.rescore.bridge import graph_evidence, named_best_chunks, protect_n
 from spectrag.rescore.relevance import calibrated_relevance
 from spectrag.seed.lexical import lexical_scores
 from spectrag.seed.seed import seed
+from spectrag.seed.titles import NamedChunks
 from spectrag.select.select import select_context
 from spectrag.state import QueryState
 
@@ -53,15 +55,28 @@ class QueryBatch:
     """What the pipeline knows of B queries: their embeddings; for BM25 seeding, their term
     counts over the index vocabulary (None: dense seeds only); the chunks of the documents each
     names (:mod:`spectrag.seed.titles`; None: none). Shapes: ``vectors [B, d]``, ``terms``
-    scipy CSR ``[B, vocab]``, ``named`` scipy CSR ``[B, n]``."""
+    scipy CSR ``[B, vocab]``, ``named`` scipy CSR ``[B, n]``; on the device path (the torch
+    backend) they are laid out on the device once (:meth:`on_device`: :class:`DeviceTerms`,
+    :class:`NamedChunks`), and no stage reads them back."""
 
     vectors: torch.Tensor
-    terms: sp.csr_matrix | None = None
-    named: sp.csr_matrix | None = None
+    terms: sp.csr_matrix | DeviceTerms | None = None
+    named: sp.csr_matrix | NamedChunks | None = None
     texts: list[str] | None = None  # the query texts, for the knowledge graph's name linking
 
     def __len__(self) -> int:
         return self.vectors.shape[0]
+
+    def on_device(self, state: QueryState) -> "QueryBatch":
+        """This batch with its vectors, term counts and named chunks on the state's device (host
+        work on the query batch; nothing here waits for the device)."""
+        dev = state.device
+        terms, named = self.terms, self.named
+        if isinstance(terms, sp.spmatrix) and state.bm25 is not None:
+            terms = state.bm25.device_terms(terms, dev)
+        if isinstance(named, sp.spmatrix):
+            named = NamedChunks.from_csr(named, dev)
+        return QueryBatch(self.vectors.to(dev, torch.float32), terms, named, self.texts)
 
 
 @dataclass
@@ -97,11 +112,14 @@ class BatchResult:
         return torch.where(pos >= 0, self.candidates.gather(1, pos.clamp(min=0)), torch.full_like(pos, -1))
 
 
-def named_in(named: sp.csr_matrix, candidates: torch.Tensor) -> torch.Tensor:
+def named_in(named: sp.csr_matrix | NamedChunks, candidates: torch.Tensor) -> torch.Tensor:
     """Which candidates are chunks of a document their query names. ``[B, n]``, ``[B, P]`` -> bool ``[B, P]``."""
     n = named.shape[1]
-    rows = np.repeat(np.arange(named.shape[0], dtype=np.int64), np.diff(named.indptr))
-    keys = torch.from_numpy(np.sort(rows * n + named.indices)).to(candidates.device)
+    if isinstance(named, NamedChunks):
+        keys = named.keys.to(candidates.device)
+    else:
+        rows = np.repeat(np.arange(named.shape[0], dtype=np.int64), np.diff(named.indptr))
+        keys = torch.from_numpy(np.sort(rows * n + named.indices)).to(candidates.device)
     query = torch.arange(candidates.shape[0], device=candidates.device).unsqueeze(1)
     want = query * n + candidates.clamp(min=0)
     at = torch.searchsorted(keys, want).clamp(max=max(keys.numel() - 1, 0))
@@ -157,6 +175,9 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         state.require_graph(mode)
     kg = state.require_kg(mode) if mode in KG_MODES else None
     stage = _Timer(state.device)
+    compiled = uses_compiled(config.backend, state.device)
+    if not compiled:  # the device path: the batch's tensors on the device once, never read back
+        batch = batch.on_device(state)
     q = batch.vectors.to(state.device, torch.float32)
     stage("embed")
     sc = config.seed
@@ -177,7 +198,6 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
                       texts=batch.texts, dense_ids=dense_ids)
         stage("activate")
     ec = config.expand
-    compiled = uses_compiled(config.backend, state.device)
 
     def graph(name: str):  # the graph as the backend's kernels read it
         return getattr(state, name) if compiled else state.torch_graph(name)
@@ -201,7 +221,10 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         relevance = gathered_dot(state.embeddings, candidates, q)
     if mode in PROPAGATION_MODES and sc.lexical_weight > 0 and batch.terms is not None and state.bm25 is not None:
         # r: dense and BM25 evidence together, each standardized over the query's pool (rescore.relevance)
-        lexical = lexical_scores(state.bm25, batch.terms, candidates, compiled=compiled)[0]
+        if isinstance(batch.terms, DeviceTerms):
+            lexical = state.bm25.scores_at(batch.terms, candidates).to(torch.float64)
+        else:
+            lexical = lexical_scores(state.bm25, batch.terms, candidates, compiled=compiled)[0]
         relevance = calibrated_relevance(relevance, lexical, mask, weight=sc.lexical_weight)
     proximity = torch.zeros_like(relevance)
     if mode in PROPAGATION_MODES:

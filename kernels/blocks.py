@@ -126,8 +126,9 @@ def _induced_torch(candidates: torch.Tensor, graphs: list[tuple], n: int) -> lis
         owner, pos = csr_entries(indptr.to(torch.int64), node)
         src = slot[owner]
         dst = locate(query[owner] * n + indices[pos].to(torch.int64))
-        keep = dst >= 0
-        out.append(_blocks_of(batch, p, src[keep], dst[keep], values[pos][keep].to(torch.float32)))
+        keep = torch.nonzero(dst >= 0).squeeze(1)  # one host read per graph, then gathers
+        out.append(_blocks_of(batch, p, src.index_select(0, keep), dst.index_select(0, keep),
+                              values.index_select(0, pos.index_select(0, keep)).to(torch.float32)))
     return out
 
 

@@ -11,8 +11,10 @@ import numpy as np
 import torch
 
 
-def csr_entries(indptr: torch.Tensor, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every CSR entry of every node in ``nodes``, all at once.
+def csr_entries(indptr: torch.Tensor, nodes: torch.Tensor, *,
+                total: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every CSR entry of every node in ``nodes``, all at once. ``total``: the sum of the
+    nodes' degrees when the caller knows it (then the device is not asked for it: no host sync).
 
     Shapes: ``indptr [N + 1]``, ``nodes [M]`` (int64) -> owner (index into ``nodes``) and CSR
     position, both ``[sum of the nodes' degrees]``, grouped by owner in order.
@@ -20,7 +22,7 @@ def csr_entries(indptr: torch.Tensor, nodes: torch.Tensor) -> tuple[torch.Tensor
     # index_select: several times faster than advanced indexing on the CPU
     start = indptr.index_select(0, nodes)
     deg = indptr.index_select(0, nodes + 1) - start
-    owner = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)
+    owner = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg, output_size=total)
     first = torch.cumsum(deg, 0) - deg
     pos = (start - first).index_select(0, owner) + torch.arange(owner.numel(), device=nodes.device)
     return owner, pos

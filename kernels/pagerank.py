@@ -448,6 +448,11 @@ def personalized_pagerank_dense_batched(
     return result
 
 
+# the block power iteration asks the device whether every column converged once per this many
+# iterations (each ask is a host synchronization on a GPU)
+CHECK_EVERY = 4
+
+
 def _iterate_blocks(walk, dangling: torch.Tensor, m: torch.Tensor, X3: torch.Tensor, squeeze: bool,
                     damping: float, tol: float, max_iter: int) -> PageRankResult:
     """The power iteration of every block at once (networkx's model, see the module docstring):
@@ -472,13 +477,15 @@ def _iterate_blocks(walk, dangling: torch.Tensor, m: torch.Tensor, X3: torch.Ten
         col_iters = torch.where(active, torch.full_like(col_iters, it), col_iters)
         x = torch.where(active.unsqueeze(1), xn, x)
         active = active & (err >= threshold)
-        if not bool(active.any()):
+        # the host reads the flags every CHECK_EVERY iterations only: a converged column is
+        # frozen, so the iterations past its convergence change nothing it returns
+        if it % CHECK_EVERY == 0 and not bool(active.any()):
             break
 
     converged = not bool(active.any())
     return PageRankResult(
         scores=x.squeeze(2) if squeeze else x,
-        n_iter=n_iter,
+        n_iter=int(col_iters.max()) if col_iters.numel() else n_iter,
         converged=converged,
         residual=residual.squeeze(1) if squeeze else residual,
         column_converged=(~active).squeeze(1) if squeeze else ~active,

@@ -44,6 +44,7 @@ distinct token length, so equal lengths get bit-identical normalisers.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -445,10 +446,12 @@ def budget_select(
     # touch its state freely.
     n_tail = torch.zeros(B, dtype=torch.int64, device=device)
     ph_tail = torch.full((B, 1), PHASE_TAIL, dtype=torch.int8, device=device)
-    while True:
+    for step in itertools.count():
         open_k &= tok_k <= remaining.unsqueeze(1)  # (B, kw)
         act = open_k.any(1)
-        if not bool(act.any()):
+        # the host asks whether any query still picks every TAIL_CHECK_EVERY steps only (a host
+        # synchronization on a GPU); a step where none picks changes nothing it returns
+        if step % TAIL_CHECK_EVERY == 0 and not bool(act.any()):
             break
         key = (base + c_term + d_term - cfg.lam * red) / length_norm  # the reference's order of operations
         kp = torch.where(open_k, key, neg_inf).argmax(1, keepdim=True)  # first max: smaller position
@@ -516,6 +519,13 @@ def _rows_view(table: torch.Tensor, ids: torch.Tensor, scores: torch.Tensor) -> 
     return table[:1].expand(scores.shape[0], scores.shape[1], table.shape[1]) if table.shape[0] else table
 
 
+# the tail greedy checks for a query still picking once per this many steps
+TAIL_CHECK_EVERY = 4
+
+# the gathered candidate rows of one tile of :func:`_k_gram` (float64), at most
+GRAM_ROWS_BYTES = 1 << 28
+
+
 def _k_gram(rows, k_real: torch.Tensor, k_count: torch.Tensor, tile: int = 16) -> torch.Tensor:
     """Cosines between the compacted candidates of each query: ``[B, kw, kw]`` float32;
     ``rows(queries, width)`` gives the first ``width`` compacted vectors ``[len(queries), width, d]``
@@ -527,20 +537,33 @@ def _k_gram(rows, k_real: torch.Tensor, k_count: torch.Tensor, tile: int = 16) -
     alone or in any batch, and two identical chunks get identical cosines (their utilities tie
     exactly and the smaller position wins, as in the reference). Queries go in tiles of similar
     set sizes (sorted by size), each as wide as its largest set, and the gathered rows of a
-    tile stay in cache.
+    tile stay in cache (on the CPU, ``tile`` queries; on a GPU, as many as fit in
+    :data:`GRAM_ROWS_BYTES` of gathered rows: one product for a batch of usual size). The tiles'
+    widths are read from the device at once and the finiteness check once at the end, so the
+    host waits twice whatever the number of tiles.
     """
     B, kw = k_real.shape
-    gram = torch.zeros((B, kw, kw), dtype=torch.float32, device=k_real.device)
-    wide = _work_dtype(k_real.device)  # float64 (float32 on MPS)
+    dev = k_real.device
+    gram = torch.zeros((B, kw, kw), dtype=torch.float32, device=dev)
+    wide = _work_dtype(dev)  # float64 (float32 on MPS)
+    if B == 0 or kw == 0:
+        return gram
+    if dev.type != "cpu":
+        dim = rows(torch.zeros(1, dtype=torch.int64, device=dev), 1).shape[-1]
+        tile = max(tile, min(B, GRAM_ROWS_BYTES // (kw * max(dim, 1) * 8)))
     by_size = torch.argsort(k_count, stable=True)
-    for lo in range(0, B, tile):
-        group = by_size[lo : lo + tile]
-        width = int(k_count[group].max())
+    sizes = k_count[by_size]
+    last = torch.arange(tile - 1, B + tile - 1, tile, device=dev).clamp(max=B - 1)  # each tile's widest set
+    widths = sizes[last].tolist()
+    finite = torch.ones((), dtype=torch.bool, device=dev)
+    for lo, width in zip(range(0, B, tile), widths):
         if width == 0:
             continue
+        group = by_size[lo : lo + tile]
         e = rows(group, width).to(wide)
-        e[~k_real[group, :width]] = 0.0
-        if not bool(torch.isfinite(e.sum())):  # only rows the tail reads (a table's others never matter)
-            raise ValueError("embeddings must be finite at the candidates' rows (the [n, d] table with ids)")
+        e = torch.where(k_real[group, :width].unsqueeze(2), e, torch.zeros((), dtype=wide, device=e.device))
+        finite &= torch.isfinite(e.sum())  # only rows the tail reads (a table's others never matter)
         gram[group, :width, :width] = torch.bmm(e, e.transpose(1, 2)).to(torch.float32)
+    if not bool(finite):
+        raise ValueError("embeddings must be finite at the candidates' rows (the [n, d] table with ids)")
     return gram

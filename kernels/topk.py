@@ -228,9 +228,26 @@ def topk_by_row(row: torch.Tensor, ids: torch.Tensor, values: torch.Tensor, n_ro
     ``[n_rows, k]`` (-1 padded)."""
     if k < 1:
         return values.new_zeros(n_rows, 0, dtype=torch.float32), ids.new_zeros(n_rows, 0)
-    indptr = torch.zeros(n_rows + 1, dtype=torch.int64, device=row.device)
-    indptr[1:] = torch.cumsum(torch.bincount(row, minlength=n_rows), 0)
-    return topk_sparse_rows(indptr, ids, values, k)
+    dev = row.device
+    if row.numel() == 0:
+        return (torch.zeros((n_rows, k), dtype=torch.float32, device=dev),
+                torch.full((n_rows, k), -1, dtype=torch.int64, device=dev))
+    # every row laid out in a padded [n_rows, widest row] block, then one two-key sort: a fixed
+    # number of host reads (the widest row) whatever the number or lengths of the rows
+    counts = torch.zeros(n_rows, dtype=torch.int64, device=dev).index_add_(0, row, torch.ones_like(row))
+    rank = torch.arange(row.numel(), device=dev) - (torch.cumsum(counts, 0) - counts)[row]
+    width = int(counts.max())
+    vals = torch.full((n_rows, width), float("-inf"), dtype=torch.float32, device=dev)
+    cols = torch.full((n_rows, width), torch.iinfo(torch.int64).max, dtype=torch.int64, device=dev)
+    vals[row, rank] = values.to(torch.float32)
+    cols[row, rank] = ids.to(torch.int64)
+    scores, top = sort_by_score_then_id(vals, cols, k)
+    empty = top == torch.iinfo(torch.int64).max
+    scores, top = scores.masked_fill(empty, 0.0), top.masked_fill(empty, -1)
+    if top.shape[1] < k:
+        scores = torch.nn.functional.pad(scores, (0, k - top.shape[1]), value=0.0)
+        top = torch.nn.functional.pad(top, (0, k - top.shape[1]), value=-1)
+    return scores, top
 
 
 def _entries_at_or_above_kth(indptr: torch.Tensor, values: torch.Tensor, k: int) -> torch.Tensor:

@@ -206,6 +206,8 @@ def _ray_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--skip-invalid", is_flag=True, help="Leave out (count and list) files and records that cannot be read "
               "(not UTF-8, invalid JSON or YAML, unparsable) instead of failing.")
 @click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder (refused by default).")
+@click.option("--device", help="auto, cpu or cuda[:i]: where the embedder, the kNN search and the spectrum run "
+                               "(embed.device and graph.device; default: the config's, auto: CUDA when present).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @llm_options
 @_ray_options
@@ -213,13 +215,15 @@ def _ray_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_friendly
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
               openie_file: Path | None, utility_questions: bool, kg_source: str | None, overwrite: bool,
-              skip_empty: bool, skip_invalid: bool, follow_symlinks: bool, as_json: bool, llm_flags: dict,
-              ray_address: str | None, workers: int) -> None:
+              skip_empty: bool, skip_invalid: bool, follow_symlinks: bool, device: str | None, as_json: bool,
+              llm_flags: dict, ray_address: str | None, workers: int) -> None:
     """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
     from spectrag.build import build_index
-    from spectrag.config import load_config
+    from spectrag.config import load_config, with_device
 
     config = load_config(config_file, preset=preset)
+    if device is not None:
+        config = with_device(config, device)
     if openie_file is not None:
         config = with_openie(config, openie_file)
     config = with_llm_stages(config, utility_questions=utility_questions, kg_source=kg_source)

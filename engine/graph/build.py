@@ -83,6 +83,20 @@ def file_questions(chunks: Sequence[Chunk], config: GraphConfig,
     return embed_questions(read_questions_file(config.questions_file, len(chunks)), len(chunks), encode)
 
 
+def graph_device(config: GraphConfig):
+    """Where the kNN search and the spectrum run (``graph.device``): a CUDA ``torch.device``, or
+    None for the CPU (FAISS's search, the CPU Lanczos: the CPU build unchanged)."""
+    import torch
+
+    if config.device == "auto":
+        return torch.device("cuda") if torch.cuda.is_available() else None
+    if config.device == "cpu":
+        return None
+    if not torch.cuda.is_available():
+        raise ConfigError(f"graph.device is {config.device!r} but no CUDA device is available")
+    return torch.device(config.device)
+
+
 def knn_method(n: int, config: GraphConfig) -> str:
     """The semantic kNN search for ``n`` chunks: ``graph.knn``, with ``auto`` resolved by size."""
     return config.knn if config.knn != "auto" else ("exact" if n <= config.knn_exact_max_n else "ivf")
@@ -134,7 +148,8 @@ def build_signals(
         _record(info, name, mark)
 
     knn = knn_method(n, config)
-    info["knn"] = {"method": knn}
+    device = graph_device(config)
+    info["knn"] = {"method": knn, "device": str(device) if device is not None and knn == "exact" else "cpu"}
     if knn == "ivf":
         info["knn"].update(nlist=config.knn_nlist or sig.ivf_nlist(n), nprobe=config.knn_nprobe)
     timed("semantic", lambda: semantic_signal(embeddings, config, knn))
@@ -160,7 +175,8 @@ def semantic_signal(embeddings: np.ndarray, config: GraphConfig, method: str) ->
     """The semantic kNN signal ``[n, n]`` (by ``method``, :func:`knn_method`) and each chunk's
     neighbour list with its reserve (:mod:`spectrag.graph.lists`)."""
     signal, lists = semantic_lists(np.asarray(embeddings), config.k_semantic, min_cos=config.min_cos, method=method,
-                                   nlist=config.knn_nlist, nprobe=config.knn_nprobe, seed=config.seed)
+                                   nlist=config.knn_nlist, nprobe=config.knn_nprobe, seed=config.seed,
+                                   device=graph_device(config))
     return signal, None, lists
 
 
@@ -207,8 +223,10 @@ def spectrum_of(weights, config: GraphConfig, *, v0=None):
     """:func:`spectral_coordinates` of ``weights`` with the configured dimension, tolerance,
     clusters, seed, dtype and ordering: the one call the build, ``spectrag add`` (with ``v0``, the
     warm start) and the evaluation's re-fused graphs share."""
+    device = graph_device(config)
     return spectral_coordinates(weights, config.spectral_dim, tol=config.lanczos_tol, clusters=config.clusters,
-                                seed=config.seed, dtype=config.lanczos_dtype, reorder=config.lanczos_reorder, v0=v0)
+                                seed=config.seed, dtype=config.lanczos_dtype, reorder=config.lanczos_reorder, v0=v0,
+                                device="cpu" if device is None else device)
 
 
 def build_graph(

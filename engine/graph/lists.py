@@ -98,11 +98,13 @@ def lists_signal(lists: NeighbourLists, k: int) -> sp.csr_matrix:
 
 def semantic_lists(embeddings: np.ndarray, k: int, *, reserve: int = KNN_RESERVE, min_cos: float = 0.0,
                    method: str = "exact", nlist: int = 0, nprobe: int = 8, seed: int = 0,
-                   tile: int = 16_384) -> tuple[sp.csr_matrix, NeighbourLists]:
+                   tile: int = 16_384, device=None) -> tuple[sp.csr_matrix, NeighbourLists]:
     """The semantic signal of ``embeddings [n, d]`` (as :func:`~spectrag.graph.signals.semantic_edges`
-    finds it: the same search, the first ``k`` entries) and the lists of ``k + reserve``."""
+    finds it: the same search, the first ``k`` entries) and the lists of ``k + reserve``.
+    ``device``: None (FAISS on the CPU) or a torch device for the exact search
+    (:func:`~spectrag.graph.signals.knn_index`: the same lists)."""
     n = embeddings.shape[0]
-    index = knn_index(embeddings, method, nlist=nlist, nprobe=nprobe, seed=seed, tile=tile)
+    index = knn_index(embeddings, method, nlist=nlist, nprobe=nprobe, seed=seed, tile=tile, device=device)
     ids, scores = search_lists(index, embeddings, np.arange(n), k + reserve, min_cos=min_cos, tile=tile)
     lists = NeighbourLists(ids, scores)
     return lists_signal(lists, k), lists

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from spectrag.index.dense import exact_search, load_faiss
+from spectrag.index.dense import TorchScan, exact_search, load_faiss
 
 
 def coo(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, n: int) -> sp.csr_matrix:
@@ -85,12 +85,27 @@ def ivf_nlist(n: int) -> int:
     return max(1, min(n // IVF_TRAIN_PER_LIST, int(round(4 * np.sqrt(n)))))
 
 
-def knn_index(
-    embeddings: np.ndarray, method: str = "exact", *, nlist: int = 0, nprobe: int = 8, seed: int = 0, tile: int = 16_384
-):
-    """The FAISS inner-product index :func:`semantic_edges` searches, over ``embeddings [n, d]``,
-    filled tile by tile (a memory-mapped input is read once, never copied whole)."""
+def faiss_installed() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
+
+def knn_index(
+    embeddings: np.ndarray, method: str = "exact", *, nlist: int = 0, nprobe: int = 8, seed: int = 0, tile: int = 16_384,
+    device=None,
+):
+    """The inner-product index :func:`semantic_edges` searches, over ``embeddings [n, d]``: FAISS,
+    filled tile by tile (a memory-mapped input is read once, never copied whole); or, for
+    ``method = "exact"`` with a ``device`` (a torch device: ``"cuda"``, ``"cpu"``) or where FAISS
+    is not installed, a tiled torch top-k there (:class:`~spectrag.index.dense.TorchScan`, the
+    vectors copied to the device once). Every row's hits are re-scored exactly in float64
+    (:func:`~spectrag.index.dense.exact_search`), so both give the same neighbour lists, ties
+    included (``tests/graph/test_knn_device.py``)."""
+    if method == "exact" and (device is not None or not faiss_installed()):
+        return TorchScan(embeddings, "cpu" if device is None else device)
     faiss = load_faiss()
 
     n, d = embeddings.shape
@@ -123,8 +138,10 @@ def semantic_edges(
     nlist: int = 0,
     nprobe: int = 8,
     seed: int = 0,
+    device=None,
 ) -> sp.csr_matrix:
     """Cosine kNN graph of L2-normalized ``embeddings [n, d]``, queried in tiles of rows.
+    ``device``: None (FAISS on the CPU) or a torch device for the exact search (:func:`knn_index`).
 
     ``method="exact"``: FAISS ``IndexFlatIP`` (brute force, O(n^2 d)). ``method="ivf"``:
     FAISS ``IndexIVFFlat``, ``nlist`` lists (0: :func:`ivf_nlist`) from spherical k-means
@@ -137,7 +154,7 @@ def semantic_edges(
     row ranges (:mod:`spectrag.distributed`) gives the same graph.
     """
     n = embeddings.shape[0]
-    index = knn_index(embeddings, method, nlist=nlist, nprobe=nprobe, seed=seed, tile=tile)
+    index = knn_index(embeddings, method, nlist=nlist, nprobe=nprobe, seed=seed, tile=tile, device=device)
     parts = knn_rows(index, embeddings, min(k + 1, n), min_cos=min_cos, tile=tile, base=embeddings)  # k + 1: self
     return knn_graph(*parts, n, k)
 

@@ -54,10 +54,11 @@ class Spectrum:
     order: np.ndarray | None = None
 
 
-def scipy_to_torch_csr(matrix: sp.csr_matrix, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def scipy_to_torch_csr(matrix: sp.csr_matrix, dtype: torch.dtype = torch.float64, device="cpu") -> torch.Tensor:
     """CSR tensor of a scipy matrix on the CPU (int32 indices when they fit)."""
     matrix = matrix.tocsr()
-    return torch_csr(matrix.indptr, matrix.indices, matrix.data.astype(np.float64), matrix.shape, dtype=dtype)
+    return torch_csr(matrix.indptr, matrix.indices, matrix.data.astype(np.float64), matrix.shape, dtype=dtype,
+                     device=device)
 
 
 def laplacian_csr(weights: sp.spmatrix) -> sp.csr_matrix:
@@ -105,18 +106,19 @@ def _deflation(weights: sp.csr_matrix) -> tuple[sp.csr_matrix, int, np.ndarray, 
     return lap, n_comp, labels, degree
 
 
-def _deflated_operator(weights: sp.csr_matrix, dtype: torch.dtype, *, prepared=None):
-    """The matvec of ``L + sigma N N^T`` (``x [n, b] -> [n, b]``) and the component counts.
-    ``prepared``: :func:`_deflation` of ``weights`` when already computed (a second dtype)."""
+def _deflated_operator(weights: sp.csr_matrix, dtype: torch.dtype, *, prepared=None, device="cpu"):
+    """The matvec of ``L + sigma N N^T`` (``x [n, b] -> [n, b]``, on ``device``) and the
+    component counts. ``prepared``: :func:`_deflation` of ``weights`` when already computed (a
+    second dtype)."""
     lap64, n_comp, labels, degree = prepared if prepared is not None else _deflation(weights)
-    lap = scipy_to_torch_csr(lap64, dtype)
+    lap = scipy_to_torch_csr(lap64, dtype, device)
     sizes = np.bincount(labels, minlength=n_comp)
     nontrivial = (sizes > 1) & (np.bincount(labels, weights=degree, minlength=n_comp) > 0)
-    sqrt_d = torch.from_numpy(np.sqrt(degree))
-    label_t = torch.from_numpy(labels.astype(np.int64))
-    norm = torch.zeros(n_comp, dtype=torch.float64).index_add_(0, label_t, sqrt_d**2).sqrt()
+    sqrt_d = torch.from_numpy(np.sqrt(degree)).to(device)
+    label_t = torch.from_numpy(labels.astype(np.int64)).to(device)
+    norm = torch.zeros(n_comp, dtype=torch.float64, device=device).index_add_(0, label_t, sqrt_d**2).sqrt()
     norm = torch.where(norm > 0, norm, torch.ones_like(norm))
-    mask = torch.from_numpy(nontrivial)[label_t].to(torch.float64)  # nodes of non-trivial components
+    mask = torch.from_numpy(nontrivial).to(device)[label_t].to(torch.float64)  # nodes of non-trivial components
     basis = (sqrt_d * mask / norm[label_t]).to(dtype)  # column entries of N, one component per node
     single = n_comp == 1
 
@@ -125,7 +127,7 @@ def _deflated_operator(weights: sp.csr_matrix, dtype: torch.dtype, *, prepared=N
         y = torch.mv(lap, x[:, 0]).unsqueeze(1) if x.shape[1] == 1 else torch.sparse.mm(lap, x)
         if single:  # N N^T x is a rank-one update: no segment sums needed
             return y.add_(basis[:, None] * (SIGMA * (basis @ x))[None, :])
-        proj = torch.zeros(n_comp, x.shape[1], dtype=x.dtype).index_add_(0, label_t, basis[:, None] * x)
+        proj = torch.zeros(n_comp, x.shape[1], dtype=x.dtype, device=x.device).index_add_(0, label_t, basis[:, None] * x)
         return y.add_(SIGMA * basis[:, None] * proj[label_t])
 
     isolated = int((degree == 0).sum())
@@ -177,6 +179,7 @@ def spectral_coordinates(
     dtype: str = "float64",
     reorder: bool = False,
     v0: np.ndarray | None = None,
+    device: str | torch.device = "cpu",
 ) -> Spectrum:
     """The ``m`` smallest non-trivial eigenvectors of ``L_sym`` of ``weights`` and k-means labels.
 
@@ -187,7 +190,9 @@ def spectral_coordinates(
     eigenpairs up to sign and rounding, with the SpMV reading the vector more nearly in order.
     (No gain for the single-vector SpMV Lanczos uses, whose vector stays in cache, on the
     10^6-chunk synthetic graph; see bench/results/scale_cpu.md.) ``v0``: a warm start ``[n]`` or ``[n, p]`` in the
-    original node order (e.g. earlier coordinates).
+    original node order (e.g. earlier coordinates). ``device``: where the operator and the
+    Lanczos basis live (a GPU: ``graph.device``); the result comes back to the host, k-means
+    runs there.
 
     The report has the solver's facts (``converged``, ``n_matvec``, ``max_residual`` in the
     working dtype, ``max_residual_float64`` for float32 solves) and ``seconds`` of its parts.
@@ -215,11 +220,12 @@ def spectral_coordinates(
         solve_w = weights[order][:, order].tocsr()
         solve_w.sort_indices()
     prepared = _deflation(solve_w)
-    matvec, n_comp, isolated = _deflated_operator(solve_w, work, prepared=prepared)
+    matvec, n_comp, isolated = _deflated_operator(solve_w, work, prepared=prepared, device=device)
     lap("operator")
     m_eff = max(0, min(m, n - n_comp - 1))
     report: dict = {"requested_dim": m, "dim": m_eff, "components": n_comp, "isolated_nodes": isolated,
-                    "dtype": str(work).replace("torch.", ""), "reordered": order is not None}
+                    "dtype": str(work).replace("torch.", ""), "reordered": order is not None,
+                    "device": str(torch.device(device))}
     if m_eff == 0:
         coords, values = np.zeros((n, 0), np.float32), np.zeros(0)
     else:
@@ -232,20 +238,20 @@ def spectral_coordinates(
                 shown.update(x.shape[1] if x.ndim == 2 else 1)
                 return matvec(x)
 
-            result = lanczos_eigsh(counted, m_eff, which="SA", tol=tol, seed=seed, n=n, dtype=work, device="cpu",
-                                   v0=start)
+            result = lanczos_eigsh(counted, m_eff, which="SA", tol=tol, seed=seed, n=n, dtype=work, device=device,
+                                   v0=None if start is None else start.to(device))
         lap("lanczos")
-        vectors = result.eigenvectors.numpy()  # (n, m) in solve order
-        values = result.eigenvalues.numpy().astype(np.float64)
+        vectors = result.eigenvectors.cpu().numpy()  # (n, m) in solve order
+        values = result.eigenvalues.cpu().numpy().astype(np.float64)
         report.update(
             method=result.method, converged=bool(result.converged), n_iter=int(result.n_iter),
             n_matvec=int(result.n_matvec), max_residual=float(result.residual_norms.max()), tol=tol,
             eigenvalue_range=[float(values.min()), float(values.max())],
         )
         if work != torch.float64:  # the float32 residuals are only as good as float32 arithmetic
-            check, _, _ = _deflated_operator(solve_w, torch.float64, prepared=prepared)
-            v64 = torch.from_numpy(vectors.astype(np.float64))
-            res = torch.linalg.vector_norm(check(v64) - v64 * torch.from_numpy(values), dim=0)
+            check, _, _ = _deflated_operator(solve_w, torch.float64, prepared=prepared, device=device)
+            v64 = torch.from_numpy(vectors.astype(np.float64)).to(device)
+            res = torch.linalg.vector_norm(check(v64) - v64 * torch.from_numpy(values).to(device), dim=0)
             report["max_residual_float64"] = float(res.max())
             lap("float64_check")
         if order is not None:

@@ -133,21 +133,23 @@ class TorchScan:
     """FAISS's flat-search interface (``search``, ``ntotal``) over a torch view of the vectors:
     an exact tiled matrix product and scan (:func:`spectrag.kernels.tiled_topk_ip`), several
     times faster than FAISS's flat search for batches of queries on the CPU
-    (bench/results/dense_search_cpu.md)."""
+    (bench/results/dense_search_cpu.md). ``device``: where the vectors are kept and the scan
+    runs (a GPU: the kNN graph of an index build there, :func:`spectrag.graph.signals.knn_index`);
+    queries come from and results go back to the host."""
 
-    def __init__(self, vectors: np.ndarray) -> None:
+    def __init__(self, vectors: np.ndarray, device: str | torch.device = "cpu") -> None:
         with warnings.catch_warnings():  # a read-only memory map: the scan only reads it
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            self.xb = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
+            self.xb = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(device)
         self.ntotal = int(self.xb.shape[0])
 
     def search(self, xq: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-        q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32))
+        q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(self.xb.device)
         if q.shape[0] * self.ntotal <= ONE_PRODUCT_MAX:  # small: one product, one top-k (ties are re-scored)
             s, i = torch.topk(q @ self.xb.T, min(m, self.ntotal), dim=1)
         else:
             s, i = tiled_topk_ip(q, self.xb, m)
-        return s.numpy(), i.numpy()
+        return s.cpu().numpy(), i.cpu().numpy()
 
 
 def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -17,6 +17,7 @@ which changes with the hash seed: its files differed from run to run, ours do no
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
@@ -27,12 +28,38 @@ import torch
 from spectrag.config import BM25Config
 from spectrag.errors import ConfigError, CorpusError, IndexFormatError, brief
 from spectrag.index.bm25_scores import first_use_order, score_matrix, select_tokens
-from spectrag.kernels.csr import torch_csr
+from spectrag.kernels.csr import csr_entries, torch_csr
 from spectrag.kernels.compiled.topk import product_topk
-from spectrag.kernels.topk import topk_sparse_rows
+from spectrag.kernels.topk import topk_smallest_id_ties, topk_sparse_rows
 from spectrag.util.checks import check_csr, check_indptr, check_ints, check_strings, load_npy
 
 TOKEN_FILES = ("tokens.indptr.npy", "tokens.ids.npy")  # the tokenized chunks, beside the matrix
+
+# the device path scores a tile of queries against every chunk densely: at most this many
+# float32 scores (1 GiB) at once
+DENSE_SCORES_MAX = 1 << 28
+
+
+@dataclass(frozen=True)
+class DeviceTerms:
+    """Query term counts laid out on a device (:meth:`BM25Index.device_terms`), for BM25 on the
+    device without a host round trip. ``terms [B, T]`` int64 term ids in each query's stored
+    order, padded with ``vocab`` (an empty row); ``weights [B, T]`` float32 (0 on padding);
+    ``tile_rows``: queries scored at once against every chunk; ``postings[tile][slot]``: how many
+    (term, chunk) entries slot ``slot`` of that tile's queries reads, counted on the host when the
+    batch is encoded, so the device never reports a size back."""
+
+    terms: torch.Tensor
+    weights: torch.Tensor
+    tile_rows: int
+    postings: tuple[tuple[int, ...], ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.terms.shape[0], -1)
+
+    def __len__(self) -> int:
+        return self.terms.shape[0]
 
 
 def _bm25s():
@@ -247,6 +274,104 @@ class BM25Index:
         q = torch_csr(q.indptr, q.indices, q.data, q.shape, dtype=torch.float32, device=device)
         rows = torch.sparse.mm(q, cache[device])
         return rows.crow_indices(), rows.col_indices(), rows.values()
+
+    # -- the device path: query terms as tensors, BM25 on the device --------------------------
+
+    def device_terms(self, terms: sp.csr_matrix, device) -> DeviceTerms:
+        """``terms [B, vocab]`` (query term counts) as :class:`DeviceTerms` on ``device``: host
+        work on the query batch (its shape and the postings each slot reads), done once when the
+        batch is encoded."""
+        if terms.shape[1] != self.matrix.shape[0]:
+            raise ValueError(f"terms must be [B, vocab = {self.matrix.shape[0]}], got {terms.shape}")
+        q = terms.tocsr()
+        batch, vocab = q.shape[0], self.matrix.shape[0]
+        lengths = np.diff(q.indptr)
+        width = int(lengths.max()) if batch else 0
+        ids = np.full((batch, width), vocab, dtype=np.int64)
+        weights = np.zeros((batch, width), dtype=np.float32)
+        row = np.repeat(np.arange(batch), lengths)
+        slot = np.arange(q.nnz) - np.repeat(q.indptr[:-1], lengths)
+        ids[row, slot] = q.indices
+        weights[row, slot] = q.data
+        degree = np.append(np.diff(self.matrix.indptr), 0)  # the padding term has no postings
+        tile = max(1, min(batch, DENSE_SCORES_MAX // max(self.n, 1)))
+        postings = tuple(tuple(int(v) for v in degree[ids[lo : lo + tile]].sum(axis=0))
+                         for lo in range(0, batch, tile))
+        device = torch.device(device)
+        return DeviceTerms(torch.from_numpy(ids).to(device), torch.from_numpy(weights).to(device), tile, postings)
+
+    def _device_arrays(self, device: torch.device) -> dict:
+        """The matrix on ``device`` once: ``indptr [vocab + 2]`` (one empty padding row at the
+        end), ``indices``, ``data`` float32, and ``keys = term * n + chunk`` sorted (rows in
+        order, columns ascending in a row) for lookups."""
+        key = ("arrays", str(device))
+        if key not in self._device_matrix:
+            m = self.matrix if self.matrix.has_sorted_indices else self.matrix.sorted_indices()
+            indptr = np.append(m.indptr.astype(np.int64), m.indptr[-1])
+            row = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
+            self._device_matrix[key] = dict(
+                indptr=torch.from_numpy(indptr).to(device),
+                indices=torch.from_numpy(m.indices.astype(np.int64)).to(device),
+                data=torch.from_numpy(m.data.astype(np.float32)).to(device),
+                keys=torch.from_numpy(row * self.n + m.indices.astype(np.int64)).to(device),
+                sorted=m,
+            )
+        return self._device_matrix[key]
+
+    def dense_scores(self, terms: DeviceTerms, lo: int, hi: int) -> torch.Tensor:
+        """BM25 of queries ``lo:hi`` (one tile of ``terms``) against every chunk, ``[hi - lo, n]``
+        float32 on the terms' device, with the bits of scipy's product (and the compiled
+        kernels'): each chunk's sum taken in float32, the query's terms in stored order, by one
+        gather of the postings and one scatter-add per term slot (a slot adds at most once to
+        a score, so the adds keep that order)."""
+        a = self._device_arrays(terms.terms.device)
+        rows = hi - lo
+        nodes = terms.terms[lo:hi].T.reshape(-1)  # slot-major: each slot's postings contiguous
+        total = sum(terms.postings[lo // terms.tile_rows])
+        owner, pos = csr_entries(a["indptr"], nodes, total=total)
+        target = (owner % rows) * self.n + a["indices"][pos]
+        value = terms.weights[lo:hi].T.reshape(-1)[owner] * a["data"][pos]
+        scores = torch.zeros(rows * self.n, dtype=torch.float32, device=nodes.device)
+        start = 0
+        for count in terms.postings[lo // terms.tile_rows]:
+            scores.index_add_(0, target[start : start + count], value[start : start + count])
+            start += count
+        return scores.reshape(rows, self.n)
+
+    def search_device(self, terms: DeviceTerms, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`search_terms` on the device: the top-``k`` positive scores per query of
+        :meth:`dense_scores`, ties to the smaller chunk id, -1 / 0 past the last match; the same
+        lists as the compiled kernel. Shapes: -> scores (float32), ids (int64) ``[B, min(k, n)]``."""
+        k = min(k, self.n)
+        batch = len(terms)
+        if k == 0 or batch == 0:
+            dev = terms.terms.device
+            return torch.zeros(batch, k, device=dev), torch.full((batch, k), -1, dtype=torch.int64, device=dev)
+        parts = []
+        for lo in range(0, batch, terms.tile_rows):
+            s, i = topk_smallest_id_ties(self.dense_scores(terms, lo, min(batch, lo + terms.tile_rows)), k)
+            no_match = s <= 0
+            parts.append((s.masked_fill(no_match, 0.0), i.masked_fill(no_match, -1)))
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    def scores_at(self, terms: DeviceTerms, candidates: torch.Tensor) -> torch.Tensor:
+        """BM25 of each query at its candidates, on the device, without scoring the other
+        chunks: per term slot, the (term, candidate) entries looked up in the sorted keys and
+        added in float32 in slot order (the bits of :func:`~spectrag.kernels.compiled.topk.product_at`).
+        Shapes: ``candidates [B, P]`` (-1 padded) -> ``[B, P]`` float32, 0 where no term matches
+        and on padding."""
+        a = self._device_arrays(candidates.device)
+        keys, data = a["keys"], a["data"]
+        cand = candidates.clamp(min=0)
+        out = torch.zeros(candidates.shape, dtype=torch.float32, device=candidates.device)
+        if keys.numel() == 0:
+            return out
+        for j in range(terms.terms.shape[1]):
+            want = terms.terms[:, j : j + 1] * self.n + cand  # the padding term's keys are past every key
+            at = torch.searchsorted(keys, want).clamp(max=keys.numel() - 1)
+            hit = (keys[at] == want) & (candidates >= 0)
+            out = out + terms.weights[:, j : j + 1] * torch.where(hit, data[at], torch.zeros((), device=out.device))
+        return out
 
     def save(self, folder: Path) -> None:
         out = folder / self.FOLDER

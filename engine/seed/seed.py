@@ -14,15 +14,15 @@ vectors only) seeds with the dense list.
 
 from __future__ import annotations
 
-import numpy as np
 import scipy.sparse as sp
 import torch
 
 from spectrag.errors import SpectragError
 from spectrag.index.dense import DenseIndex
-from spectrag.index.lexical import BM25Index
+from spectrag.index.lexical import BM25Index, DeviceTerms
 from spectrag.kernels.topk import topk_by_row
 from spectrag.seed.rrf import reciprocal_rank_fusion
+from spectrag.seed.titles import NamedChunks
 from spectrag.seed.utility import QuestionIndex
 
 DENSE_MODES = ("dense", "hyde")
@@ -31,11 +31,11 @@ DENSE_MODES = ("dense", "hyde")
 def seed(
     mode: str,
     vectors: torch.Tensor,
-    terms: sp.csr_matrix | None,
+    terms: sp.csr_matrix | DeviceTerms | None,
     dense: DenseIndex,
     bm25: BM25Index | None,
     *,
-    named: sp.csr_matrix | None = None,
+    named: sp.csr_matrix | NamedChunks | None = None,
     embeddings: torch.Tensor | None = None,
     k_dense: int = 50,
     k_bm25: int = 50,
@@ -49,7 +49,9 @@ def seed(
     relevance (``embeddings [n, d]``), as a third list (``k_named`` deep).
 
     Shapes: ``vectors [B, d]``, ``terms`` sparse ``[B, vocab]`` -> ids (int64), scores
-    (float32) ``[B, K]`` on the vectors' device.
+    (float32) ``[B, K]`` on the vectors' device. ``terms`` as :class:`DeviceTerms` and ``named``
+    as :class:`NamedChunks` (the device path) score BM25 and the named list on their device
+    (:meth:`BM25Index.search_device`): the same lists, no host round trip.
     """
     device = vectors.device
     if mode == "bm25" and (terms is None or bm25 is None):
@@ -57,7 +59,10 @@ def seed(
     dense_s, dense_i = dense.search_tensors(vectors, k_dense)  # a torch-backend search stays on the device
     if mode in DENSE_MODES or terms is None or bm25 is None:
         return dense_i, dense_s
-    bm_s, bm_i = bm25.search_terms_tensors(terms, k_bm25, device=device)  # on a GPU: torch sparse products there
+    if isinstance(terms, DeviceTerms):
+        bm_s, bm_i = bm25.search_device(terms, k_bm25)
+    else:
+        bm_s, bm_i = bm25.search_terms_tensors(terms, k_bm25, device=device)  # on a GPU: torch sparse products there
     if mode == "bm25":
         return bm_i, bm_s
     lists = [dense_i, bm_i]
@@ -69,15 +74,14 @@ def seed(
     return fused_i, fused_s
 
 
-def named_list(named: sp.csr_matrix, embeddings: torch.Tensor, vectors: torch.Tensor, k: int) -> torch.Tensor:
+def named_list(named: sp.csr_matrix | NamedChunks, embeddings: torch.Tensor, vectors: torch.Tensor,
+               k: int) -> torch.Tensor:
     """The named chunks of each query by relevance, best first (ties: smaller id), -1 padded.
     Shapes: ``named [B, n]``, ``embeddings [n, d]``, ``vectors [B, d]`` -> ``[B, k]``."""
     dev = vectors.device
-    row_of = np.repeat(np.arange(named.shape[0]), np.diff(named.indptr))
-    rows = torch.from_numpy(row_of).to(dev)
-    ids = torch.from_numpy(named.indices.astype(np.int64)).to(dev)
+    if not isinstance(named, NamedChunks):
+        named = NamedChunks.from_csr(named, dev)
+    rows, ids = named.rows().to(dev), named.ids().to(dev)  # (row, id) order, as topk_by_row wants
     rel = (vectors[rows] * embeddings[ids]).sum(dim=1)
-    order = np.lexsort((named.indices, row_of))
-    order = torch.from_numpy(order).to(dev)  # (row, id) order, as topk_by_row wants
-    _, top = topk_by_row(rows[order], ids[order], rel[order], named.shape[0], k)
+    _, top = topk_by_row(rows, ids, rel, named.batch, k)
     return top

@@ -29,9 +29,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 from spectrag.extract.titles import TitleMatcher
 
@@ -113,3 +115,39 @@ class TitleIndex:
         out = (pick @ self.chunks_of).tocsr()
         out.data[:] = 1.0
         return out
+
+
+@dataclass(frozen=True)
+class NamedChunks:
+    """The chunks of the documents each query names (:meth:`TitleIndex.named`) as one tensor on
+    a device: ``keys [M]`` int64, ``query * n + chunk`` sorted (row, then chunk id). Host work
+    on the query batch, done once when it is encoded; the device path reads it without a round
+    trip (``nnz`` is known on the host)."""
+
+    keys: torch.Tensor
+    n: int
+    batch: int
+
+    @classmethod
+    def from_csr(cls, named: sp.csr_matrix, device) -> "NamedChunks":
+        """From ``named [B, n]`` (scipy CSR, the stored entries are the named chunks)."""
+        named = named.tocsr()
+        rows = np.repeat(np.arange(named.shape[0], dtype=np.int64), np.diff(named.indptr))
+        keys = np.unique(rows * named.shape[1] + named.indices.astype(np.int64))
+        return cls(torch.from_numpy(keys).to(torch.device(device)), named.shape[1], named.shape[0])
+
+    @property
+    def nnz(self) -> int:
+        return self.keys.numel()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.batch, self.n)
+
+    def rows(self) -> torch.Tensor:
+        """The query of each entry. ``[M]``."""
+        return self.keys // self.n
+
+    def ids(self) -> torch.Tensor:
+        """The chunk of each entry. ``[M]``."""
+        return self.keys % self.n

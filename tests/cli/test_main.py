@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+import torch
 from click.testing import CliRunner
 from conftest import FIXTURES
 
@@ -71,6 +72,25 @@ def test_index_then_info(run, tmp_path):
     assert result.exit_code == 0 and "documents" in result.output and "cl100k_base" in result.output
     info = json.loads(run("info", out, "--json").stdout)
     assert info["counts"] == summary["counts"]
+
+
+def test_index_device_is_recorded_and_checked(run, tmp_path):
+    """``--device`` sets embed.device and graph.device (recorded in the manifest's config; the
+    graph entry names where the kNN search and the spectrum ran); a bad or absent device is a
+    clear error before anything is written."""
+    out = tmp_path / "idx"
+    result = run("index", FOLDER, "-o", out, "--device", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["embed"]["device"] == manifest["config"]["graph"]["device"] == "cpu"
+    assert manifest["graph"]["knn"]["device"] == "cpu" and manifest["graph"]["spectrum"]["device"] == "cpu"
+    result = run("index", FOLDER, "-o", tmp_path / "bad", "--device", "tpu")
+    assert result.exit_code != 0 and "must be auto, cpu or cuda" in result.output
+    assert not (tmp_path / "bad").exists()
+    if not torch.cuda.is_available():
+        result = run("index", FOLDER, "-o", tmp_path / "nocuda", "--device", "cuda")
+        assert result.exit_code != 0 and "no CUDA device is available" in result.output
+        assert not (tmp_path / "nocuda" / "manifest.json").exists()
 
 
 def test_preset_and_config_file(run, tmp_path):

@@ -155,3 +155,38 @@ def test_warm_start_is_given_in_the_original_node_order():
     warm = spec.spectral_coordinates(w, 6, tol=1e-8, reorder=True, v0=cold.coordinates)
     np.testing.assert_allclose(warm.eigenvalues, cold.eigenvalues, rtol=1e-8)
     assert warm.report["n_matvec"] < cold.report["n_matvec"]
+
+
+def _principal_angles(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The principal angles (radians) between the column spaces of ``a`` and ``b``."""
+    qa, _ = np.linalg.qr(a.astype(np.float64))
+    qb, _ = np.linalg.qr(b.astype(np.float64))
+    return np.arccos(np.clip(np.linalg.svd(qa.T @ qb, compute_uv=False), -1.0, 1.0))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_spectrum_on_the_device_equals_scipy_eigsh(device, dtype, monkeypatch):
+    """The build's spectrum on ``device`` (graph.device: the operator and the Lanczos basis
+    there) against scipy's eigsh of the same deflated Laplacian: eigenvalues within the solver's
+    tolerance (float64 1e-8 relative; float32, whose tolerance is raised to FLOAT32_MIN_TOL, 1e-5
+    absolute) and the subspace within a small largest principal angle; on the CPU the same
+    torch code runs (device="cpu")."""
+    from scipy.sparse.linalg import eigsh
+
+    w = _graph(500, 3, blocks=3)
+    m = 8
+    got = spec.spectral_coordinates(w, m, tol=1e-9, dtype=dtype, device=device)
+    assert got.report["device"] == str(device) and got.report["converged"]
+    lap, n_comp, _, _ = spec._deflation(sp.csr_matrix(w))
+    # L_sym's m + n_comp smallest: the first n_comp (the trivial ones, value 0) are dropped
+    values, vectors = eigsh(lap, k=m + n_comp, which="SA", tol=1e-12)
+    order = np.argsort(values)
+    values, vectors = values[order][n_comp:], vectors[:, order][:, n_comp:]
+    if dtype == "float64":
+        np.testing.assert_allclose(got.eigenvalues, values, rtol=1e-8)
+        assert _principal_angles(got.coordinates, vectors).max() < 1e-3  # float32-stored coordinates
+    else:
+        np.testing.assert_allclose(got.eigenvalues, values, atol=1e-5)
+        assert _principal_angles(got.coordinates, vectors).max() < 2e-2
+    cpu = spec.spectral_coordinates(w, m, tol=1e-9, dtype=dtype)  # the CPU solve of the build
+    np.testing.assert_allclose(got.eigenvalues, cpu.eigenvalues, rtol=1e-8 if dtype == "float64" else 1e-4)

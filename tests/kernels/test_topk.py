@@ -149,3 +149,24 @@ def test_topk_by_row_equals_topk_sparse_rows_and_allows_k_zero(device):
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert got[1].tolist() == [[1, 3], [-1, -1], [2, 9], [4, -1]]
     assert topk_by_row(row, ids, vals, 4, 0)[1].shape == (4, 0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_topk_by_row_random_rows_with_ties_and_one_host_read(seed, device):
+    """Random rows (empty, shorter than k, long) of coarse values (ties at the cut): the padded
+    top-k equals topk_sparse_rows (the bucketed one), and makes one host read whatever the rows."""
+    from spectrag.kernels.topk import topk_by_row, topk_sparse_rows
+    from spectrag.util.syncs import SyncCounter
+
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 12))
+    lengths = rng.choice([0, 1, k, k + 1, 50, 700], size=40)
+    row = torch.from_numpy(np.repeat(np.arange(40), lengths)).to(device)
+    ids = torch.from_numpy(np.concatenate([rng.permutation(3000)[:m] for m in lengths])).to(device)
+    vals = torch.from_numpy(rng.integers(0, 5, size=int(lengths.sum())).astype(np.float32) / 4).to(device)
+    indptr = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)])).to(device)
+    with SyncCounter() as syncs:
+        got = topk_by_row(row, ids, vals, 40, k)
+    want = topk_sparse_rows(indptr, ids, vals, k)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert syncs.total == 1, syncs.report()  # the widest row's length
