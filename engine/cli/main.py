@@ -133,7 +133,7 @@ def _graph_summary(graph: dict[str, Any] | None) -> dict[str, Any] | None:
 def _print_summary(summary: dict[str, Any]) -> None:
     c, e, ch = summary["counts"], summary["embedding"], summary["chunking"]
     rows = [
-        ("index", summary["path"]),
+        ("index", summary["path"] + (f" (generation {summary['generation']})" if "generation" in summary else "")),
         ("source", f"{summary['source']['path']} ({summary['source']['format']})"),
         ("documents", f"{c['documents']:,}"),
         ("chunks", f"{c['chunks']:,}"),
@@ -357,9 +357,14 @@ def compact_cmd(index_dir: Path, as_json: bool) -> None:
 @_friendly
 def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
     """Describe the index at INDEX_DIR (after checking its files)."""
-    from spectrag.store import read_manifest
+    from spectrag.store import open_generation, read_generation_manifest
 
-    summary = _summary(read_manifest(index_dir, verify=not no_verify), index_dir)
+    generation = open_generation(index_dir)  # CURRENT read once: one generation described whole
+    try:
+        summary = _summary(read_generation_manifest(generation.folder, verify=not no_verify), index_dir)
+    finally:
+        generation.release()
+    summary["generation"] = generation.id
     if as_json:
         click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
