@@ -200,7 +200,8 @@ def recover_index(out_dir: str | Path) -> bool:
 
 def clean_stale(out_dir: str | Path) -> list[Path]:
     """Remove the hidden siblings of ``out_dir`` left by processes that are gone (after
-    :func:`recover_index`); returns what was removed. Only names this module makes are touched."""
+    :func:`recover_index`), and the generations in it that no reader holds; returns the
+    siblings removed. Only names this module makes are touched."""
     out_dir = Path(out_dir)
     recover_index(out_dir)
     removed = []
@@ -208,6 +209,8 @@ def clean_stale(out_dir: str | Path) -> list[Path]:
         if _stale(path, pid):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
+    if out_dir.is_dir():
+        collect(out_dir)  # generations no reader holds, and a killed writer's (the caller holds the lock)
     return removed
 
 

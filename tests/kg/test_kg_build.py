@@ -33,7 +33,7 @@ def test_kg_is_persisted_checksummed_and_reloaded(kg_index):
     facts = kg_index.manifest["kg"]
     assert facts["source"] == "extractor" and facts["entities"] > 100 and facts["relations"] > 100
     files = kg_index.manifest["files"]
-    kg_files = sorted(p.relative_to(kg_index.path).as_posix() for p in (kg_index.path / "kg").iterdir())
+    kg_files = sorted(p.relative_to(kg_index.folder).as_posix() for p in (kg_index.folder / "kg").iterdir())
     assert len(kg_files) == 14 and all(f in files and len(files[f]["sha256"]) == 64 for f in kg_files)
     again = load_index(kg_index.path, verify=True)
     kg, kg2 = kg_index.kg, again.kg
@@ -49,7 +49,7 @@ def test_kg_is_persisted_checksummed_and_reloaded(kg_index):
 
 def test_corrupt_kg_file_is_refused(kg_index, tmp_path):
     copy = tmp_path / "copy"
-    shutil.copytree(kg_index.path, copy)
+    shutil.copytree(kg_index.folder, copy)
     path = copy / "kg" / "adjacency.indices.npy"
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
@@ -59,7 +59,7 @@ def test_corrupt_kg_file_is_refused(kg_index, tmp_path):
 
 
 def test_kg_is_off_by_default_and_modes_say_how_to_get_it(sample_index):
-    assert sample_index.kg is None and not (sample_index.path / "kg").exists()
+    assert sample_index.kg is None and not (sample_index.folder / "kg").exists()
     assert sample_index.manifest["kg"] is None
     with pytest.raises(SpectragError, match="--openie FILE"):
         Retriever(sample_index).retrieve(QUESTIONS[:1], mode="activation")
