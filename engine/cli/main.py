@@ -432,10 +432,12 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               help="The server's (uvicorn's) and the engine's messages at this level and above.")
 @click.option("--quiet", is_flag=True, help="Warnings and errors only (as --log-level warning).")
+@click.option("--follow-s", default=2.0, show_default=True,
+              help="Seconds between looks for a new index generation written by an edit (0: only POST /v1/reload).")
 @_friendly
 def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_file: Path | None, device: str | None,
               max_batch: int, max_wait_ms: float, no_batching: bool, max_k: int, max_body_bytes: int,
-              body_timeout_s: float, graceful_s: float, log_level: str, quiet: bool) -> None:
+              body_timeout_s: float, graceful_s: float, log_level: str, quiet: bool, follow_s: float) -> None:
     """Serve retrieval over HTTP (POST /retrieve, GET /healthz, GET /info), batching concurrent requests."""
     from spectrag.retriever import Retriever
     from spectrag.serve.app import ServeSettings, serve  # the `serve` extra
@@ -447,7 +449,8 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
         if value < 1:
             raise SpectragError(f"{name} must be >= 1, got {value}")
     for name, value, lo, unit in (("--max-wait-ms", max_wait_ms, 0.0, "milliseconds"), ("--graceful-s", graceful_s, 0.0, "seconds"),
-                                  ("--body-timeout-s", body_timeout_s, 1e-3, "seconds")):
+                                  ("--body-timeout-s", body_timeout_s, 1e-3, "seconds"),
+                                  ("--follow-s", follow_s, 0.0, "seconds")):
         if not lo <= value <= 86_400:  # NaN too
             raise SpectragError(f"{name} must be in [{lo:g}, 86400] {unit}, got {value}")
     with showing(sys.stderr.isatty() and not quiet):  # the load's progress bars
@@ -455,10 +458,12 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
         # load the model, touch the state and compile (or load from numba's cache) the kernels before the first request
         retriever.retrieve("warm-up")
     settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching, max_k=max_k,
-                             max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
-    LOGGER.info(f"serving {index_dir} ({len(retriever.index.chunks):,} chunks, mode {retriever.config.mode}, "
-                f"device {retriever.state.device}) on http://{host}:{port}")
-    serve(retriever, settings, host=host, port=port, graceful_s=graceful_s, log_level=log_level)
+                             max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s, follow_s=follow_s)
+    LOGGER.info(f"serving {index_dir} generation {retriever.index.generation} ({len(retriever.index.chunks):,} chunks, "
+                f"mode {retriever.config.mode}, device {retriever.state.device}) on http://{host}:{port}")
+    handed = [retriever]
+    del retriever  # not held by this frame: after a reload the old generation's memory goes
+    serve(handed.pop(), settings, host=host, port=port, graceful_s=graceful_s, log_level=log_level)
 
 
 @main.command("view")
