@@ -83,6 +83,12 @@ def generation_folder(root: str | Path, gid: str) -> Path:
     return Path(root) if gid == FLAT else Path(root) / FOLDER / gid
 
 
+def current_folder(root: str | Path) -> Path:
+    """The folder of the generation CURRENT names now (not held: for tools and tests that
+    inspect files; readers use :func:`resolve`)."""
+    return generation_folder(root, read_pointer(root) or FLAT)
+
+
 @dataclass
 class Generation:
     """One generation of an index, held: ``folder`` holds its files; until :meth:`release`
