@@ -358,6 +358,9 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
             {
                 "created": created,
                 "source": {"path": printable_path(source), "format": fmt,
+                           # what a folder corpus's ids are relative to: edits map their paths to it
+                           **({"root": printable_path(source.resolve() if source.is_dir() else source.resolve().parent)}
+                              if fmt == "folder" else {}),
                            **({"skipped_invalid": [list(x) for x in report.skipped_invalid[:1000]]}
                               if report.skipped_invalid else {}),
                            **({"notes": report.notes[:1000]} if report.notes else {})},

@@ -241,6 +241,12 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
         _print_summary(summary)
 
 
+def _dry_run_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--dry-run`` of ``add``, ``delete`` and ``update``."""
+    return click.option("--dry-run", is_flag=True,
+                        help="Print the document ids that would be added, replaced and removed; write nothing.")(fn)
+
+
 def _edit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--compact-above`` and ``--json`` of the commands that edit an index."""
     fn = click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")(fn)
@@ -260,11 +266,17 @@ def _corpus_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                         help="Corpus format.")(fn)
 
 
-def _edited(index, index_dir: Path, as_json: bool) -> None:
-    from spectrag.cli.edit import edit_line, edit_summary
+def _edited(index, index_dir: Path, as_json: bool, dry_run: bool = False) -> None:
+    from spectrag.cli.edit import edit_line, edit_summary, plan_lines
 
     _report_skipped(index.report.skipped_invalid)
     _report_notes(index.report.notes)
+    if dry_run:
+        if as_json:
+            click.echo(json.dumps({"dry_run": True, **index.report.plan}, indent=2, ensure_ascii=False))
+        else:
+            click.echo("\n".join(plan_lines(index.report.plan, index_dir)))
+        return
     summary = _summary(index.manifest, index_dir)
     summary["seconds"] = index.report.seconds
     summary["edit"] = edit_summary(index)
@@ -284,18 +296,19 @@ def _compact_above(value: float | None) -> dict[str, float]:
 @click.argument("corpus", type=click.Path(path_type=Path))
 @_corpus_options
 @_edit_options
+@_dry_run_option
 @_console
 @_friendly
 def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
-            compact_above: float | None, as_json: bool) -> None:
+            compact_above: float | None, as_json: bool, dry_run: bool) -> None:
     """Add the documents of CORPUS to the index at INDEX_DIR (no rebuild; the old index stays
     until the new one is complete; concurrent edits of one index wait for each other)."""
     from spectrag.incremental import add_documents
 
     index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
                           follow_symlinks=follow_symlinks, progress=not as_json and progress_on(),
-                          **_compact_above(compact_above))
-    _edited(index, index_dir, as_json)
+                          dry_run=dry_run, **_compact_above(compact_above))
+    _edited(index, index_dir, as_json, dry_run)
 
 
 @main.command("delete")
@@ -304,18 +317,19 @@ def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_inva
 @click.option("--ids", "id_values", multiple=True, metavar="FILE|ID",
               help="A file of document ids (one a line; - reads standard input) or an id; repeatable.")
 @_edit_options
+@_dry_run_option
 @_console
 @_friendly
 def delete_cmd(index_dir: Path, doc_ids: tuple[str, ...], id_values: tuple[str, ...], compact_above: float | None,
-               as_json: bool) -> None:
+               as_json: bool, dry_run: bool) -> None:
     """Delete the documents DOC_IDS (and those of --ids) from the index at INDEX_DIR. An id the
     index does not hold is an error and nothing is deleted."""
     from spectrag.cli.edit import read_ids
     from spectrag.incremental import delete_documents
 
     index = delete_documents(index_dir, read_ids(id_values, doc_ids), progress=not as_json and progress_on(),
-                             **_compact_above(compact_above))
-    _edited(index, index_dir, as_json)
+                             dry_run=dry_run, **_compact_above(compact_above))
+    _edited(index, index_dir, as_json, dry_run)
 
 
 @main.command("update")
@@ -323,18 +337,19 @@ def delete_cmd(index_dir: Path, doc_ids: tuple[str, ...], id_values: tuple[str, 
 @click.argument("corpus", type=click.Path(path_type=Path))
 @_corpus_options
 @_edit_options
+@_dry_run_option
 @_console
 @_friendly
 def update_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
-               compact_above: float | None, as_json: bool) -> None:
+               compact_above: float | None, as_json: bool, dry_run: bool) -> None:
     """Replace the documents of CORPUS whose ids the index at INDEX_DIR holds (when they changed)
     and add the others; documents CORPUS lacks stay (see `delete`)."""
     from spectrag.incremental import update_documents
 
     index = update_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
                              follow_symlinks=follow_symlinks, progress=not as_json and progress_on(),
-                             **_compact_above(compact_above))
-    _edited(index, index_dir, as_json)
+                             dry_run=dry_run, **_compact_above(compact_above))
+    _edited(index, index_dir, as_json, dry_run)
 
 
 @main.command("compact")

@@ -38,6 +38,7 @@ import numpy as np
 from spectrag.build import read_corpus, stage_recorder
 from spectrag.errors import CorpusError
 from spectrag.incremental.edit import COMPACT_ABOVE, EditReport, apply_edit, open_for_edit
+from spectrag.incremental.ids import id_prefix, map_ids, refuse_foreign_update
 from spectrag.index.chunk import chunk_corpus
 from spectrag.store import Index, clean_stale, index_lock
 from spectrag.types import Chunk
@@ -81,9 +82,12 @@ def add_documents(
     skip_invalid: bool = False,
     follow_symlinks: bool = False,
     compact_above: float | None = COMPACT_ABOVE,
+    dry_run: bool = False,
 ) -> Index:
     """Add the documents of the corpus at ``source`` to the index at ``index_dir``; returns the
-    new version, loaded. ``embeddings`` (float32 ``[m, d]``, one row per new chunk) is required
+    new version, loaded (``dry_run``: the old one, its report's ``plan`` listing what would be
+    added, and nothing written). A folder under the index's source root gets ids relative to
+    that root (:mod:`spectrag.incremental.ids`). ``embeddings`` (float32 ``[m, d]``, one row per new chunk) is required
     exactly when the index was built from supplied embeddings; ``skip_invalid`` and
     ``follow_symlinks`` as in :func:`spectrag.build.build_index`; ``compact_above``: see the
     module docstring (None: never compact here). Raises :class:`SpectragError` subclasses for a
@@ -94,6 +98,7 @@ def add_documents(
         report, stage, old, manifest_bytes = _open(index_dir, "add", on_stage)
         fmt_, docs = read_corpus(source, fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
                                  follow_symlinks=follow_symlinks, report=report)
+        docs = map_ids(docs, id_prefix(old.manifest, source, fmt_)[0])
         existing = {c.doc_id for c in old.chunks}
         clash = [d.doc_id for d in docs if d.doc_id in existing]
         if clash:
@@ -106,6 +111,8 @@ def add_documents(
         new = chunk_corpus(docs, old.config.chunk, progress=progress)
         report.chunks, report.tokens = len(new), sum(c.n_tokens for c in new)
         stage("chunk")
+        if dry_run:
+            return _planned(old, report, added=[d.doc_id for d in docs])
         return apply_edit(old, manifest_bytes, keep=np.ones(len(old), dtype=bool), new_chunks=new, report=report,
                           stage=stage, supplied=embeddings, progress=progress, compact_above=compact_above,
                           entry={"source": printable_path(source), "format": fmt_})
@@ -120,9 +127,11 @@ def delete_documents(
     progress: bool = False,
     on_stage: Callable[[str], None] | None = None,
     compact_above: float | None = COMPACT_ABOVE,
+    dry_run: bool = False,
 ) -> Index:
     """Remove the documents ``doc_ids`` (every chunk of each) from the index at ``index_dir``;
-    returns the new version, loaded. An id the index does not hold is a :class:`CorpusError`
+    returns the new version, loaded (``dry_run``: the old one with the report's ``plan``). An id
+    the index does not hold is a :class:`CorpusError`
     naming it, and nothing is written; so is deleting every document."""
     index_dir = Path(index_dir)
     wanted = list(dict.fromkeys(str(d) for d in doc_ids))
@@ -140,10 +149,21 @@ def delete_documents(
         gone = set(wanted)
         keep = np.fromiter((c.doc_id not in gone for c in old.chunks), dtype=bool, count=len(old))
         report.documents_removed, report.chunks_removed = len(gone), int((~keep).sum())
+        if dry_run:
+            return _planned(old, report, removed=wanted)
         return apply_edit(old, manifest_bytes, keep=keep, new_chunks=[], report=report, stage=stage,
                           progress=progress, compact_above=compact_above)
 
     return _locked(index_dir, "edited", run, progress)
+
+
+def _planned(old: Index, report: EditReport, *, added: list[str] = (), replaced: list[str] = (),
+             removed: list[str] = ()) -> Index:
+    """The unedited index with ``report`` (its ``plan``: the document ids an edit would add,
+    replace and remove); nothing is written."""
+    report.plan = {"added": list(added), "replaced": list(replaced), "removed": list(removed)}
+    old.report = report
+    return old
 
 
 def _stored_by_doc(chunks: list[Chunk]) -> dict[str, list[Chunk]]:
@@ -165,6 +185,7 @@ def update_documents(
     skip_invalid: bool = False,
     follow_symlinks: bool = False,
     compact_above: float | None = COMPACT_ABOVE,
+    dry_run: bool = False,
 ) -> Index:
     """Bring the index at ``index_dir`` up to date with the corpus at ``source``: a document
     whose id the index holds is replaced when its chunks differ from the stored ones (its new
@@ -172,13 +193,19 @@ def update_documents(
     added. Documents the corpus lacks are kept (:func:`delete_documents` removes them).
     ``embeddings`` (an index built from supplied embeddings): one row per chunk of the whole
     corpus, in order. With nothing to change, nothing is written (the report counts the
-    unchanged documents)."""
+    unchanged documents). A folder under the index's source root gets ids relative to that root;
+    one outside it whose ids match none of the index's is refused (:mod:`spectrag.incremental.ids`).
+    ``dry_run``: the old index, its report's ``plan`` listing what would be added and replaced,
+    and nothing written."""
     index_dir, source = Path(index_dir), Path(source)
 
     def run() -> Index:
         report, stage, old, manifest_bytes = _open(index_dir, "update", on_stage)
         fmt_, docs = read_corpus(source, fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
                                  follow_symlinks=follow_symlinks, report=report)
+        prefix, root = id_prefix(old.manifest, source, fmt_)
+        docs = map_ids(docs, prefix)
+        refuse_foreign_update(docs, {c.doc_id for c in old.chunks}, source, root, prefix, index_dir)
         stage("load")
         chunks = chunk_corpus(docs, old.config.chunk, progress=progress)
         stage("chunk")
@@ -199,9 +226,8 @@ def update_documents(
                 raise CorpusError(f"embeddings has {len(embeddings)} rows, expected one per chunk of {source} "
                                   f"({len(chunks)})")
             supplied = np.asarray(embeddings)[take]
-        if not changed:
-            old.report = report
-            return old
+        if dry_run or not changed:
+            return _planned(old, report, added=[d for d in changed if d not in replaced], replaced=sorted(replaced))
         keep = np.fromiter((c.doc_id not in replaced for c in old.chunks), dtype=bool, count=len(old))
         report.documents_removed, report.chunks_removed = len(replaced), int((~keep).sum())
         return apply_edit(old, manifest_bytes, keep=keep, new_chunks=new, report=report, stage=stage, supplied=supplied,

@@ -66,6 +66,7 @@ class EditReport(BuildReport):
     embedded: int = 0
     spectrum: dict[str, Any] = field(default_factory=dict)
     compacted: bool = False
+    plan: dict[str, list[str]] | None = None  # a dry run (or an update with nothing to change): ids it would add, replace, remove
 
 
 def refuse_unsupported(old: Index, removes: bool) -> None:
