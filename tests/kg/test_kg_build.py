@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from spectrag.build import build_index
 from spectrag.cli import main
 from spectrag.cli.demo import sample_corpus, sample_questions
+from spectrag.generations import current_folder
 from spectrag.config import EmbedConfig, IndexConfig, KGConfig, load_config
 from spectrag.errors import ConfigError, IndexFormatError, SpectragError
 from spectrag.retriever import Retriever
@@ -127,7 +128,7 @@ def test_cli_index_with_openie_then_retrieve_activation(tmp_path, monkeypatch, e
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["kg"]["source"] == "openie" and summary["kg"]["entities"] == 4 and summary["kg"]["relations"] == 3
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((current_folder(out) / "manifest.json").read_text())
     assert manifest["graph"]["entities"]["source"] == str(openie)  # the entity signal uses the file too
     assert "knowledge graph" in runner.invoke(main, ["info", str(out)]).output
     result = runner.invoke(main, ["retrieve", str(out), "--mode", "activation", "-q", "Where was the designer of the Veltra Bridge born?",
