@@ -121,6 +121,7 @@ _HISTORY_FIELDS = {
     "documents": _COUNT, "chunks": _COUNT, "documents_added": _COUNT, "chunks_added": _COUNT,
     "documents_removed": _COUNT, "chunks_removed": _COUNT, "documents_replaced": _COUNT, "documents_unchanged": _COUNT,
     "compacted": (lambda v: isinstance(v, bool), "true or false"),
+    "reordered": (lambda v: isinstance(v, bool), "true or false"),
     "seconds": (lambda v: _number(v) and 0 <= v < float("inf"), "a number of seconds >= 0"),
     "spectrum": (lambda v: v is None or isinstance(v, str), "a string or null"),
 }

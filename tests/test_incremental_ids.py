@@ -102,3 +102,48 @@ def test_dry_runs_list_the_plan_and_write_nothing(tree):
     with pytest.raises(CorpusError, match="not in the index"):
         delete_documents(idx, ["zz.md"], dry_run=True)  # the same checks as the edit itself
     assert _state(idx) == before
+
+
+def test_compact_puts_a_folder_index_in_a_builds_order(tmp_path):
+    """Edits append replaced and added documents at the end; compact restores the order a build
+    reads the folder in, so the index equals a fresh build file for file (graph included) and
+    every mode ranks alike, ties included (ties fall to chunk position)."""
+    from spectrag import compact_index
+    from spectrag.retriever import Retriever
+    from spectrag.config import RetrieverConfig
+
+    config = IndexConfig(embed=EmbedConfig(cache_dir=""))
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    for name in ("b", "c", "sub/d", "sub/e", "f"):
+        (corpus / f"{name}.md").write_text(page(name.split("/")[-1]) + "Shared words make equal scores.\n")
+    idx = tmp_path / "idx"
+    build_index(corpus, idx, config, embeddings=vectors(corpus))
+    (corpus / "c.md").write_text(page("c", " Rebuilt.") + "Shared words make equal scores.\n")
+    update_documents(idx, corpus / "c.md", embeddings=vectors(corpus / "c.md"), compact_above=None)
+    (corpus / "a.md").write_text(page("a") + "Shared words make equal scores.\n")
+    add_documents(idx, corpus / "a.md", embeddings=vectors(corpus / "a.md"), compact_above=None)
+    edited = load_index(idx)
+    assert [c.doc_id for c in edited.chunks][-2:] == ["c.md", "a.md"]  # appended
+    compacted = compact_index(idx)
+    fresh = build_index(corpus, tmp_path / "fresh", config, embeddings=vectors(corpus))
+    assert [c.doc_id for c in compacted.chunks] == [c.doc_id for c in fresh.chunks]
+    assert compacted.manifest["history"][-1]["reordered"] is True
+    files = {k: v["sha256"] for k, v in fresh.manifest["files"].items()}
+    assert {k: v["sha256"] for k, v in compacted.manifest["files"].items()} == files
+    qvecs = torch_vectors(["Shared words make equal scores", "harbour of c"], fresh)
+    for mode in ("bm25", "dense", "hybrid", "spectral", "ppr"):
+        a = Retriever(compacted, RetrieverConfig(device="cpu")).score_batch(["Shared words", "harbour of c"], mode=mode,
+                                                                           qvecs=qvecs)
+        b = Retriever(fresh, RetrieverConfig(device="cpu")).score_batch(["Shared words", "harbour of c"], mode=mode,
+                                                                       qvecs=qvecs)
+        assert (a.selected == b.selected).all() and (a.candidates == b.candidates).all(), mode
+    assert compact_index(idx).manifest["history"][-1].get("reordered") is None  # in order now: kept
+
+
+def torch_vectors(texts, index):
+    import torch
+
+    rng = np.random.default_rng(5)
+    v = rng.standard_normal((len(texts), index.embeddings.shape[1])).astype(np.float32)
+    return torch.from_numpy(v / np.linalg.norm(v, axis=1, keepdims=True))

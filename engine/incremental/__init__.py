@@ -240,12 +240,36 @@ def compact_index(index_dir: str | Path, *, progress: bool = False,
                   on_stage: Callable[[str], None] | None = None) -> Index:
     """Recompute the graph (every signal, fusion, the spectrum by Lanczos, clusters) and the
     knowledge graph of the index at ``index_dir`` from its chunks and embeddings, as a build
-    does: the result is the index a fresh build of its documents, in its order, gives."""
+    does. An index built from a folder also gets its chunks back in the order a build reads the
+    folder (sorted paths; edits append replaced and added documents at the end): the result is
+    the index a fresh build of its documents gives, so rankings agree with one, ties included
+    (they are broken by chunk position). Other corpora keep the index's order (a build's order
+    of a JSON corpus is its file's, which the index does not know)."""
     index_dir = Path(index_dir)
 
     def run() -> Index:
         report, stage, old, manifest_bytes = _open(index_dir, "compact", on_stage)
-        return apply_edit(old, manifest_bytes, keep=np.ones(len(old), dtype=bool), new_chunks=[], report=report,
-                          stage=stage, progress=progress, exact=True, entry={"chunks": len(old)})
+        order = build_order(old)
+        if order is None:
+            return apply_edit(old, manifest_bytes, keep=np.ones(len(old), dtype=bool), new_chunks=[], report=report,
+                              stage=stage, progress=progress, exact=True, entry={"chunks": len(old)})
+        supplied = np.asarray(old.embeddings)[order] if old.manifest["embedding"]["fingerprint"] == "supplied" else None
+        return apply_edit(old, manifest_bytes, keep=np.zeros(len(old), dtype=bool), new_chunks=[old.chunks[i] for i in order],
+                          report=report, stage=stage, supplied=supplied, progress=progress, exact=True,
+                          entry={"chunks": len(old), "reordered": True})
 
     return _locked(index_dir, "compacted", run, progress)
+
+
+def build_order(index: Index) -> np.ndarray | None:
+    """The permutation ``[n]`` that puts the chunks of a folder-built index in a build's order
+    (documents by path, compared part by part as the folder reader sorts them; a document's
+    chunks in their order), or None when the index is in that order already or cannot be
+    reordered (not a folder corpus; utility questions, keyed by chunk ids)."""
+    if (index.manifest.get("source") or {}).get("format") != "folder":
+        return None
+    if (index.graph or {}).get("questions") is not None or index.config.graph.questions_file:
+        return None
+    keys = [tuple(c.doc_id.split("/")) for c in index.chunks]
+    order = np.asarray(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)  # stable: a document's order kept
+    return None if np.array_equal(order, np.arange(len(keys))) else order
