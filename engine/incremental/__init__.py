@@ -37,7 +37,7 @@ import numpy as np
 
 from spectrag.build import read_corpus, stage_recorder
 from spectrag.errors import CorpusError
-from spectrag.incremental.edit import COMPACT_ABOVE, EditReport, apply_edit, open_for_edit
+from spectrag.incremental.edit import COMPACT_ABOVE, EditReport, apply_edit, open_for_edit, refuse_unsupported
 from spectrag.incremental.ids import id_prefix, map_ids, refuse_foreign_update
 from spectrag.index.chunk import chunk_corpus
 from spectrag.store import Index, clean_stale, index_lock
@@ -201,6 +201,7 @@ def update_documents(
 
     def run() -> Index:
         report, stage, old, manifest_bytes = _open(index_dir, "update", on_stage)
+        refuse_unsupported(old, removes=False)  # before the corpus is read (the LLM stage: no edit runs it)
         fmt_, docs = read_corpus(source, fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
                                  follow_symlinks=follow_symlinks, report=report)
         prefix, root = id_prefix(old.manifest, source, fmt_)
