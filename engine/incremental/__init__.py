@@ -21,9 +21,9 @@ compaction, retrieval may therefore differ slightly from a fresh build (measured
 build above ``compact_above`` (:data:`~spectrag.incremental.edit.COMPACT_ABOVE`) of the index
 compacts as it goes. ``spectrag info`` shows the history and the spectrum's state.
 
-Every edit writes the new version into a temporary folder beside the index and swaps it in
-(:func:`spectrag.store.atomic_directory`): an interrupted edit leaves the old index, and a kill
-at any point leaves the old or the new one at the path. Edits and builds of one index hold its
+Every edit writes a new generation of the index and makes it current as its last step
+(:mod:`spectrag.generations`): an interrupted edit leaves the old index, a kill at any point
+leaves the old or the new one, and a reader meanwhile loads one of them whole. Edits and builds of one index hold its
 lock (:func:`spectrag.store.index_lock`): concurrent writers run one after the other, each on the
 version the previous one wrote.
 """

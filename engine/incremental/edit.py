@@ -1,6 +1,7 @@
 """One edit of an index: some old chunks kept (their documents' order unchanged), new chunks
 appended, and every stored structure brought to the new corpus (:func:`apply_edit`), written
-beside the old index and swapped in (:func:`spectrag.store.atomic_directory`).
+as a new generation of the index and made current last (:mod:`spectrag.generations`; files
+an edit leaves unchanged are hard-linked from the old generation).
 
 Chunk ids are positions: the kept chunks are renumbered ``0 .. n_keep - 1`` in their old order
 and the new ones follow, which is the order a full build of "the remaining documents, then the
@@ -109,7 +110,7 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
                compact_above: float | None = COMPACT_ABOVE, exact: bool = False,
                entry: dict[str, Any] | None = None) -> Index:
     """The index ``old`` with the chunks where ``keep [n_old]`` is false removed and
-    ``new_chunks`` appended, written over ``old.path``; returns it loaded. ``supplied``: the new
+    ``new_chunks`` appended, written as a new generation of ``old.path``; returns it loaded. ``supplied``: the new
     chunks' vectors (an index built from supplied embeddings); ``manifest_bytes``: the old
     manifest as read (the write is refused if another writer changed it meanwhile)."""
     config, keep = old.config, np.asarray(keep, dtype=bool)
