@@ -162,12 +162,16 @@ def main() -> None:
         docs_of[index.generation] = sorted({c.doc_id for c in index.chunks})
         edits.append({"edit": e, "op": op, "generation": index.generation, "seconds": round(time.time() - start, 2)})
         del index
-    time.sleep(max(3 * args.follow_s, 5))  # the last swap, and answers on it
+    last_gen = edits[-1]["generation"]
+    waited = time.time()
+    while httpx.get(url + "/v1/info", timeout=60).json()["index"]["generation"] != last_gen and time.time() - waited < 300:
+        time.sleep(0.5)  # the last swap
+    swap_wait = time.time() - waited
+    time.sleep(5)  # answers on it
     stop.set()
     for t in threads:
         t.join(timeout=180)
     seconds = time.time() - t0
-    last_gen = edits[-1]["generation"]
     info = httpx.get(url + "/v1/info").json()
     rss_end, rss_peak = _rss_mib(server.pid), _rss_mib(server.pid, "VmHWM")
     server.terminate()
@@ -188,7 +192,8 @@ def main() -> None:
         "answers_of_unknown_generations": len(unknown_generation),
         "generations_answered": sorted({a["generation"] for a in ok}, key=int),
         "marker_answers_on_a_generation_holding_the_page": len(marker), "added_page_top_hit": len(found),
-        "swaps_logged": swaps, "info_generation_at_end": info["index"]["generation"], "last_generation": last_gen,
+        "swaps_logged": swaps, "seconds_to_the_last_swap_after_the_last_edit": round(swap_wait, 1),
+        "info_generation_at_end": info["index"]["generation"], "last_generation": last_gen,
         "rss_mib": {"server_after_start": round(rss_start, 1), "server_peak": round(rss_peak, 1),
                     "server_at_end": round(rss_end, 1), "one_generation_loaded": round(one_generation_mib, 1)},
         "seconds": round(seconds, 1), "load_average": [load0, load1], "follow_s": args.follow_s,
@@ -207,6 +212,8 @@ def main() -> None:
                  "| swaps logged | generation at end (last written) |", "|---|---|---|---|---|---|",
                  f"| {len(answers)} | {len(errors)} | {len(stale)} | {len(found)} / {len(marker)} | {swaps} | "
                  f"{info['index']['generation']} ({last_gen}) |", "",
+                 f"The last generation was served {swap_wait:.1f} s after the last edit returned; answers came from "
+                 f"generations {', '.join(result['generations_answered'])}.", "",
                  f"Server memory (resident MiB): {r['server_after_start']} after start-up, peak {r['server_peak']}, "
                  f"{r['server_at_end']} at the end; one generation of this index loaded in a process: "
                  f"{r['one_generation_loaded']} MiB.", "",

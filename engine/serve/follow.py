@@ -39,6 +39,14 @@ class Reload:
     error: str | None = None
 
 
+def _share_model(old: Any, new: Any) -> None:
+    """Give ``new`` the query embedder ``old`` has loaded when both embed with the same model and
+    settings (an edit never changes them): a reload then does not load the model again."""
+    same = old.manifest["embedding"] == new.manifest["embedding"] and old.config.embed == new.config.embed
+    if same and getattr(old, "_embedder", None) is not None and getattr(new, "_embedder", None) is None:
+        new._embedder = old._embedder
+
+
 class IndexFollower:
     """Keeps ``batcher.retriever`` on the current generation of its index.
 
@@ -82,6 +90,7 @@ class IndexFollower:
             start = time.perf_counter()
             try:
                 index = load_index(self.root)  # CURRENT resolved again: a newer one is fine
+                _share_model(served.index, index)
                 fresh = Retriever(index, served.config)
                 if self.warm_up:
                     fresh.retrieve("warm-up")
