@@ -287,6 +287,8 @@ def collect(root: str | Path) -> list[str]:
     if current is None:
         return []
     removed = []
+    for tmp in root.glob(f".{POINTER}.tmp-*"):  # a pointer a killed writer had not renamed yet
+        tmp.unlink(missing_ok=True)
     if _remove_flat_files(root):
         removed.append(FLAT)
     folder = root / FOLDER
