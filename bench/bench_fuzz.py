@@ -606,8 +606,9 @@ def run_damaged(tally: Tally, index_dir: Path, n: int, seed: int, *, values: boo
 
 # -------------------------------------------------------------------------------------- kills
 
-POINTS = {True: ["swap:written", "swap:synced", "swap:exchanged", "swap:done"],
-          False: ["swap:written", "swap:synced", "swap:renamed-new", "swap:between-renames", "swap:before-cleanup", "swap:done"]}
+# a build over an index and an add write a new generation and replace CURRENT last (spectrag.generations);
+# the folder swaps (exchange or renames) now only put a new index into a path that holds none
+POINTS = {True: ["generation:written", "generation:synced", "generation:current"], False: []}
 
 
 def run_kills(tally: Tally) -> None:

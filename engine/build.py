@@ -38,9 +38,9 @@ from spectrag.store import (
     CHUNKS,
     EMBEDDINGS,
     Index,
-    atomic_directory,
     clean_stale,
     index_lock,
+    index_writer,
     load_index,
     refuse_existing,
     write_chunks,
@@ -336,7 +336,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
     if embedder is not None:
         embedder.close()
 
-    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+    with index_writer(out_dir, overwrite=overwrite) as tmp:  # a new generation over an existing index
         np.save(tmp / EMBEDDINGS, vectors)
         DenseIndex(vectors).save(tmp)
         stage("dense")
@@ -358,6 +358,9 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
             {
                 "created": created,
                 "source": {"path": printable_path(source), "format": fmt,
+                           # what a folder corpus's ids are relative to: edits map their paths to it
+                           **({"root": printable_path(source.resolve() if source.is_dir() else source.resolve().parent)}
+                              if fmt == "folder" else {}),
                            **({"skipped_invalid": [list(x) for x in report.skipped_invalid[:1000]]}
                               if report.skipped_invalid else {}),
                            **({"notes": report.notes[:1000]} if report.notes else {})},

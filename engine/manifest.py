@@ -95,11 +95,7 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
     for key in ("seconds", "cpu_seconds"):  # stage -> seconds, printed by `spectrag info`
         if key in manifest and not all(_number(v) for v in manifest[key].values()):
             raise IndexFormatError(f"{where}: manifest field {key!r} must map stages to numbers")
-    for key in ("additions", "history"):  # read by `spectrag info` and the next edit
-        if key in manifest and not (isinstance(manifest[key], list) and all(isinstance(e, dict) for e in manifest[key])):
-            raise IndexFormatError(f"{where}: manifest field {key!r} must be a list of tables")
-    if "history" in manifest and not all(isinstance(e.get("op"), str) for e in manifest["history"]):
-        raise IndexFormatError(f"{where}: every entry of the manifest's 'history' needs an 'op' string")
+    check_edit_state(manifest, where)  # history, incremental, additions: read by `spectrag info` and the next edit
     if manifest.get("graph"):
         _check_graph_entry(manifest["graph"], counts["chunks"], f"{where} (graph)")
     if manifest.get("llm"):
@@ -110,6 +106,72 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
             _need(kg, f"{where} (kg)", key, _int, "an integer >= 0")
         _need(kg, f"{where} (kg)", "source", is_str, "a string")
     return manifest
+
+
+# --- the edit history (spectrag.incremental.history writes it) ------------------------------
+#
+# Every field is checked, so that `spectrag info` and an edit read only what they can use:
+# an edit refuses a damaged history before it writes anything. Keys not named here are left
+# alone (a newer engine's additions); a named key of the wrong type or range is an error.
+
+HISTORY_OPERATIONS = ("build", "add", "delete", "update", "compact")
+_COUNT, _TEXT = (_int, "an integer >= 0"), (lambda v: isinstance(v, str), "a string")
+_HISTORY_FIELDS = {
+    "date": _TEXT, "source": _TEXT, "format": _TEXT,
+    "documents": _COUNT, "chunks": _COUNT, "documents_added": _COUNT, "chunks_added": _COUNT,
+    "documents_removed": _COUNT, "chunks_removed": _COUNT, "documents_replaced": _COUNT, "documents_unchanged": _COUNT,
+    "compacted": (lambda v: isinstance(v, bool), "true or false"),
+    "reordered": (lambda v: isinstance(v, bool), "true or false"),
+    "seconds": (lambda v: _number(v) and 0 <= v < float("inf"), "a number of seconds >= 0"),
+    "spectrum": (lambda v: v is None or isinstance(v, str), "a string or null"),
+}
+_INCREMENTAL_FIELDS = {
+    "since": (_TEXT, True), "operations": (_COUNT, True), "changed_chunks": (_COUNT, True),
+    "spectrum": ((lambda v: v in ("exact", "warm-started", "none"), "'exact', 'warm-started' or 'none'"), False),
+}
+_ADDITION_FIELDS = {"documents": _COUNT, "chunks": _COUNT, "created": _TEXT, "path": _TEXT}
+
+
+def _check_fields(table: dict[str, Any], fields: dict[str, tuple], where: str, name: str) -> None:
+    for key, (ok, what) in fields.items():
+        if key in table and not ok(table[key]):
+            raise IndexFormatError(f"{where}: manifest field {name}.{key} must be {what}, got {brief(table[key])}")
+
+
+def check_edit_state(manifest: dict[str, Any], where: str) -> None:
+    """``history`` (a non-empty list of entries, each with an ``op`` among
+    :data:`HISTORY_OPERATIONS` and a ``date``, every count an integer >= 0), ``incremental``
+    (``since``, ``operations``, ``changed_chunks``; ``spectrum``) and the legacy ``additions``,
+    each field type- and range-checked; :class:`IndexFormatError` names the field and the value."""
+    for key in ("additions", "history"):
+        if key in manifest and not (isinstance(manifest[key], list) and all(isinstance(e, dict) for e in manifest[key])):
+            raise IndexFormatError(f"{where}: manifest field {key!r} must be a list of tables, got {brief(manifest[key])}")
+    if "history" in manifest:
+        entries = manifest["history"]
+        if not entries:
+            raise IndexFormatError(f"{where}: manifest field 'history' is empty; it always begins with the build")
+        for i, e in enumerate(entries):
+            if e.get("op") not in HISTORY_OPERATIONS:
+                raise IndexFormatError(f"{where}: manifest field history[{i}].op must be one of "
+                                       f"{', '.join(HISTORY_OPERATIONS)}, got {brief(e.get('op'))}")
+            if "date" not in e:
+                raise IndexFormatError(f"{where}: manifest field history[{i}] has no 'date' (every entry has one)")
+            _check_fields(e, _HISTORY_FIELDS, where, f"history[{i}]")
+    for i, a in enumerate(manifest.get("additions") or []):
+        _check_fields(a, _ADDITION_FIELDS, where, f"additions[{i}]")
+    if "incremental" in manifest and manifest["incremental"] is not None:
+        state = manifest["incremental"]
+        if not isinstance(state, dict):
+            raise IndexFormatError(f"{where}: manifest field 'incremental' must be a table or null, got {brief(state)}")
+        for key, ((ok, what), required) in _INCREMENTAL_FIELDS.items():
+            if key not in state:
+                if required:
+                    raise IndexFormatError(f"{where}: manifest field incremental has no {key!r} (an edited index always "
+                                           "records it)")
+            elif not ok(state[key]):
+                raise IndexFormatError(f"{where}: manifest field incremental.{key} must be {what}, got {brief(state[key])}")
+        if "history" not in manifest:
+            raise IndexFormatError(f"{where}: the manifest has 'incremental' but no 'history' (an edit writes both)")
 
 
 def _check_llm_entry(llm: Any, where: str) -> None:

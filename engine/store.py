@@ -1,6 +1,9 @@
 """Stage 5 of the offline build: the persisted, versioned index directory, and :class:`Index`.
 
-Layout of an index directory::
+Layout of an index directory: ``CURRENT`` names the current generation, ``generations/<id>/``
+holds it (:mod:`spectrag.generations`: readers see one whole generation; edits add a new one
+and swap ``CURRENT`` last). A generation folder (or a whole index folder written before
+generations, read as generation 0) holds::
 
     manifest.json     format version, config, tokenizer, model, counts, checksums, versions
     chunks.jsonl      the chunk table, one JSON object per chunk, in chunk-id order
@@ -9,9 +12,10 @@ Layout of an index directory::
     bm25/             BM25 term x chunk score matrix (CSR as .npy), vocabulary (JSON), chunk token ids
     kg/               knowledge graph for spreading activation, when built (engine/kg/store.py)
 
-No pickle anywhere. A build writes into a hidden temporary sibling folder and swaps it into
-place at the end (atomically on Linux; see :func:`_swap_in`), so an interrupted build never
-leaves a folder that loads and a replaced index is never missing. ``manifest.json`` is written
+No pickle anywhere. A new index is written into a hidden temporary sibling folder and renamed
+into place at the end; a build over an existing index writes a new generation in it
+(:func:`index_writer`), so an interrupted build never leaves a folder that loads and a replaced
+index is never missing. ``manifest.json`` is written
 last and lists a SHA-256 for every other file. Loading trusts none of it: the manifest's schema
 and file listing (:mod:`spectrag.manifest`), then (by default) every checksum, then the
 structure of every array each part's loader reads (:mod:`spectrag.util.checks`), so a damaged
@@ -31,6 +35,7 @@ import sys
 import time
 import uuid
 import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
@@ -42,6 +47,7 @@ from filelock import FileLock
 
 from spectrag.config import IndexConfig
 from spectrag.errors import IndexFormatError, SpectragError
+from spectrag.generations import FLAT, POINTER, Generation, collect, new_generation, read_pointer, resolve, write_pointer
 from spectrag.graph.build import load_graph
 from spectrag.graph.relational import relational_graph
 from spectrag.index.dense import DenseIndex
@@ -194,7 +200,8 @@ def recover_index(out_dir: str | Path) -> bool:
 
 def clean_stale(out_dir: str | Path) -> list[Path]:
     """Remove the hidden siblings of ``out_dir`` left by processes that are gone (after
-    :func:`recover_index`); returns what was removed. Only names this module makes are touched."""
+    :func:`recover_index`), and the generations in it that no reader holds; returns the
+    siblings removed. Only names this module makes are touched."""
     out_dir = Path(out_dir)
     recover_index(out_dir)
     removed = []
@@ -202,6 +209,8 @@ def clean_stale(out_dir: str | Path) -> list[Path]:
         if _stale(path, pid):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
+    if out_dir.is_dir():
+        collect(out_dir)  # generations no reader holds, and a killed writer's (the caller holds the lock)
     return removed
 
 
@@ -246,6 +255,32 @@ def atomic_directory(out_dir: Path, *, overwrite: bool) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def is_index_folder(path: Path) -> bool:
+    """Whether ``path`` holds an index, in either layout (a generation pointer or a manifest)."""
+    return (path / POINTER).is_file() or (path / MANIFEST).is_file()
+
+
+@contextmanager
+def index_writer(out_dir: Path, *, overwrite: bool) -> Iterator[Path]:
+    """Yield the folder a build writes its files into. Over an existing index (``overwrite``):
+    a new generation of it, made current at the end (readers and servers on the old one keep
+    it; :mod:`spectrag.generations`). Otherwise a new index folder (its generation 1), written
+    beside ``out_dir`` and renamed into place (:func:`atomic_directory`). The caller holds the
+    index lock."""
+    out_dir = Path(out_dir)
+    if out_dir.is_dir() and not out_dir.is_symlink() and is_index_folder(out_dir):
+        refuse_existing(out_dir, overwrite=overwrite)
+        with new_generation(out_dir) as folder:
+            yield folder
+        collect(out_dir)
+        return
+    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+        folder = tmp / "generations" / "1"
+        folder.mkdir(parents=True)
+        yield folder
+        write_pointer(tmp, "1")
 
 
 def write_chunks(path: Path, chunks: list[Chunk]) -> None:
@@ -296,20 +331,40 @@ def read_chunks(path: Path, n: int | None = None) -> list[Chunk]:
     return chunks
 
 
-def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+def write_manifest(folder: Path, manifest: dict[str, Any], known: dict[str, dict[str, Any]] | None = None) -> None:
+    """``manifest.json`` of ``folder``, listing every file with its size and SHA-256 (``known``:
+    the entries of files already hashed, e.g. hard-linked from a verified generation)."""
     files = {}
+    known = known or {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = path.relative_to(folder).as_posix()
-        files[rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        files[rel] = known[rel] if rel in known else {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
     manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, **manifest, "files": files}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def read_manifest(folder: Path, *, verify: bool = True) -> dict[str, Any]:
-    """The manifest of the index at ``folder``, after checking version, files and checksums."""
+    """The manifest of the index at ``folder`` (its current generation), after checking
+    version, files and checksums."""
+    generation = open_generation(folder)
+    try:
+        return read_generation_manifest(generation.folder, verify=verify)
+    finally:
+        generation.release()
+
+
+def open_generation(path: str | Path) -> Generation:
+    """The current generation of the index at ``path``, held (:func:`spectrag.generations.resolve`);
+    an interrupted folder swap is put right first."""
+    path = Path(path)
+    if not path.exists():
+        recover_index(path)  # a swap killed between two renames (the fallback path)
+    return resolve(path)
+
+
+def read_generation_manifest(folder: Path, *, verify: bool = True) -> dict[str, Any]:
+    """The manifest of the generation folder ``folder``, checked (see :func:`read_manifest`)."""
     folder = Path(folder)
-    if not folder.exists():
-        recover_index(folder)  # a swap killed between two renames (the fallback path)
     if not folder.is_dir():
         raise IndexFormatError(f"{folder}: no such index folder")
     path = folder / MANIFEST
@@ -347,29 +402,34 @@ class Index:
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any], *, device: str = "cpu",
-                 chunks: list[Chunk] | None = None) -> None:
-        self.path = Path(path)
+                 chunks: list[Chunk] | None = None, generation: Generation | None = None) -> None:
+        self.path = Path(path)  # the index folder; its files are read from ``folder``
+        self.generation = generation.id if generation is not None else FLAT
+        self.folder = generation.folder if generation is not None else self.path
+        self._held = generation
+        if generation is not None:  # the generation stays ours until release() or the object goes
+            weakref.finalize(self, generation.release)
         self.manifest = manifest
-        self.config = IndexConfig.from_dict(manifest["config"], source=str(self.path / MANIFEST))
+        self.config = IndexConfig.from_dict(manifest["config"], source=str(self.folder / MANIFEST))
         files = manifest["files"]  # only listed files are read (read_manifest checked them)
         n, dim = manifest["counts"]["chunks"], manifest["embedding"]["dim"]
         shown = bar(total=4, desc="loading index", unit=" parts", postfix="chunks")  # a stage of 10^6 chunks takes seconds
         # ``chunks``: the table when the caller holds it (an index edit that has just written it)
-        self.chunks = read_chunks(self.path / CHUNKS, n) if chunks is None or len(chunks) != n else chunks
-        self.embeddings = check_floats(load_npy(self.path / EMBEDDINGS, f"{self.path / EMBEDDINGS}"),
-                                       f"{self.path / EMBEDDINGS}", (n, dim), unit_rows=True)
+        self.chunks = read_chunks(self.folder / CHUNKS, n) if chunks is None or len(chunks) != n else chunks
+        self.embeddings = check_floats(load_npy(self.folder / EMBEDDINGS, f"{self.folder / EMBEDDINGS}"),
+                                       f"{self.folder / EMBEDDINGS}", (n, dim), unit_rows=True)
         if self.embeddings.dtype != np.float32:
-            raise IndexFormatError(f"{self.path / EMBEDDINGS}: dtype {self.embeddings.dtype}, the manifest says float32")
+            raise IndexFormatError(f"{self.folder / EMBEDDINGS}: dtype {self.embeddings.dtype}, the manifest says float32")
         shown.update()
         shown.set_postfix_str("dense, BM25")
-        self.dense = DenseIndex.load(self.path, self.embeddings, device=device)
-        self.bm25 = BM25Index.load(self.path, self.config.bm25, n_chunks=n,
+        self.dense = DenseIndex.load(self.folder, self.embeddings, device=device)
+        self.bm25 = BM25Index.load(self.folder, self.config.bm25, n_chunks=n,
                                    tokens=all(f"{BM25Index.FOLDER}/{t}" in files for t in TOKEN_FILES))
         shown.update()
         shown.set_postfix_str("graph")
         self.graph = None
         if manifest.get("graph"):
-            self.graph = load_graph(self.path, n=n, signals=list(manifest["graph"]["signal_edges"]),
+            self.graph = load_graph(self.folder, n=n, signals=list(manifest["graph"]["signal_edges"]),
                                     relations="graph/relations.indptr.npy" in files,
                                     dim=manifest["graph"]["spectrum"]["dim"],
                                     questions="graph/questions.vectors.npy" in files, embedding_dim=dim,
@@ -384,7 +444,7 @@ class Index:
         shown.set_postfix_str("knowledge graph")
         self.kg = None  # knowledge graph for spreading activation (kg/, engine/kg/store.py)
         if manifest.get("kg"):
-            self.kg = load_kg(self.path, len(self.chunks), dim=dim)
+            self.kg = load_kg(self.folder, len(self.chunks), dim=dim)
         shown.update()
         shown.close()
         self._embedder = None
@@ -392,9 +452,15 @@ class Index:
     def __len__(self) -> int:
         return len(self.chunks)
 
+    def release(self) -> None:
+        """Let writers remove this generation's folder (its files are not read after this; the
+        memory maps stay valid). Called when the index goes, if not before."""
+        if self._held is not None:
+            self._held.release()
+
     def __repr__(self) -> str:
         c = self.manifest["counts"]
-        return f"Index({str(self.path)!r}, documents={c['documents']}, chunks={c['chunks']})"
+        return f"Index({str(self.path)!r}, generation={self.generation}, documents={c['documents']}, chunks={c['chunks']})"
 
     @property
     def embedder(self):
@@ -436,12 +502,27 @@ def check_model(manifest: dict[str, Any], fingerprint: str, dim: int, where: Pat
         )
 
 
-def load_index(path: str | Path, *, verify: bool = True, device: str = "cpu") -> Index:
-    """Open the index at ``path``; :class:`IndexFormatError` names whatever is wrong with it."""
+def current_generation(path: str | Path) -> str:
+    """The id of the generation the index at ``path`` names now (``0``: the flat layout)."""
+    return read_pointer(path) or FLAT
+
+
+def load_index(path: str | Path, *, verify: bool = True, device: str = "cpu",
+               chunks: list[Chunk] | None = None) -> Index:
+    """Open the index at ``path``: CURRENT is read once and only that generation is read, so an
+    edit meanwhile is seen whole or not at all (:mod:`spectrag.generations`); the index holds
+    its generation until it goes (or :meth:`Index.release`). :class:`IndexFormatError` names
+    whatever is wrong with it. ``chunks``: the chunk table, when the caller has just written it
+    (used when its length matches, instead of parsing the file)."""
     path = Path(path)
-    manifest = read_manifest(path, verify=verify)
+    generation = open_generation(path)
     try:
-        return Index(path, manifest, device=device)
-    except OSError as exc:  # a file vanished after the manifest was checked: the index was replaced meanwhile
+        manifest = read_generation_manifest(generation.folder, verify=verify)
+        return Index(path, manifest, device=device, generation=generation, chunks=chunks)
+    except OSError as exc:  # a file vanished after the manifest was checked (a flat index replaced meanwhile)
+        generation.release()
         raise IndexFormatError(f"{path}: could not read {exc.filename or 'a file'} ({exc.strerror}); "
                                "was the index replaced while it was loading? Load it again") from None
+    except BaseException:
+        generation.release()
+        raise

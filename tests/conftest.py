@@ -131,7 +131,7 @@ def index_copy(sample_index, tmp_path):
     import shutil
 
     target = tmp_path / "copy"
-    shutil.copytree(sample_index.path, target)
+    shutil.copytree(sample_index.folder, target)  # its current generation: a whole index, flat
     return target
 
 

@@ -108,13 +108,13 @@ def test_llm_outputs_are_files_the_build_reads_back(llm_index):
 
     _, index = llm_index
     n = len(index.chunks)
-    questions = read_questions_file(index.path / "llm" / "questions.json", n)
+    questions = read_questions_file(index.folder / "llm" / "questions.json", n)
     assert len(questions) == n - 1 and all(len(q) >= 1 for q in questions.values())  # one answer was malformed
     again = embed_questions(questions, n, index.embedder.encode)
     stored = index.graph["questions"]
     assert np.array_equal(again.owners, stored.owners)
     np.testing.assert_allclose(again.vectors, stored.vectors, atol=1e-6)
-    ext = load_openie(index.path / "llm" / "openie.json", [c.text for c in index.chunks], [c.title for c in index.chunks])
+    ext = load_openie(index.folder / "llm" / "openie.json", [c.text for c in index.chunks], [c.title for c in index.chunks])
     kg = index.manifest["kg"]
     assert ext.facts["unmatched_records"] == 0 and ext.facts["malformed_triples"] == 0
     assert (ext.facts["records"], ext.facts["triples"]) == (kg["records"], kg["triples"]) and kg["source"] == "llm"

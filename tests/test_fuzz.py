@@ -162,7 +162,7 @@ def test_edited_manifests_load_or_are_an_index_error(sample_index, tmp_path_fact
     from spectrag.store import MANIFEST
 
     folder = tmp_path_factory.mktemp("mf") / "idx"
-    shutil.copytree(sample_index.path, folder)
+    shutil.copytree(sample_index.folder, folder)
     manifest = _edit(json.loads((folder / MANIFEST).read_text()), path, value)
     (folder / MANIFEST).write_text(json.dumps(manifest))
     try:
@@ -223,7 +223,7 @@ def test_value_damage_with_resealed_checksums_loads_only_when_the_format_holds(s
     from spectrag.reference.index_format import broken_invariants
 
     folder = tmp_path_factory.mktemp("vd") / "idx"
-    shutil.copytree(sample_index.path, folder)
+    shutil.copytree(sample_index.folder, folder)
     a = np.load(folder / rel)
     flat = a.reshape(-1).copy()
     i = position % flat.size

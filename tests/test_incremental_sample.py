@@ -21,6 +21,7 @@ from spectrag.cli import main
 from spectrag.cli.demo import sample_corpus, sample_questions
 from spectrag.config import EmbedConfig, IndexConfig, RetrieverConfig
 from spectrag.errors import SpectragError
+from spectrag.generations import collect, current_folder
 from spectrag.retriever import Retriever
 
 MARKER = "Quorblaxian"
@@ -144,6 +145,9 @@ def test_deleted_text_is_in_no_file_context_run_view_or_response(sample_edits, t
     root, _, _ = sample_edits
     query = "Who kept the Quorblaxian beacon log on the Tessel reef?"
     for name, present in (("after-add", True), ("after-delete", False)):
+        # the copy holds the generation before the delete too (this process's add result held it
+        # when the delete ran); once no reader holds it, the next write's clean-up removes it
+        collect(root / name)
         index = load_index(root / name)
         assert bool(holds(index.path, MARKER)) is present, holds(index.path, MARKER)
         contexts = Retriever(index, RetrieverConfig(device="cpu")).retrieve([query], k=20)
@@ -230,7 +234,7 @@ def test_an_index_built_with_the_llm_stage_is_refused(llm_index, tmp_path, opera
 
     target = tmp_path / "llm-copy"
     shutil.copytree(llm_index[1].path, target)
-    before = (target / "manifest.json").read_bytes()
+    before = (current_folder(target) / "manifest.json").read_bytes()
     with pytest.raises(SpectragError, match="built with the LLM stage .* rebuild the index"):
         if operation == "add":
             add_documents(target, FIXTURES / "formats" / "folder")
@@ -240,4 +244,4 @@ def test_an_index_built_with_the_llm_stage_is_refused(llm_index, tmp_path, opera
             update_documents(target, FIXTURES / "formats" / "folder")
         else:
             compact_index(target)
-    assert (target / "manifest.json").read_bytes() == before
+    assert (current_folder(target) / "manifest.json").read_bytes() == before

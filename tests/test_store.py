@@ -48,7 +48,7 @@ def test_truncated_and_missing_files_are_detected(index_copy, sample_index):
     (index_copy / "dense.faiss").unlink()
     with pytest.raises(IndexFormatError, match="dense.faiss listed in the manifest is missing"):
         load_index(index_copy)
-    shutil.copy(sample_index.path / "dense.faiss", index_copy / "dense.faiss")
+    shutil.copy(sample_index.folder / "dense.faiss", index_copy / "dense.faiss")
     (index_copy / "chunks.jsonl").write_text("")
     with pytest.raises(IndexFormatError, match="chunks.jsonl has 0 bytes"):
         load_index(index_copy, verify=False)
@@ -275,7 +275,7 @@ def test_unreadable_npy_and_faiss_files_are_refused(index_copy):
 
 @pytest.mark.parametrize("cut", [10, 200])
 def test_faiss_file_header_and_size_are_checked_before_faiss_reads_it(index_copy, sample_index, cut):
-    data = (sample_index.path / "dense.faiss").read_bytes()
+    data = (sample_index.folder / "dense.faiss").read_bytes()
     (index_copy / "dense.faiss").write_bytes(data[:cut] if cut < 45 else data[:-cut])
     reseal(index_copy)
     with pytest.raises(IndexFormatError, match="dense.faiss"):
@@ -429,7 +429,7 @@ def test_damaged_knowledge_graph_with_resealed_checksums_is_refused(kg_index, tm
                               ("kg/incidence.indices.npy", 0, 10**8), ("kg/relations.chunk.npy", 2, 10**5),
                               ("kg/entity_embeddings.npy", 3, np.nan)):
         copy = tmp_path / rel.replace("/", "_")
-        shutil.copytree(kg_index.path, copy)
+        shutil.copytree(kg_index.folder, copy)
         _poke(copy / rel, where, value)
         reseal(copy)
         with pytest.raises(IndexFormatError, match=re.escape(rel.split("/")[1].split(".")[0])):
@@ -480,33 +480,35 @@ def _siblings_left(path):
     return sorted(p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}.") and p.is_dir())
 
 
-# the points where a kill once left no index, and one of each other kind; every point of both
-# commands and both swaps is run by bench/bench_fuzz.py (category "kills")
-KILLS = [("build", "swap:exchanged", True), ("build", "swap:between-renames", False),
-         ("build", "swap:renamed-new", False), ("add", "swap:between-renames", False)]
+# a build over an index and an add write a new generation and replace CURRENT last
+# (spectrag.generations): killed before, between and after those steps
+KILLS = [("build", "generation:written"), ("build", "generation:synced"), ("build", "generation:current"),
+         ("add", "generation:written"), ("add", "generation:current")]
 
 
-def test_a_kill_at_any_point_of_a_swap_leaves_a_loadable_index(tmp_path):
-    """--overwrite and add killed (os._exit, as kill -9) at each point of the swap, both ways of
-    swapping (renameat2 exchange, and three renames): the path loads, as the old or the new
-    version, and the next build removes what the dead process left beside it."""
-    from spectrag.store import clean_stale
+def test_a_kill_at_any_point_of_a_write_leaves_a_loadable_index(tmp_path):
+    """--overwrite and add killed (os._exit, as kill -9) at each step of writing a generation:
+    the path loads, as the old or the new version (the new one exactly when CURRENT was
+    replaced), and the next write's clean-up removes the generation the dead process left."""
+    from spectrag.generations import FOLDER, collect, read_pointer
 
     base = _corpus(tmp_path / "base.jsonl", 0, 6)
     other = _corpus(tmp_path / "other.jsonl", 100, 9)
     more = _corpus(tmp_path / "more.jsonl", 200, 3)
     _worker("build", base, tmp_path / "seed-index", 0).wait(timeout=300)
     runs = []
-    for i, (mode, point, exchange) in enumerate(KILLS):
+    for i, (mode, point) in enumerate(KILLS):
         target = tmp_path / f"k{i}" / "idx"
         target.parent.mkdir()
         shutil.copytree(tmp_path / "seed-index", target)
-        runs.append((target, mode, point, _worker(mode, other if mode == "build" else more, target, 1, point, exchange)))
+        runs.append((target, mode, point, _worker(mode, other if mode == "build" else more, target, 1, point)))
     for target, mode, point, proc in runs:
         assert proc.wait(timeout=300) == 137, (point, proc.stderr.read())
-        documents = load_index(target, verify=True).manifest["counts"]["documents"]  # recovers when it must
-        assert documents in ((6, 9) if mode == "build" else (6, 9)), (point, documents)
-        clean_stale(target)
+        documents = load_index(target, verify=True).manifest["counts"]["documents"]
+        assert documents == ((9 if mode == "build" else 9) if point == "generation:current" else 6), (point, documents)
+        assert len(list((target / FOLDER).iterdir())) == 2, point  # the old one and the dead writer's
+        collect(target)
+        assert [p.name for p in (target / FOLDER).iterdir()] == [read_pointer(target)], point
         assert _siblings_left(target) == [], (point, _siblings_left(target))
 
 

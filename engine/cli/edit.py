@@ -32,6 +32,17 @@ def read_ids(values: tuple[str, ...], given: tuple[str, ...]) -> list[str]:
     return out
 
 
+def plan_lines(plan: dict[str, list[str]], index_dir: Path, shown: int = 20) -> list[str]:
+    """What ``--dry-run`` prints: the ids an edit would add, replace and remove (the first
+    ``shown`` of each), and that nothing was written."""
+    out = [f"dry run: nothing was written to {index_dir}"]
+    for verb in ("added", "replaced", "removed"):
+        ids = plan.get(verb, [])
+        out.append(f"  would be {verb}: {len(ids):,} document(s)")
+        out += [f"    {i}" for i in ids[:shown]] + ([f"    ... and {len(ids) - shown:,} more"] if len(ids) > shown else [])
+    return out
+
+
 def edit_summary(index) -> dict[str, Any]:
     """The ``edit`` part of the JSON summary: what the operation changed and how."""
     r = index.report

@@ -133,7 +133,7 @@ def _graph_summary(graph: dict[str, Any] | None) -> dict[str, Any] | None:
 def _print_summary(summary: dict[str, Any]) -> None:
     c, e, ch = summary["counts"], summary["embedding"], summary["chunking"]
     rows = [
-        ("index", summary["path"]),
+        ("index", summary["path"] + (f" (generation {summary['generation']})" if "generation" in summary else "")),
         ("source", f"{summary['source']['path']} ({summary['source']['format']})"),
         ("documents", f"{c['documents']:,}"),
         ("chunks", f"{c['chunks']:,}"),
@@ -245,6 +245,12 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
         _print_summary(summary)
 
 
+def _dry_run_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--dry-run`` of ``add``, ``delete`` and ``update``."""
+    return click.option("--dry-run", is_flag=True,
+                        help="Print the document ids that would be added, replaced and removed; write nothing.")(fn)
+
+
 def _edit_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--compact-above`` and ``--json`` of the commands that edit an index."""
     fn = click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")(fn)
@@ -264,11 +270,17 @@ def _corpus_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                         help="Corpus format.")(fn)
 
 
-def _edited(index, index_dir: Path, as_json: bool) -> None:
-    from spectrag.cli.edit import edit_line, edit_summary
+def _edited(index, index_dir: Path, as_json: bool, dry_run: bool = False) -> None:
+    from spectrag.cli.edit import edit_line, edit_summary, plan_lines
 
     _report_skipped(index.report.skipped_invalid)
     _report_notes(index.report.notes)
+    if dry_run:
+        if as_json:
+            click.echo(json.dumps({"dry_run": True, **index.report.plan}, indent=2, ensure_ascii=False))
+        else:
+            click.echo("\n".join(plan_lines(index.report.plan, index_dir)))
+        return
     summary = _summary(index.manifest, index_dir)
     summary["seconds"] = index.report.seconds
     summary["edit"] = edit_summary(index)
@@ -288,18 +300,19 @@ def _compact_above(value: float | None) -> dict[str, float]:
 @click.argument("corpus", type=click.Path(path_type=Path))
 @_corpus_options
 @_edit_options
+@_dry_run_option
 @_console
 @_friendly
 def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
-            compact_above: float | None, as_json: bool) -> None:
+            compact_above: float | None, as_json: bool, dry_run: bool) -> None:
     """Add the documents of CORPUS to the index at INDEX_DIR (no rebuild; the old index stays
     until the new one is complete; concurrent edits of one index wait for each other)."""
     from spectrag.incremental import add_documents
 
     index = add_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
                           follow_symlinks=follow_symlinks, progress=not as_json and progress_on(),
-                          **_compact_above(compact_above))
-    _edited(index, index_dir, as_json)
+                          dry_run=dry_run, **_compact_above(compact_above))
+    _edited(index, index_dir, as_json, dry_run)
 
 
 @main.command("delete")
@@ -308,18 +321,19 @@ def add_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_inva
 @click.option("--ids", "id_values", multiple=True, metavar="FILE|ID",
               help="A file of document ids (one a line; - reads standard input) or an id; repeatable.")
 @_edit_options
+@_dry_run_option
 @_console
 @_friendly
 def delete_cmd(index_dir: Path, doc_ids: tuple[str, ...], id_values: tuple[str, ...], compact_above: float | None,
-               as_json: bool) -> None:
+               as_json: bool, dry_run: bool) -> None:
     """Delete the documents DOC_IDS (and those of --ids) from the index at INDEX_DIR. An id the
     index does not hold is an error and nothing is deleted."""
     from spectrag.cli.edit import read_ids
     from spectrag.incremental import delete_documents
 
     index = delete_documents(index_dir, read_ids(id_values, doc_ids), progress=not as_json and progress_on(),
-                             **_compact_above(compact_above))
-    _edited(index, index_dir, as_json)
+                             dry_run=dry_run, **_compact_above(compact_above))
+    _edited(index, index_dir, as_json, dry_run)
 
 
 @main.command("update")
@@ -327,18 +341,19 @@ def delete_cmd(index_dir: Path, doc_ids: tuple[str, ...], id_values: tuple[str, 
 @click.argument("corpus", type=click.Path(path_type=Path))
 @_corpus_options
 @_edit_options
+@_dry_run_option
 @_console
 @_friendly
 def update_cmd(index_dir: Path, corpus: Path, fmt: str, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
-               compact_above: float | None, as_json: bool) -> None:
+               compact_above: float | None, as_json: bool, dry_run: bool) -> None:
     """Replace the documents of CORPUS whose ids the index at INDEX_DIR holds (when they changed)
     and add the others; documents CORPUS lacks stay (see `delete`)."""
     from spectrag.incremental import update_documents
 
     index = update_documents(index_dir, corpus, fmt=fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
                              follow_symlinks=follow_symlinks, progress=not as_json and progress_on(),
-                             **_compact_above(compact_above))
-    _edited(index, index_dir, as_json)
+                             dry_run=dry_run, **_compact_above(compact_above))
+    _edited(index, index_dir, as_json, dry_run)
 
 
 @main.command("compact")
@@ -361,9 +376,14 @@ def compact_cmd(index_dir: Path, as_json: bool) -> None:
 @_friendly
 def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
     """Describe the index at INDEX_DIR (after checking its files)."""
-    from spectrag.store import read_manifest
+    from spectrag.store import open_generation, read_generation_manifest
 
-    summary = _summary(read_manifest(index_dir, verify=not no_verify), index_dir)
+    generation = open_generation(index_dir)  # CURRENT read once: one generation described whole
+    try:
+        summary = _summary(read_generation_manifest(generation.folder, verify=not no_verify), index_dir)
+    finally:
+        generation.release()
+    summary["generation"] = generation.id
     if as_json:
         click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
@@ -433,10 +453,13 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 @click.option("--log-level", default="info", show_default=True, type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               help="The server's (uvicorn's) and the engine's messages at this level and above.")
 @click.option("--quiet", is_flag=True, help="Warnings and errors only (as --log-level warning).")
+@click.option("--follow-s", default=2.0, show_default=True,
+              help="Seconds between looks for a new index generation written by an edit (0: only POST /v1/reload).")
 @_friendly
 def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_file: Path | None, device: str | None,
               max_batch: int, max_wait_ms: float, no_batching: bool, max_k: int, max_body_bytes: int,
-              body_timeout_s: float, header_timeout_s: float, graceful_s: float, log_level: str, quiet: bool) -> None:
+              body_timeout_s: float, header_timeout_s: float, graceful_s: float, log_level: str, quiet: bool,
+              follow_s: float) -> None:
     """Serve retrieval over HTTP (POST /retrieve, GET /healthz, GET /info), batching concurrent requests."""
     from spectrag.retriever import Retriever
     from spectrag.serve.app import ServeSettings, serve  # the `serve` extra
@@ -449,7 +472,8 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
             raise SpectragError(f"{name} must be >= 1, got {value}")
     for name, value, lo, unit in (("--max-wait-ms", max_wait_ms, 0.0, "milliseconds"), ("--graceful-s", graceful_s, 0.0, "seconds"),
                                   ("--body-timeout-s", body_timeout_s, 1e-3, "seconds"),
-                                  ("--header-timeout-s", header_timeout_s, 1e-3, "seconds")):
+                                  ("--header-timeout-s", header_timeout_s, 1e-3, "seconds"),
+                                  ("--follow-s", follow_s, 0.0, "seconds")):
         if not lo <= value <= 86_400:  # NaN too
             raise SpectragError(f"{name} must be in [{lo:g}, 86400] {unit}, got {value}")
     with showing(sys.stderr.isatty() and not quiet):  # the load's progress bars
@@ -458,10 +482,12 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
         retriever.retrieve("warm-up")
     settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching, max_k=max_k,
                              max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s,
-                             header_timeout_s=header_timeout_s)
-    LOGGER.info(f"serving {index_dir} ({len(retriever.index.chunks):,} chunks, mode {retriever.config.mode}, "
-                f"device {retriever.state.device}) on http://{host}:{port}")
-    serve(retriever, settings, host=host, port=port, graceful_s=graceful_s, log_level=log_level)
+                             header_timeout_s=header_timeout_s, follow_s=follow_s)
+    LOGGER.info(f"serving {index_dir} generation {retriever.index.generation} ({len(retriever.index.chunks):,} chunks, "
+                f"mode {retriever.config.mode}, device {retriever.state.device}) on http://{host}:{port}")
+    handed = [retriever]
+    del retriever  # not held by this frame: after a reload the old generation's memory goes
+    serve(handed.pop(), settings, host=host, port=port, graceful_s=graceful_s, log_level=log_level)
 
 
 @main.command("view")

@@ -17,7 +17,8 @@ from spectrag.distributed.cluster import LOCAL, quiet_data_context, ray_cluster,
 from spectrag.distributed.embed import RayEmbedder
 from spectrag.distributed.graph import RayGraph
 from spectrag.index.chunk import chunk_document
-from spectrag.store import MANIFEST, Index
+from spectrag.generations import generation_folder
+from spectrag.store import MANIFEST, Index, current_generation
 from spectrag.types import Chunk, Document
 
 #: manifest fields that differ between two builds of one corpus: when, how long, how much memory, where
@@ -107,7 +108,7 @@ def index_differences(a: str | Path, b: str | Path) -> list[str]:
     """What differs between the index folders ``a`` and ``b``: files present in one only,
     files whose bytes differ, and manifest fields that differ apart from :data:`TIMING_FIELDS`
     (an empty list: the same index, as a distributed and a single-process build should be)."""
-    a, b = Path(a), Path(b)
+    a, b = (generation_folder(p, current_generation(p)) for p in (Path(a), Path(b)))  # the current generations
     files = lambda root: {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}  # noqa: E731
     fa, fb = files(a), files(b)
     out = [f"only in {a}: {f}" for f in sorted(fa - fb)] + [f"only in {b}: {f}" for f in sorted(fb - fa)]

@@ -32,7 +32,7 @@ from spectrag.util.console import progress_on
 from spectrag.util.io import default_cache_dir
 from spectrag.llm import make_client
 from spectrag.retriever import Retriever
-from spectrag.store import Index, load_index
+from spectrag.store import Index, is_index_folder, load_index
 
 # --- index ---------------------------------------------------------------------------------
 
@@ -82,7 +82,7 @@ def resolve_index(ds: Dataset, index=None, config: IndexConfig | None = None, ca
         raise ConfigError("this index configuration runs the LLM stage (utility questions or kg.source = 'llm'): "
                           "pass --llm-base-url URL")
     folder = cache_folder(ds, config, cache_dir, llm.model if with_llm else "")
-    if (folder / "manifest.json").is_file():
+    if is_index_folder(folder):
         log(f"reusing index {folder}")
         return load_index(folder), {"path": str(folder), "built": False}
     log(f"building index of {ds.corpus} into {folder}")
@@ -288,7 +288,7 @@ def openie_config(ds: Dataset, config: IndexConfig, openie_file: Path, need_kg: 
     ``need_kg``, else the entity signal alone, unless the cache already holds the index with both
     (building the KG is the larger part of a cold MuSiQue build, and only the KG modes read it)."""
     full = with_openie(config, openie_file)
-    if need_kg or (cache_folder(ds, full, cache_dir) / "manifest.json").is_file():
+    if need_kg or is_index_folder(cache_folder(ds, full, cache_dir)):
         log(f"knowledge graph and entity signal from {openie_file}")
         return full
     log(f"entity signal from {openie_file} (no knowledge graph: no KG mode asked for)")

@@ -1,6 +1,7 @@
 """One edit of an index: some old chunks kept (their documents' order unchanged), new chunks
 appended, and every stored structure brought to the new corpus (:func:`apply_edit`), written
-beside the old index and swapped in (:func:`spectrag.store.atomic_directory`).
+as a new generation of the index and made current last (:mod:`spectrag.generations`; files
+an edit leaves unchanged are hard-linked from the old generation).
 
 Chunk ids are positions: the kept chunks are renumbered ``0 .. n_keep - 1`` in their old order
 and the new ones follow, which is the order a full build of "the remaining documents, then the
@@ -30,14 +31,15 @@ from spectrag.index.dense import DenseIndex, load_faiss
 from spectrag.index.lexical import BM25Index
 from spectrag.kg.build import build_kg
 from spectrag.kg.store import save_kg
+from spectrag.generations import collect, link_file, new_generation
 from spectrag.store import (
     CHUNKS,
-    EMBEDDINGS,
     MANIFEST,
+    EMBEDDINGS,
     Index,
-    atomic_directory,
+    current_generation,
     load_index,
-    read_manifest,
+    sha256_file,
     write_manifest,
 )
 from spectrag.types import Chunk
@@ -65,6 +67,7 @@ class EditReport(BuildReport):
     embedded: int = 0
     spectrum: dict[str, Any] = field(default_factory=dict)
     compacted: bool = False
+    plan: dict[str, list[str]] | None = None  # a dry run (or an update with nothing to change): ids it would add, replace, remove
 
 
 def refuse_unsupported(old: Index, removes: bool) -> None:
@@ -107,7 +110,7 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
                compact_above: float | None = COMPACT_ABOVE, exact: bool = False,
                entry: dict[str, Any] | None = None) -> Index:
     """The index ``old`` with the chunks where ``keep [n_old]`` is false removed and
-    ``new_chunks`` appended, written over ``old.path``; returns it loaded. ``supplied``: the new
+    ``new_chunks`` appended, written as a new generation of ``old.path``; returns it loaded. ``supplied``: the new
     chunks' vectors (an index built from supplied embeddings); ``manifest_bytes``: the old
     manifest as read (the write is refused if another writer changed it meanwhile)."""
     config, keep = old.config, np.asarray(keep, dtype=bool)
@@ -148,7 +151,7 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
                 files = old.manifest["files"]
                 groups = [g for g, names in GROUPS.items() if all(f"graph/{f}" in files for f in names)]
                 edit = GraphEdit(remap, _documents(old.chunks[i] for i in removed.tolist()), _documents(new_chunks))
-                graph = update_graph(old.graph, load_stored(old.path / "graph", len(old), groups), chunks, edit,
+                graph = update_graph(old.graph, load_stored(old.folder / "graph", len(old), groups), chunks, edit,
                                      vectors, dense, bm25, config.graph, encode=encode, questions=questions)
             report.spectrum = {k: graph[2]["spectrum"].get(k) for k in
                                ("method", "n_iter", "n_matvec", "converged", "max_residual", "warm_start")}
@@ -168,25 +171,70 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
         "chunks_removed": int(removed.size), "documents_replaced": report.documents_replaced,
         "documents_unchanged": report.documents_unchanged, "compacted": report.compacted,
         "seconds": round(sum(report.seconds.values()), 3)}, exact=exact)
-    with atomic_directory(old.path, overwrite=True) as tmp:
-        np.save(tmp / EMBEDDINGS, vectors)
-        load_faiss().write_index(dense, str(tmp / DenseIndex.FILE))
-        bm25.save(tmp)
-        write_edited_chunks(tmp / CHUNKS, old.path / CHUNKS, keep, list(new_chunks))
+    root, base = old.path, old.folder
+    same_rows = bool(keep.all()) and not new_chunks  # a compaction: only the graph and kg change
+    with new_generation(root) as tmp:  # made current as the very last step (CURRENT replaced)
+        known: dict[str, dict[str, Any]] = {}
+        if same_rows and _link_unchanged(base, tmp, old.manifest["files"], known):
+            pass  # embeddings, dense index, BM25 and chunk table: the old generation's files, linked
+        else:
+            np.save(tmp / EMBEDDINGS, vectors)
+            load_faiss().write_index(dense, str(tmp / DenseIndex.FILE))
+            bm25.save(tmp)
+            write_edited_chunks(tmp / CHUNKS, base / CHUNKS, keep, list(new_chunks))
         if graph is not None:
             fused, spectrum, facts = graph
             manifest["graph"] = {**facts, "order": save_graph(tmp, fused, spectrum, config.graph, questions)}
         if kg is not None:
             save_kg(tmp, kg[0])
-        write_manifest(tmp, manifest)
-        if (old.path / MANIFEST).read_bytes() != manifest_bytes:
-            raise SpectragError(f"{old.path} changed while it was being edited; nothing was written")
+        _share_equal_files(base, tmp, old.manifest["files"], known)
+        write_manifest(tmp, manifest, known)
+        if current_generation(root) != old.generation:
+            raise SpectragError(f"{root} changed while it was being edited; nothing was written")
         stage("write")
-    path = old.path
+    old.release()
     del old
-    index = Index(path, read_manifest(path, verify=False), chunks=chunks)  # the table just written, not parsed again
+    collect(root)  # the generation just replaced, unless a reader holds it (then the next edit's)
+    index = load_index(root, verify=False, chunks=chunks)  # the generation just written; its table not parsed again
     index.report = report
     return index
+
+
+# the files an edit that keeps every row in place leaves as they were
+_ROW_FILES = (CHUNKS, EMBEDDINGS, DenseIndex.FILE)
+
+
+def _link_unchanged(base: Path, tmp: Path, files: dict[str, dict[str, Any]], known: dict[str, dict[str, Any]]) -> bool:
+    """Hard-link the row files (chunk table, embeddings, dense index, BM25) of generation
+    ``base`` into ``tmp``; their manifest entries go to ``known``. False (and nothing linked)
+    where the file system cannot link."""
+    rels = [r for r in files if r in _ROW_FILES or r.startswith(f"{BM25Index.FOLDER}/")]
+    done = []
+    for rel in rels:
+        if not link_file(base / rel, tmp / rel):
+            for r in done:
+                (tmp / r).unlink()
+            return False
+        done.append(rel)
+    known.update({rel: files[rel] for rel in rels})
+    return True
+
+
+def _share_equal_files(base: Path, tmp: Path, files: dict[str, dict[str, Any]], known: dict[str, dict[str, Any]]) -> None:
+    """Replace each written file of ``tmp`` whose bytes equal the same file of generation
+    ``base`` (size, then SHA-256, which the manifest needs anyway) by a hard link to it: the
+    generations share it on disk. Entries hashed here go to ``known``."""
+    for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        rel = path.relative_to(tmp).as_posix()
+        if rel in known:
+            continue
+        size = path.stat().st_size
+        entry = {"bytes": size, "sha256": sha256_file(path)}
+        known[rel] = entry
+        if files.get(rel) == entry and (base / rel).is_file():
+            spare = path.with_name(path.name + ".link")
+            if link_file(base / rel, spare):
+                spare.replace(path)
 
 
 def _documents(chunks) -> list[tuple[str, str, str]]:
@@ -216,6 +264,7 @@ def _edited_manifest(old: Index, report: EditReport, chunks: list[Chunk], graph,
 
 
 def open_for_edit(index_dir: Path) -> tuple[Index, bytes]:
-    """The index at ``index_dir``, every checksum verified, and its manifest's bytes."""
+    """The index at ``index_dir`` (its current generation, held), every checksum verified, and
+    its manifest's bytes."""
     old = load_index(index_dir)  # format version and every checksum: a corrupt index is refused
-    return old, (index_dir / MANIFEST).read_bytes()
+    return old, (old.folder / MANIFEST).read_bytes()

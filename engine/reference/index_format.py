@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from spectrag.generations import current_folder
+
 UNIT_TOL = 0.0099  # a little inside the loader's 0.01 (its test is on the squared norm)
 WEIGHT_TOL = 1e-4
 
@@ -22,6 +24,7 @@ def broken_invariants(folder: str | Path) -> list[str]:
     from spectrag.index.dense import _FLAT
 
     folder = Path(folder)
+    folder = current_folder(folder)  # an index folder: its current generation (a generation folder: itself)
     broken = []
     emb32 = np.load(folder / "embeddings.npy")
     norms = np.linalg.norm(emb32.astype(np.float64), axis=1)

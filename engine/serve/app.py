@@ -7,7 +7,12 @@ stability promise of ``/v1``: :mod:`spectrag.serve.models`)::
     POST /v1/retrieve  {"query": "..."} or {"queries": [...]}, optional "mode", "budget", "k", "text",
                        "detail" -> {"api_version": "1", "results": [Result per query], "took_ms": ...}
     GET  /healthz      {"status": "ok"} (503 "closing" while shutting down)
-    GET  /v1/info      the index, the retriever's settings, the batching settings and counters
+    GET  /v1/info      the index (and its generation), the retriever's settings, the batching settings and counters
+    POST /v1/reload    serve the index's current generation now -> {"generation", "previous", "reloaded"}
+
+The server follows its index (:mod:`spectrag.serve.follow`): a new generation written by an edit
+is noticed within ``follow_s`` seconds (or at once on ``POST /v1/reload``), loaded beside the
+served one and swapped in between batches; every retrieve answer names its ``generation``.
 
 ``/retrieve`` and ``/info`` are aliases of the ``/v1`` paths.
 
@@ -44,8 +49,18 @@ try:  # the `serve` extra
     from starlette.exceptions import HTTPException
 
     from spectrag.serve.docs import docs_page
+    from spectrag.serve.follow import IndexFollower
     from spectrag.serve.headers import header_timeout_protocol
-    from spectrag.serve.models import API_VERSION, ErrorResponse, Health, Info, RetrieveResponse, request_model, result_of
+    from spectrag.serve.models import (
+        API_VERSION,
+        ErrorResponse,
+        Health,
+        Info,
+        ReloadResponse,
+        RetrieveResponse,
+        request_model,
+        result_of,
+    )
     from spectrag.serve.shutdown import BACKSTOP_S, EXIT_DEADLINE_S, GracefulServer, GracePeriod, exit_within
 except ImportError as exc:  # pragma: no cover - exercised where the extra is absent
     raise ImportError("spectrag serve needs FastAPI and uvicorn: pip install 'spectrag[serve]'") from exc
@@ -64,6 +79,7 @@ class ServeSettings:
     header_timeout_s: float = 10.0  # a request's line and headers must arrive within this (else 408)
     max_query_chars: int = MAX_QUERY_CHARS  # at most spectrag.config.MAX_QUERY_CHARS (the engine's own limit)
     max_pending: int | None = None  # queries waiting at most (default 16 * max_batch)
+    follow_s: float = 2.0  # seconds between looks for a new index generation (0: only POST /v1/reload)
 
 
 def _message(exc: RequestValidationError) -> str:
@@ -117,11 +133,18 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
     RetrieveRequest = request_model(max_query_chars=stated["query_chars"], max_batch=settings.max_batch,
                                     max_k=stated["k"]["max"], max_budget=stated["budget"]["max"])
 
+    app_state: dict[str, Any] = {"retriever": retriever}  # handed to the batcher, then no longer held here
+    del retriever  # the batcher holds the retriever (a reload replaces it: serve/follow.py)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.batcher = MicroBatcher(retriever, max_batch=settings.max_batch, max_wait_ms=settings.max_wait_ms,
-                                         enabled=settings.batching, max_pending=settings.max_pending)
+        app.state.batcher = MicroBatcher(app_state.pop("retriever"), max_batch=settings.max_batch,
+                                         max_wait_ms=settings.max_wait_ms, enabled=settings.batching,
+                                         max_pending=settings.max_pending)
+        app.state.follower = IndexFollower(app.state.batcher, poll_s=settings.follow_s)
         yield
+        app.state.follower.close()
+        app_state["retriever"] = app.state.batcher.retriever  # for a later start of the same app (tests)
         # uvicorn has waited for the open requests; answer anything still queued (no longer than the
         # grace period leaves, when one was started), then stop
         await asyncio.to_thread(app.state.batcher.close, app.state.grace.remaining())
@@ -163,14 +186,22 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
         queries = req.texts()
         batcher: MicroBatcher = request.app.state.batcher
         try:
-            contexts = await request.app.state.grace.answer(batcher.submit(queries, mode=req.mode, budget=req.budget, k=req.k))
+            future = batcher.submit(queries, mode=req.mode, budget=req.budget, k=req.k)
+            contexts = await request.app.state.grace.answer(future)
         except (Busy, Closing) as exc:
             return JSONResponse(status_code=503, content={"error": str(exc)})
         except SpectragError as exc:
             return JSONResponse(status_code=400, content={"error": str(exc)})
         results = [result_of(c, text=req.text, detail=req.detail) for c in contexts]
-        return RetrieveResponse(api_version=API_VERSION, results=results,
+        return RetrieveResponse(api_version=API_VERSION, results=results, generation=future.generation,
                                 took_ms=round(1000 * (time.perf_counter() - start), 3))
+
+    @app.post("/v1/reload", response_model=ReloadResponse, responses={409: {"model": ErrorResponse}})
+    async def reload(request: Request) -> Any:
+        done = await asyncio.to_thread(request.app.state.follower.reload, force=True)
+        if done.error is not None:
+            return JSONResponse(status_code=409, content={"error": done.error})
+        return {"generation": done.generation, "previous": done.previous, "reloaded": done.reloaded}
 
     @app.get("/healthz", response_model=Health, responses={503: {"model": Health}})
     async def healthz(request: Request) -> Any:
@@ -181,10 +212,11 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
     @app.get("/v1/info", response_model=Info)
     @app.get("/info", response_model=Info, deprecated=True, summary="Info (alias of /v1/info)")
     async def info(request: Request) -> Any:
+        retriever = request.app.state.batcher.retriever  # the generation served now
         index = retriever.index
         return {
             "version": __version__,
-            "index": {"path": str(index.path), "counts": index.manifest["counts"],
+            "index": {"path": str(index.path), "generation": index.generation, "counts": index.manifest["counts"],
                       "embedding": index.manifest["embedding"], "graph": index.graph is not None,
                       "knowledge_graph": index.kg is not None},
             "retriever": asdict(retriever.config),
@@ -245,5 +277,6 @@ def serve(retriever: Retriever, settings: ServeSettings | None = None, *, host: 
           graceful_s: float = 30.0, log_level: str = "info") -> None:
     """Run the app under uvicorn until SIGINT / SIGTERM, then answer the open requests within
     ``graceful_s`` seconds (a 503 for those the batcher has not answered by then) and exit."""
-    make_server(create_app(retriever, settings), host=host, port=port, graceful_s=graceful_s, log_level=log_level,
-                exit_deadline=True).run()
+    app = create_app(retriever, settings)
+    del retriever  # held by the app's batcher only: a reload frees the old generation
+    make_server(app, host=host, port=port, graceful_s=graceful_s, log_level=log_level, exit_deadline=True).run()

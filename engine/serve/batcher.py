@@ -166,6 +166,7 @@ class MicroBatcher:
         """One ``score_batch`` per (mode, budget) among ``batch``; each future gets its slice.
         A request whose future was cancelled is dropped here (a running future cannot be
         cancelled any more, so the results set below always land)."""
+        retriever = self.retriever  # once per batch: a reload (serve/follow.py) swaps it between batches
         live = [r for r in batch if r.future.set_running_or_notify_cancel()]
         if len(live) < len(batch):
             self._done([r for r in batch if r.future.cancelled()], cancelled=True)
@@ -178,8 +179,8 @@ class MicroBatcher:
         for (mode, budget), reqs in groups.items():
             texts = [q for r in reqs for q in r.queries]
             try:
-                result = self.retriever.score_batch(texts, mode=mode, budget=budget)
-                contexts = build_contexts(self.retriever.index, texts, result, [r.k for r in reqs for _ in r.queries],
+                result = retriever.score_batch(texts, mode=mode, budget=budget)
+                contexts = build_contexts(retriever.index, texts, result, [r.k for r in reqs for _ in r.queries],
                                           budgeted=[r.budgeted for r in reqs for _ in r.queries])
             except Exception as exc:  # noqa: BLE001  (the callers get the error; the worker goes on)
                 for r in reqs:
@@ -188,6 +189,7 @@ class MicroBatcher:
                 continue
             lo = 0
             for r in reqs:
+                r.future.generation = retriever.index.generation  # the answer names the index generation it came from
                 r.future.set_result(contexts[lo : lo + len(r.queries)])
                 lo += len(r.queries)
             self._done(reqs, batch_size=len(texts))

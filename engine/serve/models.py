@@ -137,7 +137,17 @@ class RetrieveResponse(BaseModel):
 
     api_version: Literal["1"] = API_VERSION
     results: list[Result]
+    generation: str | None = None  # the index generation that answered (spectrag.generations)
     took_ms: float
+
+
+class ReloadResponse(BaseModel):
+    """The answer of ``POST /v1/reload``: the generation served now, the one before, and whether
+    it changed."""
+
+    generation: str
+    previous: str
+    reloaded: bool
 
 
 class ErrorResponse(BaseModel):

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES
 
 from spectrag.cli import main
+from spectrag.generations import current_folder
 
 FOLDER = str(FIXTURES / "formats" / "folder")
 
@@ -400,7 +401,7 @@ def test_file_names_not_utf8_and_special_files_end_to_end(run, tmp_path):
 
         for line in (text.splitlines() if path.suffix == ".jsonl" else [text]):
             strings(json.loads(line))
-    manifest = json.loads((tmp_path / "i" / "manifest.json").read_text())
+    manifest = json.loads((current_folder(tmp_path / "i") / "manifest.json").read_text())
     assert any("pipe.md" in n for n in manifest["source"]["notes"])
     result = run("retrieve", tmp_path / "i", "-q", "lighthouse keeper in the storm", "-k", "1", "--budget", "100")
     assert result.exit_code == 0, result.output

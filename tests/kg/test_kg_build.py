@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from spectrag.build import build_index
 from spectrag.cli import main
 from spectrag.cli.demo import sample_corpus, sample_questions
+from spectrag.generations import current_folder
 from spectrag.config import EmbedConfig, IndexConfig, KGConfig, load_config
 from spectrag.errors import ConfigError, IndexFormatError, SpectragError
 from spectrag.retriever import Retriever
@@ -33,7 +34,7 @@ def test_kg_is_persisted_checksummed_and_reloaded(kg_index):
     facts = kg_index.manifest["kg"]
     assert facts["source"] == "extractor" and facts["entities"] > 100 and facts["relations"] > 100
     files = kg_index.manifest["files"]
-    kg_files = sorted(p.relative_to(kg_index.path).as_posix() for p in (kg_index.path / "kg").iterdir())
+    kg_files = sorted(p.relative_to(kg_index.folder).as_posix() for p in (kg_index.folder / "kg").iterdir())
     assert len(kg_files) == 14 and all(f in files and len(files[f]["sha256"]) == 64 for f in kg_files)
     again = load_index(kg_index.path, verify=True)
     kg, kg2 = kg_index.kg, again.kg
@@ -49,7 +50,7 @@ def test_kg_is_persisted_checksummed_and_reloaded(kg_index):
 
 def test_corrupt_kg_file_is_refused(kg_index, tmp_path):
     copy = tmp_path / "copy"
-    shutil.copytree(kg_index.path, copy)
+    shutil.copytree(kg_index.folder, copy)
     path = copy / "kg" / "adjacency.indices.npy"
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
@@ -59,7 +60,7 @@ def test_corrupt_kg_file_is_refused(kg_index, tmp_path):
 
 
 def test_kg_is_off_by_default_and_modes_say_how_to_get_it(sample_index):
-    assert sample_index.kg is None and not (sample_index.path / "kg").exists()
+    assert sample_index.kg is None and not (sample_index.folder / "kg").exists()
     assert sample_index.manifest["kg"] is None
     with pytest.raises(SpectragError, match="--openie FILE"):
         Retriever(sample_index).retrieve(QUESTIONS[:1], mode="activation")
@@ -127,7 +128,7 @@ def test_cli_index_with_openie_then_retrieve_activation(tmp_path, monkeypatch, e
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["kg"]["source"] == "openie" and summary["kg"]["entities"] == 4 and summary["kg"]["relations"] == 3
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((current_folder(out) / "manifest.json").read_text())
     assert manifest["graph"]["entities"]["source"] == str(openie)  # the entity signal uses the file too
     assert "knowledge graph" in runner.invoke(main, ["info", str(out)]).output
     result = runner.invoke(main, ["retrieve", str(out), "--mode", "activation", "-q", "Where was the designer of the Veltra Bridge born?",
