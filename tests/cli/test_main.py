@@ -82,7 +82,7 @@ def test_index_device_is_recorded_and_checked(run, tmp_path):
     out = tmp_path / "idx"
     result = run("index", FOLDER, "-o", out, "--device", "cpu", "--json")
     assert result.exit_code == 0, result.output
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((current_folder(out) / "manifest.json").read_text())
     assert manifest["config"]["embed"]["device"] == manifest["config"]["graph"]["device"] == "cpu"
     assert manifest["graph"]["knn"]["device"] == "cpu" and manifest["graph"]["spectrum"]["device"] == "cpu"
     result = run("index", FOLDER, "-o", tmp_path / "bad", "--device", "tpu")
@@ -91,7 +91,7 @@ def test_index_device_is_recorded_and_checked(run, tmp_path):
     if not torch.cuda.is_available():
         result = run("index", FOLDER, "-o", tmp_path / "nocuda", "--device", "cuda")
         assert result.exit_code != 0 and "no CUDA device is available" in result.output
-        assert not (tmp_path / "nocuda" / "manifest.json").exists()
+        assert not (tmp_path / "nocuda" / "CURRENT").exists() and not (tmp_path / "nocuda" / "manifest.json").exists()
 
 
 def test_preset_and_config_file(run, tmp_path):
