@@ -41,9 +41,10 @@ from spectrag.propagate.proximity import pool_proximity
 from spectrag.rescore.bridge import graph_evidence, named_best_chunks, protect_named
 from spectrag.rescore.relevance import calibrated_relevance
 from spectrag.seed.lexical import lexical_scores
-from spectrag.seed.seed import seed
+from spectrag.seed.seed import restrict_named, seed
 from spectrag.select.select import select_context
 from spectrag.state import QueryState
+from spectrag.util.where import restrict_ids
 
 PROPAGATION_MODES = GRAPH_MODES + ("combined",)  # expand over W and re-score with proximity
 
@@ -52,13 +53,16 @@ PROPAGATION_MODES = GRAPH_MODES + ("combined",)  # expand over W and re-score wi
 class QueryBatch:
     """What the pipeline knows of B queries: their embeddings; for BM25 seeding, their term
     counts over the index vocabulary (None: dense seeds only); the chunks of the documents each
-    names (:mod:`spectrag.seed.titles`; None: none). Shapes: ``vectors [B, d]``, ``terms``
-    scipy CSR ``[B, vocab]``, ``named`` scipy CSR ``[B, n]``."""
+    names (:mod:`spectrag.seed.titles`; None: none); the chunks each may return (``allowed``, a
+    metadata filter: :meth:`spectrag.util.where.MetadataColumns.batch_mask`; None: all).
+    Shapes: ``vectors [B, d]``, ``terms`` scipy CSR ``[B, vocab]``, ``named`` scipy CSR ``[B, n]``,
+    ``allowed [B, n]`` bool."""
 
     vectors: torch.Tensor
     terms: sp.csr_matrix | None = None
     named: sp.csr_matrix | None = None
     texts: list[str] | None = None  # the query texts, for the knowledge graph's name linking
+    allowed: torch.Tensor | None = None  # [B, n] bool: the chunks each query's metadata filter allows (None: all)
 
     def __len__(self) -> int:
         return self.vectors.shape[0]
@@ -146,6 +150,13 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
 
     ``queries``: a :class:`QueryBatch`, or the query vectors ``[B, d]`` alone (dense seeds).
     ``budget``: tokens per context (default: ``config.budget``).
+
+    A metadata filter (``queries.allowed``) is a mask honoured where candidates are made: every
+    seed list (dense, BM25, named documents, utility questions) is the top of the allowed chunks,
+    the expansion walks only the allowed chunks' subgraph, and the pool (the knowledge graph's
+    too) keeps allowed chunks only, so the induced blocks, propagation, bridging and selection
+    never see a filtered-out chunk. Global quantities stay those of the whole index (the spectral
+    coordinates, the BM25 row maximum that calibrates lexical relevance, a ``graph``-scope PPR).
     """
     batch = queries if isinstance(queries, QueryBatch) else QueryBatch(queries)
     mode = config.mode
@@ -158,18 +169,25 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     kg = state.require_kg(mode) if mode in KG_MODES else None
     stage = _Timer(state.device)
     q = batch.vectors.to(state.device, torch.float32)
+    allowed = batch.allowed
+    if allowed is not None:
+        if tuple(allowed.shape) != (len(batch), state.n) or allowed.dtype != torch.bool:
+            raise SpectragError(f"allowed must be a bool [B, n] = {[len(batch), state.n]} mask, "
+                                f"got {allowed.dtype} {list(allowed.shape)}")
+        allowed = allowed.to(state.device)
+    named_all = restrict_named(batch.named, allowed)  # a named document's filtered-out chunks are not named
     stage("embed")
     sc = config.seed
     dense_ids = None
     if mode == "activation":  # the pool comes from the knowledge graph, and the dense top
         if config.activation.k_dense > 0:
-            _, dense_ids = state.dense.search_tensors(q, config.activation.k_dense)
+            _, dense_ids = state.dense.search_tensors(q, config.activation.k_dense, allowed=allowed)
     else:
-        named = batch.named if mode in PROPAGATION_MODES else None  # baselines stay baselines
+        named = named_all if mode in PROPAGATION_MODES else None  # baselines stay baselines
         seeds, seed_scores = seed(mode, q, batch.terms, state.dense, state.bm25, named=named,
                                   embeddings=state.embeddings, k_dense=sc.k_dense, k_bm25=sc.k_bm25,
                                   rrf_k=sc.rrf_k, k_named=sc.k_named, questions=state.questions,
-                                  k_utility=sc.k_utility)
+                                  k_utility=sc.k_utility, allowed=allowed)
         stage("seed")
     sa = None
     if kg is not None:
@@ -186,7 +204,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         top = seeds[:, : ec.n_seeds]
         weight = seed_scores[:, : ec.n_seeds]
         weight = weight / weight[:, :1].clamp(min=1e-30)
-        candidates, _ = expand(top, weight, graph("weights"), max_candidates=ec.max_candidates, hops=ec.hops)
+        candidates, _ = expand(top, weight, graph("weights"), max_candidates=ec.max_candidates, hops=ec.hops,
+                               allowed=allowed)
         if sa is not None:  # combined: the activation pool joins the expanded candidates
             candidates = sa.merge(candidates)
         stage("expand")
@@ -194,6 +213,14 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         candidates = sa.candidates
     else:
         candidates = seeds[:, : ec.max_candidates]
+    candidates = restrict_ids(candidates, allowed)  # the pool keeps allowed chunks only (the KG's pool too)
+    empty = None
+    if allowed is not None:  # a filter that allows no match leaves a pool empty: a stand-in keeps every
+        if candidates.shape[1] == 0:  # kernel's input well formed, and is dropped before scoring
+            candidates = torch.full((len(batch), 1), -1, dtype=torch.int64, device=candidates.device)
+        empty = ~(candidates >= 0).any(dim=1)
+        candidates = candidates.clone()
+        candidates[empty, 0] = 0
     mask = candidates >= 0
     if compiled:  # r = cos(q, c), (B, P); 0 on padding
         relevance = torch.from_numpy(gathered_dot_compiled(state.embeddings.numpy(), candidates.numpy(), q.numpy()))
@@ -221,8 +248,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         if activation is not None:  # (ppr + spectral + activation) / 3
             proximity = (2 * proximity + activation) / 3
         stage("propagate")
-        protect = bc.protect_named and batch.named is not None and batch.named.nnz > 0
-        named_mask = named_in(batch.named, candidates) if protect else None
+        protect = bc.protect_named and named_all is not None and named_all.nnz > 0
+        named_mask = named_in(named_all, candidates) if protect else None
         docs = state.doc_codes[candidates.clamp(min=0)].masked_fill(~mask, -1)
         if protect and bc.named_best_chunk:  # a named document is represented by its best chunk
             named_mask = named_best_chunks(named_mask, relevance, docs, candidates)
@@ -244,6 +271,9 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         scores = relevance
     else:  # bm25 / hybrid rank by their own list order: a decreasing score over positions
         scores = torch.where(mask, seed_scores[:, : candidates.shape[1]], torch.zeros_like(relevance))
+    if empty is not None:  # the stand-ins go: an empty pool ranks and selects nothing
+        candidates = candidates.masked_fill(empty[:, None], -1)
+        mask = candidates >= 0
     scores = scores.masked_fill(~mask, float("-inf"))
     stage("score")
     select = config.baseline_select if mode in BASELINE_MODES else config.select

@@ -208,10 +208,12 @@ class BM25Index:
         return s.cpu().numpy(), i.cpu().numpy()
 
     def search_terms_tensors(
-        self, terms: sp.csr_matrix, k: int, *, tile: int = 256, device="cpu", backend: str = "auto"
+        self, terms: sp.csr_matrix, k: int, *, tile: int = 256, device="cpu", backend: str = "auto",
+        allowed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`search_terms` with the results as tensors on ``device`` (a device batch never
-        comes back to the host). Shapes: -> scores (float32), ids (int64) ``[B, min(k, n)]``."""
+        comes back to the host); ``allowed`` (bool ``[B, n]``, a metadata filter): the top-``k``
+        among each query's allowed chunks. Shapes: -> scores (float32), ids (int64) ``[B, min(k, n)]``."""
         device = torch.device(device)
         if backend not in ("auto", "compiled", "scipy", "torch"):
             raise ConfigError(f"BM25 search backend must be auto, compiled, scipy or torch, got {backend!r}")
@@ -222,7 +224,8 @@ class BM25Index:
         if k > 0 and (backend == "compiled" or (backend == "auto" and device.type == "cpu")):
             # the product and its top-k compiled, one query at a time (same sums as scipy's)
             q, m = terms.tocsr(), self.matrix
-            s, i = product_topk(q.indptr, q.indices, q.data, m.indptr, m.indices, m.data, self.n, k)
+            mask = None if allowed is None else allowed.detach().cpu().numpy()
+            s, i = product_topk(q.indptr, q.indices, q.data, m.indptr, m.indices, m.data, self.n, k, allowed=mask)
             return torch.from_numpy(s).to(device), torch.from_numpy(i).to(device)
         scores, ids = [], []
         for lo in range(0, max(terms.shape[0], 1), tile):
@@ -232,6 +235,10 @@ class BM25Index:
                 indptr, cols, vals = (torch.from_numpy(a) for a in (rows.indptr, rows.indices, rows.data))
             else:
                 indptr, cols, vals = self._score_on(part, device)
+            if allowed is not None:  # a disallowed chunk scores as no match (0: never in a top-k)
+                row = torch.repeat_interleave(torch.arange(indptr.numel() - 1, device=indptr.device), torch.diff(indptr))
+                ok = allowed[lo : lo + tile].to(cols.device)[row, cols.to(torch.int64)]
+                vals = torch.where(ok, vals, torch.zeros_like(vals))
             s, i = top_k_scores(indptr, cols, vals, k)
             scores.append(s.to(device, torch.float32))
             ids.append(i.to(device, torch.int64))
