@@ -254,6 +254,8 @@ def normalized_laplacian(G: nx.Graph, pool: list[int], isolated: str = "identity
 
 
 def heat(G: nx.Graph, pool: list[int], relevance: dict[int, float], t: float, isolated: str) -> dict[int, float]:
+    if not pool:  # a filter that allows no match
+        return {}
     L = normalized_laplacian(G, pool, isolated)
     x = np.array([max(relevance[c], 0.0) for c in pool])
     y = scipy.linalg.expm(-t * L) @ x
