@@ -105,7 +105,8 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
         queries = req.texts()
         batcher: MicroBatcher = request.app.state.batcher
         try:
-            contexts = await request.app.state.grace.answer(batcher.submit(queries, mode=req.mode, budget=req.budget, k=req.k))
+            contexts = await request.app.state.grace.answer(batcher.submit(queries, mode=req.mode, budget=req.budget, k=req.k,
+                                                                            where=req.where))
         except (Busy, Closing) as exc:
             return JSONResponse(status_code=503, content={"error": str(exc)})
         except SpectragError as exc:
