@@ -213,11 +213,11 @@ class MetadataColumns:
         if all(w is None for w in wheres):
             return None
         keys = [None if w is None else json.dumps(w, sort_keys=True) for w in wheres]
-        unique = list(dict.fromkeys(keys))
-        masks = np.stack([np.ones(self.n, np.bool_) if k is None else self.mask(w)
-                          for k, w in zip(unique, (wheres[keys.index(k)] for k in unique))])
-        rows = torch.tensor([unique.index(k) for k in keys], dtype=torch.int64)
-        return torch.from_numpy(masks).to(device)[rows.to(device)]  # (U, n) -> (B, n)
+        first = {k: i for i, k in reversed(list(enumerate(keys)))}  # each distinct filter's first query
+        slot = {k: j for j, k in enumerate(first)}
+        masks = np.stack([np.ones(self.n, np.bool_) if k is None else self.mask(wheres[i]) for k, i in first.items()])
+        rows = np.fromiter((slot[k] for k in keys), dtype=np.int64, count=len(keys))
+        return torch.from_numpy(masks[rows]).to(device)  # (U, n) -> (B, n), one copy
 
 
 def per_query_where(where: Any, n: int) -> list[dict[str, Any] | None]:
