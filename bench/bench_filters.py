@@ -33,7 +33,8 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, bench_parser, finish_record, limit_threads, md_table, new_record, results_header, write_results  # noqa: E402
+from _common import (ROOT, bench_parser, finish_record, limit_threads, md_table, new_record,  # noqa: E402
+                     results_header, write_results)
 
 import numpy as np  # noqa: E402
 
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> None:
         cold = MetadataColumns([c.metadata for c in index.chunks])
         cold.batch_mask(variants["per-query"])
         compile_s = time.perf_counter() - t0
-        allowed_share = {name: 1.0 if f is None else float(cold.batch_mask(f if isinstance(f, list) else [f]).float().mean())
+        allowed_share = {name: 1.0 if f is None else
+                         float(cold.batch_mask(f if isinstance(f, list) else [f]).float().mean())
                          for name, f in variants.items()}
         sample = index.chunks[:: max(1, len(index.chunks) // 500)]  # the compiled masks agree with the reference
         for w in variants["per-query"][:8] + [variants["same"], variants["narrow"]]:

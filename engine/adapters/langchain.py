@@ -72,7 +72,8 @@ class SpectragRetriever(BaseRetriever):
 
     async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
                                        k: int | None = None, mode: str | None = None,
-                                       budget: int | None = None, filter: dict[str, Any] | None = None) -> list[Document]:
+                                       budget: int | None = None,
+                                       filter: dict[str, Any] | None = None) -> list[Document]:
         scored = _SCORED.get()
         if scored is not None and query in scored:
             return scored[query]

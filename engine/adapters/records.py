@@ -35,7 +35,8 @@ def records(ctx: Context, table: Sequence[Chunk], *, output: str = "top_k") -> l
     out = []
     for rank, (cid, text, score) in enumerate(rows, start=1):
         c, sel = table[cid], chosen.get(cid)
-        meta = {**c.metadata, "doc_id": c.doc_id, "chunk_id": cid, "title": c.title, "section": " > ".join(c.section), "url": c.url,
+        meta = {**c.metadata, "doc_id": c.doc_id, "chunk_id": cid, "title": c.title, "section": " > ".join(c.section),
+                "url": c.url,
                 "rank": rank, "score": float(score), "phase": sel.phase if sel else RANKED,
                 "relevance": sel.scores["relevance"] if sel else None,
                 "proximity": sel.scores["proximity"] if sel else None, "n_tokens": c.n_tokens, "mode": ctx.mode}
