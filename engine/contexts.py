@@ -38,13 +38,14 @@ class Hit:
     title: str = ""
     section: tuple[str, ...] = ()
     url: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)  # its document's (record metadata, front matter)
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.doc_id, self.chunk_id, self.score))
 
     def to_json(self) -> dict[str, Any]:
         return {"doc_id": self.doc_id, "chunk_id": self.chunk_id, "score": self.score, "text": self.text,
-                "title": self.title, "section": list(self.section), "url": self.url}
+                "title": self.title, "section": list(self.section), "url": self.url, "metadata": self.metadata}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Hit":
@@ -62,6 +63,7 @@ class ContextChunk:
     n_tokens: int
     phase: str  # core | tail | backfill (a budgeted context) or ranked (a top-k context)
     scores: dict[str, float] = field(default_factory=dict)  # relevance, proximity, final
+    metadata: dict[str, Any] = field(default_factory=dict)  # its document's
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +171,7 @@ def build_contexts(index, queries: list[str], result, k: int | None | Sequence[i
             c = index.chunks[cid]
             return ContextChunk(cid, c.doc_id, c.title, c.section, c.url, c.text, c.n_tokens, ph,
                                 {"relevance": round(rel[b][pos], 6), "proximity": round(prox[b][pos], 6),
-                                 "final": round(fin[b][pos], 6)})
+                                 "final": round(fin[b][pos], 6)}, c.metadata)
 
         if budgeted_[b]:
             chunks = [chunk(pos, PHASES.get(ph, "?")) for pos, ph in zip(order[b], phase[b]) if pos >= 0]
@@ -185,7 +187,7 @@ def build_contexts(index, queries: list[str], result, k: int | None | Sequence[i
         hits = []
         for pos in hit_pos:
             c = index.chunks[cand[b][pos]]
-            hits.append(Hit(c.doc_id, cand[b][pos], fin[b][pos], c.text, c.title, c.section, c.url))
+            hits.append(Hit(c.doc_id, cand[b][pos], fin[b][pos], c.text, c.title, c.section, c.url, c.metadata))
         out.append(Context(query, result.mode, ctx_budget, ctx_used, chunks, ranking, relations[b], hits,
                            ranking_scores))
     return out

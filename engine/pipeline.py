@@ -42,10 +42,11 @@ from spectrag.propagate.proximity import pool_proximity
 from spectrag.rescore.bridge import graph_evidence, named_best_chunks, protect_named
 from spectrag.rescore.relevance import calibrated_relevance
 from spectrag.seed.lexical import lexical_scores
-from spectrag.seed.seed import seed
+from spectrag.seed.seed import restrict_named, seed
 from spectrag.seed.titles import NamedChunks
 from spectrag.select.select import select_context
 from spectrag.state import QueryState
+from spectrag.util.where import restrict_ids
 
 PROPAGATION_MODES = GRAPH_MODES + ("combined",)  # expand over W and re-score with proximity
 
@@ -54,15 +55,18 @@ PROPAGATION_MODES = GRAPH_MODES + ("combined",)  # expand over W and re-score wi
 class QueryBatch:
     """What the pipeline knows of B queries: their embeddings; for BM25 seeding, their term
     counts over the index vocabulary (None: dense seeds only); the chunks of the documents each
-    names (:mod:`spectrag.seed.titles`; None: none). Shapes: ``vectors [B, d]``, ``terms``
-    scipy CSR ``[B, vocab]``, ``named`` scipy CSR ``[B, n]``; on the device path (the torch
-    backend) they are laid out on the device once (:meth:`on_device`: :class:`DeviceTerms`,
-    :class:`NamedChunks`), and no stage reads them back."""
+    names (:mod:`spectrag.seed.titles`; None: none); the chunks each may return (``allowed``, a
+    metadata filter: :meth:`spectrag.util.where.MetadataColumns.batch_mask`; None: all).
+    Shapes: ``vectors [B, d]``, ``terms`` scipy CSR ``[B, vocab]``, ``named`` scipy CSR ``[B, n]``,
+    ``allowed [B, n]`` bool; on the device path (the torch backend) they are laid out on the
+    device once (:meth:`on_device`: :class:`DeviceTerms`, :class:`NamedChunks`), and no stage
+    reads them back."""
 
     vectors: torch.Tensor
     terms: sp.csr_matrix | DeviceTerms | None = None
     named: sp.csr_matrix | NamedChunks | None = None
     texts: list[str] | None = None  # the query texts, for the knowledge graph's name linking
+    allowed: torch.Tensor | None = None  # [B, n] bool: the chunks each query's metadata filter allows (None: all)
 
     def __len__(self) -> int:
         return self.vectors.shape[0]
@@ -74,9 +78,10 @@ class QueryBatch:
         terms, named = self.terms, self.named
         if isinstance(terms, sp.spmatrix) and state.bm25 is not None:
             terms = state.bm25.device_terms(terms, dev)
-        if isinstance(named, sp.spmatrix):
-            named = NamedChunks.from_csr(named, dev)
-        return QueryBatch(self.vectors.to(dev, torch.float32), terms, named, self.texts)
+        if isinstance(named, sp.spmatrix):  # a filter's left-out chunks are dropped while the list is on the host
+            named = NamedChunks.from_csr(restrict_named(named, self.allowed), dev)
+        allowed = None if self.allowed is None else self.allowed.to(dev)
+        return QueryBatch(self.vectors.to(dev, torch.float32), terms, named, self.texts, allowed)
 
 
 @dataclass
@@ -164,6 +169,13 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
 
     ``queries``: a :class:`QueryBatch`, or the query vectors ``[B, d]`` alone (dense seeds).
     ``budget``: tokens per context (default: ``config.budget``).
+
+    A metadata filter (``queries.allowed``) is a mask honoured where candidates are made: every
+    seed list (dense, BM25, named documents, utility questions) is the top of the allowed chunks,
+    the expansion walks only the allowed chunks' subgraph, and the pool (the knowledge graph's
+    too) keeps allowed chunks only, so the induced blocks, propagation, bridging and selection
+    never see a filtered-out chunk. Global quantities stay those of the whole index (the spectral
+    coordinates, the BM25 row maximum that calibrates lexical relevance, a ``graph``-scope PPR).
     """
     batch = queries if isinstance(queries, QueryBatch) else QueryBatch(queries)
     mode = config.mode
@@ -176,21 +188,31 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     kg = state.require_kg(mode) if mode in KG_MODES else None
     stage = _Timer(state.device)
     compiled = uses_compiled(config.backend, state.device)
+    allowed = batch.allowed
+    if allowed is not None and (tuple(allowed.shape) != (len(batch), state.n) or allowed.dtype != torch.bool):
+        raise SpectragError(f"allowed must be a bool [B, n] = {[len(batch), state.n]} mask, "
+                            f"got {allowed.dtype} {list(allowed.shape)}")
     if not compiled:  # the device path: the batch's tensors on the device once, never read back
         batch = batch.on_device(state)
     q = batch.vectors.to(state.device, torch.float32)
+    allowed = None if batch.allowed is None else batch.allowed.to(state.device)
+    # a named document's filtered-out chunks are not named (NamedChunks: done by on_device)
+    named_all = batch.named if isinstance(batch.named, NamedChunks) else restrict_named(batch.named, allowed)
     stage("embed")
     sc = config.seed
     dense_ids = None
     if mode == "activation":  # the pool comes from the knowledge graph, and the dense top
         if config.activation.k_dense > 0:
-            _, dense_ids = state.dense.search_tensors(q, config.activation.k_dense)
+            _, dense_ids = state.dense.search_tensors(q, config.activation.k_dense, allowed=allowed)
     else:
-        named = batch.named if mode in PROPAGATION_MODES else None  # baselines stay baselines
+        named = named_all if mode in PROPAGATION_MODES else None  # baselines stay baselines
         seeds, seed_scores = seed(mode, q, batch.terms, state.dense, state.bm25, named=named,
                                   embeddings=state.embeddings, k_dense=sc.k_dense, k_bm25=sc.k_bm25,
                                   rrf_k=sc.rrf_k, k_named=sc.k_named, questions=state.questions,
-                                  k_utility=sc.k_utility)
+                                  k_utility=sc.k_utility, allowed=allowed)
+        if seeds.shape[1] == 0:  # filters that match nothing (BM25 or fused lists of no entry): one empty slot
+            seeds = torch.full((len(batch), 1), -1, dtype=torch.int64, device=seeds.device)
+            seed_scores = torch.zeros((len(batch), 1), dtype=torch.float32, device=seeds.device)
         stage("seed")
     sa = None
     if kg is not None:
@@ -206,7 +228,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         top = seeds[:, : ec.n_seeds]
         weight = seed_scores[:, : ec.n_seeds]
         weight = weight / weight[:, :1].clamp(min=1e-30)
-        candidates, _ = expand(top, weight, graph("weights"), max_candidates=ec.max_candidates, hops=ec.hops)
+        candidates, _ = expand(top, weight, graph("weights"), max_candidates=ec.max_candidates, hops=ec.hops,
+                               allowed=allowed)
         if sa is not None:  # combined: the activation pool joins the expanded candidates
             candidates = sa.merge(candidates)
         stage("expand")
@@ -214,6 +237,14 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         candidates = sa.candidates
     else:
         candidates = seeds[:, : ec.max_candidates]
+    candidates = restrict_ids(candidates, allowed)  # the pool keeps allowed chunks only (the KG's pool too)
+    empty = None
+    if allowed is not None:  # a filter that allows no match leaves a pool empty: a stand-in keeps every
+        if candidates.shape[1] == 0:  # kernel's input well formed, and is dropped before scoring
+            candidates = torch.full((len(batch), 1), -1, dtype=torch.int64, device=candidates.device)
+        empty = ~(candidates >= 0).any(dim=1)
+        candidates = candidates.clone()
+        candidates[empty, 0] = 0
     mask = candidates >= 0
     if compiled:  # r = cos(q, c), (B, P); 0 on padding
         relevance = torch.from_numpy(gathered_dot_compiled(state.embeddings.numpy(), candidates.numpy(), q.numpy()))
@@ -244,8 +275,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         if activation is not None:  # (ppr + spectral + activation) / 3
             proximity = (2 * proximity + activation) / 3
         stage("propagate")
-        protect = bc.protect_named and batch.named is not None and batch.named.nnz > 0
-        named_mask = named_in(batch.named, candidates) if protect else None
+        protect = bc.protect_named and named_all is not None and named_all.nnz > 0
+        named_mask = named_in(named_all, candidates) if protect else None
         docs = state.doc_codes[candidates.clamp(min=0)].masked_fill(~mask, -1)
         if protect and bc.named_best_chunk:  # a named document is represented by its best chunk
             named_mask = named_best_chunks(named_mask, relevance, docs, candidates)
@@ -267,6 +298,9 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         scores = relevance
     else:  # bm25 / hybrid rank by their own list order: a decreasing score over positions
         scores = torch.where(mask, seed_scores[:, : candidates.shape[1]], torch.zeros_like(relevance))
+    if empty is not None:  # the stand-ins go: an empty pool ranks and selects nothing
+        candidates = candidates.masked_fill(empty[:, None], -1)
+        mask = candidates >= 0
     scores = scores.masked_fill(~mask, float("-inf"))
     stage("score")
     select = config.baseline_select if mode in BASELINE_MODES else config.select

@@ -34,6 +34,10 @@ from spectrag.state import QueryState
 from spectrag.store import Index, load_index
 from spectrag.util.threads import ThreadChooser, intra_op_threads
 from spectrag.util.io import check_unicode
+from spectrag.util.where import per_query_where
+
+#: a ``where`` argument: one filter (a dict, or None) for every query, or one per query
+Where = dict | Sequence[dict | None] | None
 
 
 def resolve_device(device: str) -> torch.device:
@@ -120,14 +124,14 @@ class Retriever:
 
     @overload
     def retrieve(self, queries: str, k: int | None = None, *, budget: int | None = None, mode: str | None = None,
-                 batch_size: int = 256) -> Context: ...
+                 batch_size: int = 256, where: Where = None) -> Context: ...
 
     @overload
     def retrieve(self, queries: Sequence[str], k: int | None = None, *, budget: int | None = None,
-                 mode: str | None = None, batch_size: int = 256) -> list[Context]: ...
+                 mode: str | None = None, batch_size: int = 256, where: Where = None) -> list[Context]: ...
 
     def retrieve(self, queries: str | Sequence[str], k: int | None = None, *, budget: int | None = None,
-                 mode: str | None = None, batch_size: int = 256) -> Context | list[Context]:
+                 mode: str | None = None, batch_size: int = 256, where: Where = None) -> Context | list[Context]:
         """One :class:`Context` per query, in query order (a single one for a ``str``).
 
         ``k``: the number of results. ``Context.hits`` are the top ``k`` of the ranking (each with
@@ -138,42 +142,49 @@ class Retriever:
         A ``k`` larger than the mode's candidate pool (``expand.max_candidates``; the seed depth
         for the baselines) is an error naming the setting. ``mode`` defaults to the config's.
         ``batch_size``: queries scored together; any number of queries is split into such batches
-        (the results equal one big batch's).
+        (the results equal one big batch's). ``where``: a metadata filter (:mod:`spectrag.util.where`:
+        ``{"lang": "en"}``, ``$eq $ne $gt $gte $lt $lte $in $nin $and $or``) for every query, or a
+        list of one filter (or None) per query; no hit, context chunk or ranking entry is ever a
+        chunk it leaves out, and ``k`` is filled from the chunks it allows.
         """
         single = isinstance(queries, str)
         texts = [queries] if single else list(queries)
-        out = [ctx for part in self.batches(texts, k, budget=budget, mode=mode, batch_size=batch_size) for ctx in part]
+        out = [ctx for part in self.batches(texts, k, budget=budget, mode=mode, batch_size=batch_size, where=where)
+               for ctx in part]
         return out[0] if single else out
 
     def batches(self, queries: Sequence[str], k: int | None = None, *, budget: int | None = None,
-                mode: str | None = None, batch_size: int = 256) -> Iterator[list[Context]]:
+                mode: str | None = None, batch_size: int = 256, where: Where = None) -> Iterator[list[Context]]:
         """:meth:`retrieve` as a stream: the contexts of each batch of ``batch_size`` queries as
         soon as it is scored (every query and setting is checked before the first batch runs)."""
         queries = list(queries)
         check_queries(queries)
         check_k(k, self.config, mode)
         _positive("batch_size", batch_size)
+        wheres = per_query_where(where, len(queries))
         for lo in range(0, len(queries), batch_size):
             part = queries[lo : lo + batch_size]
-            yield build_contexts(self.index, part, self.score_batch(part, budget=budget, mode=mode), k,
-                                 budgeted=k is None or budget is not None)
+            result = self.score_batch(part, budget=budget, mode=mode, where=wheres[lo : lo + batch_size])
+            yield build_contexts(self.index, part, result, k, budgeted=k is None or budget is not None)
 
     def embed(self, queries: list[str]) -> torch.Tensor:
         """Query vectors ``[B, d]`` on the state's device."""
         return torch.from_numpy(self.index.embed_queries(queries)).to(self.state.device)
 
-    def encode(self, queries: list[str], qvecs: torch.Tensor | None = None, *, named: bool = True) -> QueryBatch:
+    def encode(self, queries: list[str], qvecs: torch.Tensor | None = None, *, named: bool = True,
+               where: Where = None) -> QueryBatch:
         """The pipeline's view of query texts: their embeddings (``qvecs [B, d]`` when given),
-        their BM25 term counts and (``named``: the graph modes read them) the chunks of the
-        documents they name."""
+        their BM25 term counts, (``named``: the graph modes read them) the chunks of the
+        documents they name and (``where``: one filter or one per query) the chunks each allows."""
         queries = check_queries(queries)
+        allowed = self.state.allowed(per_query_where(where, len(queries)))
         vectors = self.embed(queries) if qvecs is None else qvecs
         if vectors.shape[0] != len(queries):
             raise SpectragError(f"{len(queries)} queries but {vectors.shape[0]} query vectors")
         titles = self.state.titles if named else None
         spec = self.config.seed.named_specificity
         return QueryBatch(vectors, self.index.bm25.query_matrix(queries),
-                          titles.named(queries, min_specificity=spec) if titles else None, queries)
+                          titles.named(queries, min_specificity=spec) if titles else None, queries, allowed)
 
     def hyde_vectors(self, queries: list[str], *, progress: bool = False) -> torch.Tensor:
         """Mode ``hyde``'s query vectors ``[B, d]``: the embeddings of one hypothetical passage
@@ -183,16 +194,18 @@ class Retriever:
         return self.embed(hyde_passages(list(queries), self.llm, progress=progress))
 
     def score_batch(self, queries: list[str], *, budget: int | None = None, mode: str | None = None,
-                    qvecs: torch.Tensor | None = None) -> BatchResult:
+                    qvecs: torch.Tensor | None = None, where: Where = None) -> BatchResult:
         """:func:`spectrag.pipeline.run` on one batch; ``qvecs [B, d]`` skips embedding (for mode
-        ``hyde``: the passages' vectors, else they are written and embedded here)."""
+        ``hyde``: the passages' vectors, else they are written and embedded here); ``where``: one
+        metadata filter, or one per query (see :meth:`retrieve`)."""
+        wheres = per_query_where(where, len(queries))  # a bad filter is refused before any work
         config = self.config if mode is None else self.config.replace(mode=mode)
         threads = self.threads.pick(len(queries)) if self.state.device.type == "cpu" else torch.get_num_threads()
         start = time.perf_counter()
         with intra_op_threads(threads):
             if config.mode == "hyde" and qvecs is None:
                 qvecs = self.hyde_vectors(check_queries(queries))  # empty queries refused before any LLM call
-            batch = self.encode(queries, qvecs, named=config.mode in PROPAGATION_MODES)
+            batch = self.encode(queries, qvecs, named=config.mode in PROPAGATION_MODES, where=wheres)
             encoded = time.perf_counter()
             result = run(self.state, batch, config, budget=budget)
         self.threads.record(threads, len(queries), time.perf_counter() - start)

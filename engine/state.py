@@ -29,6 +29,7 @@ from spectrag.seed.titles import TitleIndex
 from spectrag.seed.utility import QuestionIndex
 from spectrag.select.select import stub_chunks
 from spectrag.util.checks import check_csr, check_symmetric
+from spectrag.util.where import MetadataColumns
 
 
 @dataclass
@@ -56,6 +57,7 @@ class QueryState:
     titles: TitleIndex | None = None
     questions: QuestionIndex | None = None
     stubs: torch.Tensor | None = None  # [n] bool: chunks selection never spends budget on (select.select.stub_chunks)
+    metadata: MetadataColumns | None = None  # the chunks' metadata, for where= filters (None: every chunk has none)
     _citations: tuple | None = field(default=None, repr=False, compare=False)  # the stored citation signal
     _torch_graphs: dict = field(default_factory=dict, repr=False, compare=False)  # name -> TorchCSR
     _kg_index: object = field(default=None, repr=False, compare=False)  # an index whose KG loads on first use
@@ -165,10 +167,18 @@ class QueryState:
         state._kg_index = index  # the KG's tensors are copied on the first activation batch
         state.titles = TitleIndex([c.title for c in index.chunks], index.bm25, np.asarray(doc_codes))
         state.stubs = stub_chunks(state.tokens, state.doc_codes, index.config.chunk.min_tokens)
+        state.metadata = MetadataColumns([c.metadata for c in index.chunks])
         signals = graph.get("signals", {}) if graph is not None else {}
         if len(signals.get("citation", ((),))[0]):
             state._citations = signals["citation"]
         return state
+
+    def allowed(self, wheres: list) -> torch.Tensor | None:
+        """The chunks each query's filter (checked, or None) allows: bool ``[B, n]`` on the
+        device, None when no query has one (:class:`~spectrag.util.where.MetadataColumns`)."""
+        columns = self.metadata if self.metadata is not None else MetadataColumns([{}] * self.n)
+        self.metadata = columns
+        return columns.batch_mask(wheres, self.device)
 
     def citation_graph(self, min_specificity: float, *, on_device: bool = False) -> sp.csr_matrix | TorchCSR | None:
         """The citation edges between documents of specific titles

@@ -6,7 +6,8 @@ and swap ``CURRENT`` last). A generation folder (or a whole index folder written
 generations, read as generation 0) holds::
 
     manifest.json     format version, config, tokenizer, model, counts, checksums, versions
-    chunks.jsonl      the chunk table, one JSON object per chunk, in chunk-id order
+    chunks.jsonl      the chunk table, one JSON object per chunk, in chunk-id order (``metadata``: its
+                      document's, optional; an index written without it loads with none)
     embeddings.npy    float32 [n, d], L2-normalized (memory-mapped on load; every row's norm checked)
     dense.faiss       FAISS IndexFlatIP over the same vectors
     bm25/             BM25 term x chunk score matrix (CSR as .npy), vocabulary (JSON), chunk token ids
@@ -38,7 +39,7 @@ import warnings
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -286,8 +287,7 @@ def index_writer(out_dir: Path, *, overwrite: bool) -> Iterator[Path]:
 def write_chunks(path: Path, chunks: list[Chunk]) -> None:
     with path.open("w", encoding="utf-8") as fh:
         for i, c in enumerate(chunks):
-            row = {"id": i, **asdict(c), "section": list(c.section)}
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.write(json.dumps(c.to_row(i), ensure_ascii=False) + "\n")
 
 
 _CHUNK_FIELDS = {"doc_id": str, "title": str, "url": str, "text": str, "n_tokens": int, "start": int, "end": int}
@@ -299,8 +299,9 @@ def _chunk_record(line: str, lineno: int) -> Chunk:
     row = json.loads(line)
     if not isinstance(row, dict):
         raise ValueError("not a JSON object")
-    if set(row) != {"id", "section", *_CHUNK_FIELDS}:
-        raise ValueError(f"fields {sorted(row)}, expected {sorted({'id', 'section', *_CHUNK_FIELDS})}")
+    if set(row) - {"metadata"} != {"id", "section", *_CHUNK_FIELDS}:  # metadata: optional (absent: none)
+        raise ValueError(f"fields {sorted(row)}, expected {sorted({'id', 'section', *_CHUNK_FIELDS})} "
+                         "and optionally 'metadata'")
     if row.pop("id") != lineno - 1:
         raise ValueError(f"chunk id is not {lineno - 1}")
     for key, kind in _CHUNK_FIELDS.items():
@@ -312,6 +313,8 @@ def _chunk_record(line: str, lineno: int) -> Chunk:
         raise ValueError("start, end and text do not describe a slice [start, end) of the document")
     if row["n_tokens"] < 1:  # a chunk is never blank
         raise ValueError(f"n_tokens is {row['n_tokens']}; every chunk has at least one token")
+    if not isinstance(row.get("metadata", {}), dict):
+        raise ValueError("field 'metadata' is not a JSON object")
     row["section"] = tuple(row["section"])
     return Chunk(**row)
 

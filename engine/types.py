@@ -26,7 +26,8 @@ class Document:
 
 @dataclass(frozen=True)
 class Chunk:
-    """A contiguous slice ``[start, end)`` of one document's text."""
+    """A contiguous slice ``[start, end)`` of one document's text; ``metadata`` is its document's
+    (JSON values: from a record's ``metadata`` object or a Markdown file's front matter)."""
 
     doc_id: str
     title: str
@@ -36,6 +37,16 @@ class Chunk:
     n_tokens: int
     start: int
     end: int
+    metadata: dict[str, Any] = field(default_factory=dict, compare=True, hash=False)
+
+    def to_row(self, chunk_id: int) -> dict[str, Any]:
+        """The chunk-table record (``chunks.jsonl``); ``metadata`` only when there is some, so an
+        index without metadata keeps the table of earlier versions byte for byte."""
+        row = {"id": chunk_id, "doc_id": self.doc_id, "title": self.title, "section": list(self.section),
+               "url": self.url, "text": self.text, "n_tokens": self.n_tokens, "start": self.start, "end": self.end}
+        if self.metadata:
+            row["metadata"] = self.metadata
+        return row
 
 
 @dataclass(frozen=True)

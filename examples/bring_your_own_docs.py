@@ -37,6 +37,10 @@ def main(out: Path) -> None:
             where = " > ".join(hit.section[1:]) or "-"
             print(f"  {rank}. {hit.score:.3f}  {hit.title} [{where}]  {' '.join(hit.text.split())[:70]}...")
 
+    # 2b. Metadata filters: front matter (or a JSONL record's "metadata") is every chunk's metadata.
+    ctx = retriever.retrieve(QUESTIONS[0], k=2, where={"audience": "dev", "version": {"$gte": 2}})
+    print(f"\nwhere audience = dev: {[(hit.title, hit.metadata['audience']) for hit in ctx.hits]}")
+
     # 3. A context for an LLM prompt: as many chunks as 600 tokens hold, grouped by document.
     ctx = retriever.retrieve(QUESTIONS[0], budget=600)
     print(f"\nprompt context: {len(ctx.chunks)} chunks, {ctx.used_tokens} of {ctx.budget} tokens")

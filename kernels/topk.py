@@ -11,7 +11,8 @@ import torch
 
 
 def tiled_topk_ip(
-    xq: torch.Tensor, xb: torch.Tensor, k: int, *, tile: int | None = None, method: str = "auto"
+    xq: torch.Tensor, xb: torch.Tensor, k: int, *, tile: int | None = None, method: str = "auto",
+    allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Top-``k`` rows of ``xb`` by inner product with each query.
 
@@ -35,6 +36,8 @@ def tiled_topk_ip(
         tile: database rows per matrix product (default: ``scan`` about 2^19 / B in [2048,
             65536], a score tile that stays in cache; ``merge`` 65536).
         method: ``auto`` (``scan`` on the CPU, else ``merge``) | ``scan`` | ``merge``.
+        allowed: bool ``[B, n]``, the rows each query may return (a metadata filter; default:
+            all). A query allowing fewer than ``k`` rows gets them all, then ids -1, scores -inf.
 
     Shapes:
         xq ``[B, d]``, xb ``[n, d]`` -> scores ``[B, min(k, n)]`` (descending), ids ``[B, min(k, n)]``
@@ -48,8 +51,12 @@ def tiled_topk_ip(
         raise ValueError(f"k must be >= 1, got {k}")
     if method not in ("auto", "scan", "merge"):
         raise ValueError(f"method must be auto, scan or merge, got {method!r}")
+    if allowed is not None and tuple(allowed.shape) != (xq.shape[0], xb.shape[0]):
+        raise ValueError(f"allowed must be [B, n] = {(xq.shape[0], xb.shape[0])}, got {tuple(allowed.shape)}")
     if method == "scan" or (method == "auto" and xq.device.type == "cpu"):
-        return _scan_topk_ip(xq, xb, min(k, xb.shape[0]), tile or min(1 << 16, max(2048, (1 << 19) // max(1, xq.shape[0]))))
+        s, i = _scan_topk_ip(xq, xb, min(k, xb.shape[0]),
+                             tile or min(1 << 16, max(2048, (1 << 19) // max(1, xq.shape[0]))), allowed)
+        return s, i if allowed is None else i.masked_fill(s == float("-inf"), -1)  # placeholders: no row left
     n = xb.shape[0]
     k = min(k, n)
     tile = tile or 65_536
@@ -57,14 +64,17 @@ def tiled_topk_ip(
     best_i = torch.empty(xq.shape[0], 0, dtype=torch.int64, device=xq.device)
     for lo in range(0, n, tile):
         scores = xq @ xb[lo : lo + tile].to(xq.dtype).T  # (B, tile)
+        if allowed is not None:
+            scores.masked_fill_(~allowed[:, lo : lo + tile], float("-inf"))
         s, i = topk_smallest_id_ties(scores, k)
         best_s = torch.cat([best_s, s], dim=1)  # (B, <= 2k)
         best_i = torch.cat([best_i, i + lo], dim=1)
         best_s, best_i = sort_by_score_then_id(best_s, best_i, k)
-    return best_s, best_i
+    return best_s, best_i if allowed is None else best_i.masked_fill(best_s == float("-inf"), -1)
 
 
-def _scan_topk_ip(q: torch.Tensor, xb: torch.Tensor, k: int, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _scan_topk_ip(q: torch.Tensor, xb: torch.Tensor, k: int, tile: int,
+                  allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``scan`` method of :func:`tiled_topk_ip`.
 
     A first threshold per query is the ``k``-th best score over every 32nd row (fewer when
@@ -79,7 +89,10 @@ def _scan_topk_ip(q: torch.Tensor, xb: torch.Tensor, k: int, tile: int) -> tuple
     batch, n, dev = q.shape[0], xb.shape[0], q.device
     stride = max(32, -(-n * batch // (1 << 23)))  # the sample's scores: at most 2^23 (32 MB)
     if n // stride >= k:
-        sampled = torch.topk(q @ xb[::stride].to(q.dtype).T, k, dim=1).values[:, k - 1]  # k-th best of the sample
+        sample = q @ xb[::stride].to(q.dtype).T
+        if allowed is not None:  # a disallowed row is -inf: never above a threshold
+            sample.masked_fill_(~allowed[:, ::stride], float("-inf"))
+        sampled = torch.topk(sample, k, dim=1).values[:, k - 1]  # k-th best of the sample
         floor = torch.nextafter(sampled, torch.full_like(sampled, float("-inf")))  # s >= sampled <=> s > floor
     else:
         floor = torch.full((batch,), float("-inf"), dtype=q.dtype, device=dev)
@@ -89,6 +102,8 @@ def _scan_topk_ip(q: torch.Tensor, xb: torch.Tensor, k: int, tile: int) -> tuple
     buf_b, buf_s, buf_i, buffered = [], [], [], 0
     for lo in range(0, n, tile):
         scores = q @ xb[lo : lo + tile].to(q.dtype).T  # (B, t)
+        if allowed is not None:
+            scores.masked_fill_(~allowed[:, lo : lo + tile], float("-inf"))
         rows = torch.nonzero(scores.amax(dim=1) > threshold).squeeze(1)  # one reduction pass
         if rows.numel() == 0:
             continue

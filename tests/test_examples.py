@@ -28,6 +28,7 @@ def test_walkthrough_script(tmp_path, embed_cache):
     assert "1. " in first and "Security [Rotating a key without downtime]" in first.splitlines()[1]
     third = next(b for b in blocks if b.startswith("Which environment variable"))
     assert "Configuration reference [Worker settings]" in third.splitlines()[1]
+    assert "where audience = dev: [('Getting started with Harbor Queue', 'dev'), ('Getting started with Harbor Queue', 'dev')]" in out
     assert "prompt context:" in out and "of 600 tokens" in out
     assert "HTTP: [" in out and "LangChain: [" in out
 

@@ -141,7 +141,7 @@ def test_top_k_hits_are_the_ranking_with_its_scores(retriever, qvecs, mode):
         doc_id, chunk_id, _ = ctx.hits[0]  # unpacks like a tuple
         assert doc_id == retriever.index.chunks[chunk_id].doc_id
     assert json.loads(json.dumps(contexts[0].to_json()))["hits"][0].keys() == {
-        "doc_id", "chunk_id", "score", "text", "title", "section", "url"}
+        "doc_id", "chunk_id", "score", "text", "title", "section", "url", "metadata"}
 
 
 @pytest.mark.parametrize("mode", ["dense", "hybrid", "spectral"])

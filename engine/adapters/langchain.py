@@ -2,7 +2,9 @@
 
 ``invoke`` / ``ainvoke`` return ``list[Document]`` (``page_content``: the chunk text; metadata:
 :func:`spectrag.adapters.records.records`); ``k``, ``mode`` and ``budget`` may also be given per
-call (``retriever.invoke(q, k=3)``). ``batch`` / ``abatch`` score all their inputs as ONE tensor
+call (``retriever.invoke(q, k=3)``), and so may ``filter`` (a metadata filter, the ``where`` of
+:meth:`Retriever.retrieve`: ``retriever.invoke(q, filter={"lang": "en"})``; the field ``filter``
+is the default). ``batch`` / ``abatch`` score all their inputs as ONE tensor
 batch (LangChain's default runs one ``invoke`` per input), and still report one retriever run per
 input to the callbacks. Needs ``langchain-core`` (``pip install 'spectrag[langchain]'``).
 """
@@ -46,6 +48,7 @@ class SpectragRetriever(BaseRetriever):
     mode: str | None = None
     budget: int | None = Field(None, ge=1)
     output: Literal["top_k", "context"] = "top_k"
+    filter: dict[str, Any] | None = None  # the default metadata filter (spectrag.util.where)
 
     @classmethod
     def from_index(cls, path, *, config=None, device: str | None = None, **kwargs: Any) -> "SpectragRetriever":
@@ -53,29 +56,31 @@ class SpectragRetriever(BaseRetriever):
         return cls(engine=Retriever(path, config, device=device), **kwargs)
 
     def _documents(self, queries: list[str], k: int | None = None, mode: str | None = None,
-                   budget: int | None = None) -> list[list[Document]]:
+                   budget: int | None = None, filter: dict[str, Any] | None = None) -> list[list[Document]]:
         found = search(self.engine, queries, output=self.output, k=k or self.k, mode=mode or self.mode,
-                       budget=budget or self.budget)
+                       budget=budget or self.budget, where=self.filter if filter is None else filter)
         return [[Document(page_content=text, metadata=meta, id=f"{meta['doc_id']}#{meta['chunk_id']}")
                  for text, meta, _ in rows] for rows in found]
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
-                                k: int | None = None, mode: str | None = None, budget: int | None = None) -> list[Document]:
+                                k: int | None = None, mode: str | None = None, budget: int | None = None,
+                                filter: dict[str, Any] | None = None) -> list[Document]:
         scored = _SCORED.get()
         if scored is not None and query in scored:
             return scored[query]
-        return self._documents([query], k, mode, budget)[0]
+        return self._documents([query], k, mode, budget, filter)[0]
 
     async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
                                        k: int | None = None, mode: str | None = None,
-                                       budget: int | None = None) -> list[Document]:
+                                       budget: int | None = None,
+                                       filter: dict[str, Any] | None = None) -> list[Document]:
         scored = _SCORED.get()
         if scored is not None and query in scored:
             return scored[query]
-        return (await asyncio.to_thread(self._documents, [query], k, mode, budget))[0]
+        return (await asyncio.to_thread(self._documents, [query], k, mode, budget, filter))[0]
 
     def _options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {name: kwargs.get(name) for name in ("k", "mode", "budget")}
+        return {name: kwargs.get(name) for name in ("k", "mode", "budget", "filter")}
 
     def batch(self, inputs: list[str], config: RunnableConfig | list[RunnableConfig] | None = None, *,
               return_exceptions: bool = False, **kwargs: Any) -> list[Any]:

@@ -24,7 +24,9 @@ def records(ctx: Context, table: Sequence[Chunk], *, output: str = "top_k") -> l
     ``doc_id``, ``chunk_id``, ``title``, ``section`` (" > "-joined), ``url``, ``rank`` (1-based),
     ``score`` (the final score), ``phase`` (``core`` / ``tail`` / ``backfill`` in a budgeted
     context, ``ranked`` in a top-k context or outside the context), ``relevance`` and
-    ``proximity`` (None outside the context), ``n_tokens``, ``mode``."""
+    ``proximity`` (None outside the context), ``n_tokens``, ``mode``; and the chunk's own
+    metadata (its document's record ``metadata`` or front matter) beside them, where a key
+    of the same name as one of those gives way."""
     chosen = {c.chunk_id: c for c in ctx.chunks}
     if output == "context":
         rows = [(c.chunk_id, c.text, c.scores["final"]) for c in ctx.chunks]
@@ -33,7 +35,8 @@ def records(ctx: Context, table: Sequence[Chunk], *, output: str = "top_k") -> l
     out = []
     for rank, (cid, text, score) in enumerate(rows, start=1):
         c, sel = table[cid], chosen.get(cid)
-        meta = {"doc_id": c.doc_id, "chunk_id": cid, "title": c.title, "section": " > ".join(c.section), "url": c.url,
+        meta = {**c.metadata, "doc_id": c.doc_id, "chunk_id": cid, "title": c.title, "section": " > ".join(c.section),
+                "url": c.url,
                 "rank": rank, "score": float(score), "phase": sel.phase if sel else RANKED,
                 "relevance": sel.scores["relevance"] if sel else None,
                 "proximity": sel.scores["proximity"] if sel else None, "n_tokens": c.n_tokens, "mode": ctx.mode}
@@ -42,8 +45,8 @@ def records(ctx: Context, table: Sequence[Chunk], *, output: str = "top_k") -> l
 
 
 def search(engine, queries: Sequence[str], *, output: str = "top_k", k: int | None = None, mode: str | None = None,
-           budget: int | None = None) -> list[list[tuple[str, dict[str, Any], float]]]:
+           budget: int | None = None, where=None) -> list[list[tuple[str, dict[str, Any], float]]]:
     """:func:`records` for every query, all scored by one :meth:`Retriever.retrieve` call
-    (``engine``: a :class:`spectrag.retriever.Retriever`; ``k`` and ``budget`` as its own)."""
-    contexts = engine.retrieve(list(queries), k, mode=mode, budget=budget)
+    (``engine``: a :class:`spectrag.retriever.Retriever`; ``k``, ``budget`` and ``where`` as its own)."""
+    contexts = engine.retrieve(list(queries), k, mode=mode, budget=budget, where=where)
     return [records(c, engine.index.chunks, output=output) for c in contexts]

@@ -414,6 +414,8 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 @click.option("--level", default="chunk", show_default=True, type=click.Choice(["chunk", "doc"]),
               help="TREC docno: the chunk id, or the document id at its best chunk's score (max-passage).")
 @click.option("--no-text", is_flag=True, help="Leave chunk texts out of the JSONL.")
+@click.option("--where", "where", help='Metadata filter for every query, a JSON object: \'{"lang": "en"}\', '
+              '\'{"year": {"$gte": 2020}}\' ($eq $ne $gt $gte $lt $lte $in $nin $and $or).')
 @llm_options
 @_ray_options
 @_console
@@ -421,7 +423,7 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None,
                  config_file: Path | None, device: str | None, budget: int | None, top_k: int | None, fmt: str,
                  batch_size: int, out_file: Path | None, trec_file: Path | None, depth: int, level: str,
-                 no_text: bool, llm_flags: dict, ray_address: str | None, workers: int) -> None:
+                 no_text: bool, where: str | None, llm_flags: dict, ray_address: str | None, workers: int) -> None:
     """Retrieve for every query, in batches: the top k results with text (-k) and a context of those
     k chunks, or the context a token budget holds (--budget; the default without -k)."""
     from spectrag.cli.retrieve import (
@@ -430,7 +432,7 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
     config = _retriever_config(config_file, mode, device)
     run_queries(index_dir, query_file, list(texts), config=config, budget=budget, batch_size=batch_size,
                 out_file=out_file, trec_file=trec_file, with_text=not no_text, k=top_k, fmt=fmt, depth=depth,
-                level=level, llm=llm_config(config_file, llm_flags), ray=ray_address, workers=workers)
+                level=level, llm=llm_config(config_file, llm_flags), ray=ray_address, workers=workers, where=where)
 
 
 @main.command("serve")

@@ -20,6 +20,7 @@ from spectrag.store import load_index
 from spectrag.types import Chunk
 from spectrag.util.console import progress_on
 from spectrag.util.io import check_unicode
+from spectrag.util.where import check_where
 
 TEXT_HITS = 5  # hits shown per query by --format text when -k is not given
 
@@ -76,7 +77,27 @@ def _text_block(qid: str, ctx: Context, k: int) -> str:
         mark = "" if h.chunk_id in chosen else "  (ranked, not in the context)"
         lines.append(f"  {rank:>3}  {h.score:8.4f}  doc {h.doc_id}  chunk {h.chunk_id}  {where}{mark}\n"
                      f"         {' '.join(h.text.split())[:100]}")
+        if h.metadata:
+            lines.append(f"         {_metadata_line(h.metadata)}")
     return "\n".join(lines) + "\n\n"
+
+
+def _metadata_line(metadata: dict) -> str:
+    """``key=value`` pairs (values as JSON, strings bare), cut to a line."""
+    pairs = [f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for k, v in metadata.items()]
+    line = "  ".join(pairs)
+    return line if len(line) <= 100 else line[:97] + "..."
+
+
+def parse_where(text: str | None) -> dict | None:
+    """``--where``'s JSON, checked (:func:`spectrag.util.where.check_where`)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise SpectragError(f"--where is not JSON ({exc}): {brief(text)}") from None
+    return check_where(value, label="--where")
 
 
 def _json_row(qid: str, ctx: Context, with_text: bool) -> str:
@@ -90,12 +111,13 @@ def _json_row(qid: str, ctx: Context, with_text: bool) -> str:
 def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, config: RetrieverConfig,
                 budget: int | None, batch_size: int, out_file: Path | None, trec_file: Path | None,
                 with_text: bool, k: int | None = None, fmt: str = "jsonl", depth: int = 1000, level: str = "chunk",
-                progress: bool | None = None, llm=None, ray: str | None = None, workers: int = 0) -> int:
+                progress: bool | None = None, llm=None, ray: str | None = None, workers: int = 0,
+                where: str | None = None) -> int:
     """Write one JSON line (or a text block) per query, and optionally a TREC run; returns the
     number of queries. ``progress`` (default: :func:`~spectrag.util.console.progress_on`) counts queries as their
     batch is written. ``ray``: score on a Ray cluster at that address (``local``, ``auto``,
     ``ray://host:port``) with ``workers`` actors (:mod:`spectrag.distributed`); the output is the
-    same."""
+    same. ``where``: a metadata filter for every query (JSON text, ``--where``)."""
     from tqdm import tqdm  # a dependency; imported here with the rest of the command
 
     if not texts and query_file is None:
@@ -113,11 +135,14 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     if ray is not None and config.mode == "hyde":
         raise SpectragError("--ray does not run mode 'hyde' (its LLM calls are made by one process)")
     check_k(k, config)  # before the index loads
+    filter_ = parse_where(where)
+    if filter_ is not None and ray is not None:
+        raise SpectragError("--where does not run with --ray yet; filter on one machine")
     texts_only = [t for _, t in queries]
     if ray is None:
         retriever = Retriever(load_index(index_dir), config, llm=llm if config.mode == "hyde" else None)
         table = retriever.index.chunks
-        batches = retriever.batches(texts_only, k, budget=budget, batch_size=batch_size)
+        batches = retriever.batches(texts_only, k, budget=budget, batch_size=batch_size, where=filter_)
     else:
         from spectrag.distributed.score import scored_batches  # optional dependency (Ray)
 

@@ -60,7 +60,8 @@ def chunk_on_ray(docs: list[Document], config: ChunkConfig, *, workers: int, blo
         for i in range(len(b["pos"])):
             tagged.append(((int(b["pos"][i]), int(b["j"][i])), Chunk(
                 str(b["doc_id"][i]), str(b["title"][i]), tuple(json.loads(str(b["section"][i]))), str(b["url"][i]),
-                str(b["text"][i]), int(b["n_tokens"][i]), int(b["start"][i]), int(b["end"][i]))))
+                str(b["text"][i]), int(b["n_tokens"][i]), int(b["start"][i]), int(b["end"][i]),
+                docs[int(b["pos"][i])].metadata)))  # metadata stays here: it is not chunked
     tagged.sort(key=lambda t: t[0])
     return [c for _, c in tagged]
 

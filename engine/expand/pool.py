@@ -32,7 +32,7 @@ from spectrag.kernels.topk import topk_by_row
 
 def expand(
     seed_ids: torch.Tensor, seed_weights: torch.Tensor, graph: sp.csr_matrix | TorchCSR, *, max_candidates: int = 200,
-    hops: int = 2
+    hops: int = 2, allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Candidate pools of every query: seeds plus their ``hops``-hop neighbourhood, capped.
 
@@ -43,15 +43,20 @@ def expand(
             :class:`TorchCSR` (torch, on its device).
         max_candidates: ``P``, pool size per query (default: 200).
         hops: expansion radius (default: 2).
+        allowed: bool ``[B, n]``, each query's metadata filter (default: all chunks). The walk
+            runs on the subgraph of the allowed chunks: a filtered-out chunk is never a
+            candidate and no mass passes through it (so the pool is that of the allowed
+            sub-index's graph). The seeds must be allowed.
 
     Shapes:
         -> candidate ids ``[B, P']`` (int64, -1 padded, ``P' = min(P, n)``) and priorities
         ``[B, P']`` (float32), on the seeds' device.
     """
     if isinstance(graph, TorchCSR):
-        return expand_torch(seed_ids, seed_weights, graph, max_candidates=max_candidates, hops=hops)
+        return expand_torch(seed_ids, seed_weights, graph, max_candidates=max_candidates, hops=hops, allowed=allowed)
+    mask = None if allowed is None else allowed.cpu().numpy()
     ids, pri = expand_compiled(seed_ids.cpu().numpy(), seed_weights.cpu().numpy(), graph.indptr, graph.indices,
-                               graph.data, max_candidates=max_candidates, hops=hops)
+                               graph.data, max_candidates=max_candidates, hops=hops, allowed=mask)
     return torch.from_numpy(ids).to(seed_ids.device), torch.from_numpy(pri).to(seed_ids.device)
 
 
@@ -62,7 +67,8 @@ def _sum_by_key(keys: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 def expand_torch(
-    seed_ids: torch.Tensor, seed_weights: torch.Tensor, graph: TorchCSR, *, max_candidates: int = 200, hops: int = 2
+    seed_ids: torch.Tensor, seed_weights: torch.Tensor, graph: TorchCSR, *, max_candidates: int = 200, hops: int = 2,
+    allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`expand` on ``graph``'s device (the reference of the compiled kernel).
 
@@ -71,6 +77,7 @@ def expand_torch(
     """
     n, dev = graph.n, graph.values.device
     batch, width = seed_ids.shape
+    allowed = None if allowed is None else allowed.to(dev)
     query = torch.arange(batch, device=dev).repeat_interleave(width)
     flat = seed_ids.to(dev).reshape(-1)
     weight = seed_weights.to(dev, torch.float64).reshape(-1)
@@ -81,6 +88,9 @@ def expand_torch(
     reach_keys, reach_vals = [], []
     for hop in range(hops):
         owner, pos = csr_entries(graph.indptr, keys % n)  # sorted keys: sources in ascending order
+        if allowed is not None:  # the walk stays on each query's allowed chunks
+            ok = allowed[(keys // n)[owner], graph.indices[pos]]
+            owner, pos = owner[ok], pos[ok]
         keys, vals = _sum_by_key((keys // n)[owner] * n + graph.indices[pos], values[pos] * vals[owner])
         reach_keys.append(keys)
         reach_vals.append(vals * 0.5**hop)

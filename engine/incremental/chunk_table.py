@@ -6,7 +6,6 @@ Re-encoding 10^5 records cost about a second; copying lines costs a few millisec
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +32,5 @@ def write_edited_chunks(path: Path, old_table: Path, keep: np.ndarray, new: list
         out.append(b"%s%d%s" % (_PREFIX, new_id, line[cut:]))
     first = len(out)
     for i, c in enumerate(new):
-        row = {"id": first + i, **asdict(c), "section": list(c.section)}
-        out.append((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+        out.append((json.dumps(c.to_row(first + i), ensure_ascii=False) + "\n").encode("utf-8"))
     path.write_bytes(b"".join(out))

@@ -382,7 +382,7 @@ def _make(doc: Document, section: tuple[str, ...], start: int, end: int, n_token
         start += 1
     while end > start and doc.text[end - 1].isspace():
         end -= 1
-    return Chunk(doc.doc_id, doc.title, section, doc.url, doc.text[start:end], n_tokens, start, end)
+    return Chunk(doc.doc_id, doc.title, section, doc.url, doc.text[start:end], n_tokens, start, end, doc.metadata)
 
 
 def _merged_tokens(text: str, a: Chunk, b: Chunk) -> int:

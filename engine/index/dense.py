@@ -104,25 +104,38 @@ def rescore(vectors: np.ndarray, xq: np.ndarray, ids: np.ndarray, k: int) -> tup
 TIE_TOL = 1e-4
 
 
-def exact_search(index, vectors: np.ndarray, xq: np.ndarray, k: int, margin: int = 16) -> tuple[np.ndarray, np.ndarray]:
+def exact_search(index, vectors: np.ndarray, xq: np.ndarray, k: int, margin: int = 16,
+                 allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The exact top-``k`` of ``xq [B, d]`` among the rows of ``vectors`` that ``index`` (FAISS,
     or :class:`TorchScan`: anything with ``search(xq, m)`` and ``ntotal``) holds, by float64
     score, then smaller id, whatever the search's own rounding and tie order: ``k + margin``
     hits are re-scored (:func:`rescore`), and a row whose last hit scores within
     :data:`TIE_TOL` of its ``k``-th exact score (ties, e.g. duplicate chunks, may continue past
     the hits) is searched again with twice the hits until they do not.
+    ``allowed`` (bool ``[B, n]``, a metadata filter; ``index`` then a :class:`TorchScan`): the
+    top-``k`` among each query's allowed rows, ids -1 and scores -inf past the last of them.
     Shapes: -> float64 scores, int64 ids ``[B, min(k, n)]``."""
     n = index.ntotal
     k = min(k, n)
     m = min(k + margin, n)
-    found, ids = index.search(xq, m)
+
+    def search(rows: np.ndarray | None, m: int) -> tuple[np.ndarray, np.ndarray]:
+        q = xq if rows is None else xq[rows]
+        if allowed is None:
+            return index.search(q, m)
+        return index.search(q, m, allowed=allowed if rows is None else allowed[rows])
+
+    def tied(found: np.ndarray, kth: np.ndarray) -> np.ndarray:  # a finite last hit near the k-th: search deeper
+        return (found[:, -1] >= kth - TIE_TOL) & np.isfinite(found[:, -1])
+
+    found, ids = search(None, m)
     exact, top = rescore_compiled(vectors, xq, ids.astype(np.int64), k)
-    todo = np.flatnonzero(found[:, -1] >= exact[:, -1] - TIE_TOL) if 0 < k and m < n else np.zeros(0, np.int64)
+    todo = np.flatnonzero(tied(found, exact[:, -1])) if 0 < k and m < n else np.zeros(0, np.int64)
     while todo.size:
         m = min(2 * m, n)
-        found, ids = index.search(xq[todo], m)
+        found, ids = search(todo, m)
         exact[todo], top[todo] = rescore_compiled(vectors, xq[todo], ids.astype(np.int64), k)
-        todo = todo[found[:, -1] >= exact[todo, -1] - TIE_TOL] if m < n else todo[:0]
+        todo = todo[tied(found, exact[todo, -1])] if m < n else todo[:0]
     return exact, top
 
 
@@ -143,12 +156,21 @@ class TorchScan:
             self.xb = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(device)
         self.ntotal = int(self.xb.shape[0])
 
-    def search(self, xq: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, xq: np.ndarray, m: int, *, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The ``m`` best rows per query (``allowed [B, n]``: among those; ids -1 and scores
+        -inf past the last allowed one). Shapes: ``xq [B, d]`` -> float32, int64 ``[B, min(m, n)]``."""
         q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(self.xb.device)
+        mask = None if allowed is None else torch.from_numpy(np.ascontiguousarray(allowed, dtype=np.bool_)).to(
+            self.xb.device)
         if q.shape[0] * self.ntotal <= ONE_PRODUCT_MAX:  # small: one product, one top-k (ties are re-scored)
-            s, i = torch.topk(q @ self.xb.T, min(m, self.ntotal), dim=1)
+            scores = q @ self.xb.T
+            if mask is not None:
+                scores.masked_fill_(~mask, float("-inf"))
+            s, i = torch.topk(scores, min(m, self.ntotal), dim=1)
+            if mask is not None:
+                i = i.masked_fill(s == float("-inf"), -1)
         else:
-            s, i = tiled_topk_ip(q, self.xb, m)
+            s, i = tiled_topk_ip(q, self.xb, m, allowed=mask)
         return s.cpu().numpy(), i.cpu().numpy()
 
 
@@ -216,42 +238,55 @@ class DenseIndex:
             self._faiss_index = index
         return self._faiss_index
 
-    def search(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` chunks per query. Shapes: xq ``[B, d]`` -> scores, ids ``[B, min(k, n)]``."""
+    def search(self, xq: np.ndarray, k: int, *, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` chunks per query; ``allowed`` (bool ``[B, n]``, a metadata filter): among
+        each query's allowed chunks, ids -1 and scores 0 past the last of them.
+        Shapes: xq ``[B, d]`` -> scores, ids ``[B, min(k, n)]``."""
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         if xq.ndim != 2 or xq.shape[1] != self.dim:
             raise ValueError(f"queries must be [B, {self.dim}], got shape {xq.shape}")
         if self.backend == "torch":
-            s, i = self.search_tensors(torch.as_tensor(xq, device=self.device), k)
+            mask = None if allowed is None else torch.as_tensor(allowed, device=self.device)
+            s, i = self.search_tensors(torch.as_tensor(xq, device=self.device), k, allowed=mask)
             return s.cpu().numpy(), i.cpu().numpy()
         k = min(k, len(self.vectors))
         # a search's float32 products round by the shape of the batch and break ties their own
         # way; re-scoring extra hits in float64 and sorting by (score, id) (exact_search) makes
         # the result independent of the batch size, the tiling and the thread count
-        exact, ids = self.candidates(xq, k)
-        return exact.astype(np.float32), ids
+        exact, ids = self.candidates(xq, k, allowed=allowed)
+        return np.where(ids >= 0, exact, 0).astype(np.float32), ids
 
-    def search_tensors(self, xq: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`search` for a query tensor, results on its device; the torch backend never
-        leaves the device (the stored vectors are copied there once).
-        Shapes: ``[B, d]`` -> scores (float32), ids (int64) ``[B, min(k, n)]``."""
+    def search_tensors(self, xq: torch.Tensor, k: int, *,
+                       allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`search` for a query tensor (``allowed [B, n]`` bool on any device), results on
+        its device; the torch backend never leaves the device (the stored vectors are copied
+        there once). Shapes: ``[B, d]`` -> scores (float32), ids (int64) ``[B, min(k, n)]``."""
         if xq.dim() != 2 or xq.shape[1] != self.dim:
             raise ValueError(f"queries must be [B, {self.dim}], got shape {tuple(xq.shape)}")
         k = min(k, len(self.vectors))
         if self.backend != "torch":
-            s, i = self.search(xq.detach().cpu().numpy(), k)
+            mask = None if allowed is None else allowed.detach().cpu().numpy()
+            s, i = self.search(xq.detach().cpu().numpy(), k, allowed=mask)
             return torch.from_numpy(s).to(xq.device), torch.from_numpy(i).to(xq.device)
         if self._torch_db is None or self._torch_db.device != xq.device:
             self._torch_db = torch.tensor(np.asarray(self.vectors), device=xq.device)  # copy off the read-only map
-        return tiled_topk_ip(xq.to(torch.float32), self._torch_db, k)
+        mask = None if allowed is None else allowed.to(xq.device)
+        s, i = tiled_topk_ip(xq.to(torch.float32), self._torch_db, k, allowed=mask)
+        return (s, i) if mask is None else (s.masked_fill(i < 0, 0.0), i)
 
-    def candidates(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def candidates(self, xq: np.ndarray, k: int, *, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`search` before its scores are rounded to float32: float64 scores and ids
-        ``[B, min(k, n)]``, what a shard contributes to :func:`merge_topk`."""
+        ``[B, min(k, n)]`` (-inf and -1 past the allowed), what a shard contributes to :func:`merge_topk`."""
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         if self.backend == "torch":
             raise ConfigError("DenseIndex.candidates needs a CPU backend (the device scan has no float64 re-scoring)")
-        return exact_search(self._index(), self.vectors, xq, k)
+        if allowed is None:
+            return exact_search(self._index(), self.vectors, xq, k)
+        if allowed.shape != (xq.shape[0], len(self.vectors)):
+            raise ValueError(f"allowed must be [B, n] = {(xq.shape[0], len(self.vectors))}, got {allowed.shape}")
+        if self._scan is None:  # a filter is a masked scan, whichever backend searches the rest
+            self._scan = TorchScan(self.vectors)
+        return exact_search(self._scan, self.vectors, xq, k, allowed=allowed)
 
     def save(self, folder: Path) -> None:
         """The vectors as a FAISS ``IndexFlatIP`` file (the format's dense index, whatever backend searches)."""

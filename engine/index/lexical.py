@@ -235,10 +235,12 @@ class BM25Index:
         return s.cpu().numpy(), i.cpu().numpy()
 
     def search_terms_tensors(
-        self, terms: sp.csr_matrix, k: int, *, tile: int = 256, device="cpu", backend: str = "auto"
+        self, terms: sp.csr_matrix, k: int, *, tile: int = 256, device="cpu", backend: str = "auto",
+        allowed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`search_terms` with the results as tensors on ``device`` (a device batch never
-        comes back to the host). Shapes: -> scores (float32), ids (int64) ``[B, min(k, n)]``."""
+        comes back to the host); ``allowed`` (bool ``[B, n]``, a metadata filter): the top-``k``
+        among each query's allowed chunks. Shapes: -> scores (float32), ids (int64) ``[B, min(k, n)]``."""
         device = torch.device(device)
         if backend not in ("auto", "compiled", "scipy", "torch"):
             raise ConfigError(f"BM25 search backend must be auto, compiled, scipy or torch, got {backend!r}")
@@ -249,7 +251,8 @@ class BM25Index:
         if k > 0 and (backend == "compiled" or (backend == "auto" and device.type == "cpu")):
             # the product and its top-k compiled, one query at a time (same sums as scipy's)
             q, m = terms.tocsr(), self.matrix
-            s, i = product_topk(q.indptr, q.indices, q.data, m.indptr, m.indices, m.data, self.n, k)
+            mask = None if allowed is None else allowed.detach().cpu().numpy()
+            s, i = product_topk(q.indptr, q.indices, q.data, m.indptr, m.indices, m.data, self.n, k, allowed=mask)
             return torch.from_numpy(s).to(device), torch.from_numpy(i).to(device)
         scores, ids = [], []
         for lo in range(0, max(terms.shape[0], 1), tile):
@@ -259,6 +262,10 @@ class BM25Index:
                 indptr, cols, vals = (torch.from_numpy(a) for a in (rows.indptr, rows.indices, rows.data))
             else:
                 indptr, cols, vals = self._score_on(part, device)
+            if allowed is not None:  # a disallowed chunk scores as no match (0: never in a top-k)
+                row = torch.repeat_interleave(torch.arange(indptr.numel() - 1, device=indptr.device), torch.diff(indptr))
+                ok = allowed[lo : lo + tile].to(cols.device)[row, cols.to(torch.int64)]
+                vals = torch.where(ok, vals, torch.zeros_like(vals))
             s, i = top_k_scores(indptr, cols, vals, k)
             scores.append(s.to(device, torch.float32))
             ids.append(i.to(device, torch.int64))
@@ -338,10 +345,12 @@ class BM25Index:
             start += count
         return scores.reshape(rows, self.n)
 
-    def search_device(self, terms: DeviceTerms, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def search_device(self, terms: DeviceTerms, k: int, *,
+                      allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`search_terms` on the device: the top-``k`` positive scores per query of
         :meth:`dense_scores`, ties to the smaller chunk id, -1 / 0 past the last match; the same
-        lists as the compiled kernel. Shapes: -> scores (float32), ids (int64) ``[B, min(k, n)]``."""
+        lists as the compiled kernel. ``allowed`` (bool ``[B, n]``, a metadata filter): a
+        disallowed chunk scores as no match. Shapes: -> scores (float32), ids (int64) ``[B, min(k, n)]``."""
         k = min(k, self.n)
         batch = len(terms)
         if k == 0 or batch == 0:
@@ -349,7 +358,11 @@ class BM25Index:
             return torch.zeros(batch, k, device=dev), torch.full((batch, k), -1, dtype=torch.int64, device=dev)
         parts = []
         for lo in range(0, batch, terms.tile_rows):
-            s, i = topk_smallest_id_ties(self.dense_scores(terms, lo, min(batch, lo + terms.tile_rows)), k)
+            hi = min(batch, lo + terms.tile_rows)
+            scores = self.dense_scores(terms, lo, hi)
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed[lo:hi].to(scores.device), 0.0)
+            s, i = topk_smallest_id_ties(scores, k)
             no_match = s <= 0
             parts.append((s.masked_fill(no_match, 0.0), i.masked_fill(no_match, -1)))
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])

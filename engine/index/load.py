@@ -18,7 +18,8 @@ Benchmark passages (every format but ``folder``/``jsonl``/``json``) are marked
 Loading is a generator, so large corpora stream through the chunker.
 
 In a folder: Markdown files may open with YAML front matter (``---`` ... ``---``), which is
-taken out of the text into ``metadata["front_matter"]``, its ``title:`` the document's title;
+taken out of the text into the document's ``metadata`` (its keys; dates and times as ISO
+strings, other YAML values that JSON lacks as text), its ``title:`` the document's title;
 a title is the first level-1 heading (ATX or setext, never one inside an HTML comment) as
 plain text; reStructuredText files are parsed by docutils, their sections the section paths.
 A symbolic link that leads out of the folder is refused unless ``follow_symlinks=True``.
@@ -34,6 +35,7 @@ as ``(where, why)`` and the rest is read; without it, the first one is a :class:
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Iterator
@@ -260,11 +262,25 @@ def _read_file(file: Path, root: Path) -> Document:
             raise CorpusError(f"{file}: {exc}") from None
         metadata = {}
         if front is not None:
-            text, metadata = text[body:], {"front_matter": front}
+            text, metadata = text[body:], json_values(front)
         title = front.get("title") if front else None
         title = plain_title(title) if isinstance(title, str) and title.strip() else _markdown_title(text)
         return Document(doc_id=doc_id, title=title or stem, text=text, markup="markdown", metadata=metadata)
     return Document(doc_id=doc_id, title=_text_title(text) or stem, text=text, markup="text")
+
+
+def json_values(value: Any) -> Any:
+    """``value`` (parsed YAML) with what JSON cannot hold made JSON: dates and times as ISO
+    strings, mapping keys as strings, sets and tuples as lists, anything else as its text."""
+    if isinstance(value, dict):
+        return {str(k): json_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [json_values(v) for v in value]
+    if value is None or isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
 
 
 def _read_folder(path: Path, options: _Options) -> Iterator[Document]:

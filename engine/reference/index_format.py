@@ -56,6 +56,9 @@ def broken_invariants(folder: str | Path) -> list[str]:
             if not ((w >= 0) & (w <= 1 + WEIGHT_TOL)).all():
                 broken.append(f"graph/signals/{path.name}: in [0, 1]")
     with (folder / "chunks.jsonl").open(encoding="utf-8") as fh:
-        if min(json.loads(line)["n_tokens"] for line in fh) < 1:
-            broken.append("chunks: n_tokens >= 1")
+        rows = [json.loads(line) for line in fh]
+    if min(row["n_tokens"] for row in rows) < 1:
+        broken.append("chunks: n_tokens >= 1")
+    if not all(isinstance(row.get("metadata", {}), dict) for row in rows):  # optional; absent: {}
+        broken.append("chunks: metadata a JSON object")
     return broken

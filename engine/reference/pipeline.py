@@ -148,29 +148,34 @@ def reference_state(index) -> ReferenceIndex:
 # ---------------------------------------------------------------------------------------------
 
 
-def dense_list(ref: ReferenceIndex, q: np.ndarray, k: int) -> tuple[list[int], list[float]]:
-    """Brute-force inner product top-``k`` (ties: smaller id)."""
+def _all(c: int) -> bool:
+    return True
+
+
+def dense_list(ref: ReferenceIndex, q: np.ndarray, k: int, keep=_all) -> tuple[list[int], list[float]]:
+    """Brute-force inner product top-``k`` of the chunks ``keep(id)`` allows (ties: smaller id)."""
     scores = ref.embeddings @ np.asarray(q, dtype=np.float32)  # [n] float32
-    order = np.argsort(-scores, kind="stable")[: min(k, ref.n)]  # stable: equal scores by id
-    return [int(i) for i in order], [float(scores[i]) for i in order]
+    order = [int(i) for i in np.argsort(-scores, kind="stable") if keep(int(i))][: min(k, ref.n)]  # stable: ties by id
+    return order, [float(scores[i]) for i in order]
 
 
-def bm25_list(index, text: str, k: int) -> tuple[list[int], list[float]]:
-    """BM25 top-``k`` of the chunks with a positive score (ties: smaller id)."""
+def bm25_list(index, text: str, k: int, keep=_all) -> tuple[list[int], list[float]]:
+    """BM25 top-``k`` of the chunks with a positive score that ``keep(id)`` allows (ties: smaller id)."""
     row = index.bm25.score([text]).tocsr()
-    pairs = [(float(s), int(i)) for i, s in zip(row.indices, row.data) if s > 0]
+    pairs = [(float(s), int(i)) for i, s in zip(row.indices, row.data) if s > 0 and keep(int(i))]
     pairs.sort(key=lambda p: (-p[0], p[1]))
     pairs = pairs[: min(k, index.bm25.n)]
     return [i for _, i in pairs], [s for s, _ in pairs]
 
 
-def utility_list(ref: ReferenceIndex, q: np.ndarray, k: int) -> list[int]:
+def utility_list(ref: ReferenceIndex, q: np.ndarray, k: int, keep=_all) -> list[int]:
     """Chunks by their best question's inner product with ``q``, top ``k`` (ties: smaller id)."""
     vectors, owners = ref.questions
     scores = vectors.astype(np.float64) @ np.asarray(q, dtype=np.float64)
     best: dict[int, float] = {}
     for owner, s in zip(owners, scores):
-        best[owner] = max(best.get(owner, -np.inf), float(s))
+        if keep(int(owner)):
+            best[owner] = max(best.get(owner, -np.inf), float(s))
     return [c for c, _ in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
 
 
@@ -184,8 +189,10 @@ def rrf(lists: list[list[int]], k: int, top: int) -> tuple[list[int], list[float
     return [cid for cid, _ in items], [s for _, s in items]
 
 
-def expand_pool(ref: ReferenceIndex, seeds: list[int], weights: list[float], max_candidates: int, hops: int):
-    """Candidate pool by priority (seeds first). Returns ``(pool, priority dict)``."""
+def expand_pool(ref: ReferenceIndex, seeds: list[int], weights: list[float], max_candidates: int, hops: int,
+                keep=_all):
+    """Candidate pool by priority (seeds first), stepping only onto chunks ``keep(id)`` allows.
+    Returns ``(pool, priority dict)``."""
     seed_w = dict(zip(seeds, weights))
     reach: dict[int, float] = {}
     frontier = dict(seed_w)
@@ -193,7 +200,8 @@ def expand_pool(ref: ReferenceIndex, seeds: list[int], weights: list[float], max
         nxt: dict[int, float] = {}
         for i, mass in frontier.items():
             for j, w in ref.row(i):
-                nxt[j] = nxt.get(j, 0.0) + mass * w
+                if keep(j):
+                    nxt[j] = nxt.get(j, 0.0) + mass * w
         for j, v in nxt.items():
             reach[j] = reach.get(j, 0.0) + (0.5**hop) * v
         frontier = nxt
@@ -246,6 +254,8 @@ def normalized_laplacian(G: nx.Graph, pool: list[int], isolated: str = "identity
 
 
 def heat(G: nx.Graph, pool: list[int], relevance: dict[int, float], t: float, isolated: str) -> dict[int, float]:
+    if not pool:  # a filter that allows no match
+        return {}
     L = normalized_laplacian(G, pool, isolated)
     x = np.array([max(relevance[c], 0.0) for c in pool])
     y = scipy.linalg.expm(-t * L) @ x
@@ -404,7 +414,8 @@ def citation_dicts(index, ref: ReferenceIndex, bar: float) -> dict[int, dict[int
 
 
 def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config, budget: int, *,
-                       isolated_laplacian: str = "identity", bm25_ids: list[int] | None = None) -> dict:
+                       isolated_laplacian: str = "identity", bm25_ids: list[int] | None = None,
+                       allowed: set[int] | None = None) -> dict:
     """One query through the whole pipeline in plain Python (mode ``config.mode``).
 
     ``isolated_laplacian``: ``identity`` (the pipeline's documented ``L[i, i] = 1``) or
@@ -412,6 +423,8 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
     ``bm25_ids``: use this BM25 list (best first) instead of sorting the BM25 row here (the
     benchmark uses it to check everything downstream of a BM25 list that differs from this
     one only by which chunks tied at the k-th score it keeps).
+    ``allowed``: the chunk ids a metadata filter allows (None: all), applied plainly: every
+    seed list sorts only allowed chunks, the expansion steps only onto allowed chunks.
 
     Returns a dict:
         ``mode``; ``seeds`` and ``seed_weights`` (the mode's seed list; for graph modes the
@@ -428,11 +441,12 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
     q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
 
     # seed lists
-    dense_ids, dense_scores = dense_list(ref, q, cfg.seed.k_dense)
+    keep = (lambda c: True) if allowed is None else allowed.__contains__  # noqa: E731
+    dense_ids, dense_scores = dense_list(ref, q, cfg.seed.k_dense, keep)
     if mode in ("dense", "hyde"):
         seeds, seed_scores = dense_ids, [float(np.float32(s)) for s in dense_scores]
     else:
-        bm_ids, bm_scores = bm25_list(index, query_text, cfg.seed.k_bm25)
+        bm_ids, bm_scores = bm25_list(index, query_text, cfg.seed.k_bm25, keep)
         if bm25_ids is not None:
             row = index.bm25.score([query_text]).toarray()[0]
             bm_ids = [int(c) for c in bm25_ids if c >= 0]
@@ -442,11 +456,12 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
         else:
             lists = [dense_ids, bm_ids]
             named = named_chunks(index, query_text, cfg.seed.named_specificity) if mode in GRAPH_MODES else set()
+            named = {c for c in named if keep(c)}
             if named and cfg.seed.k_named > 0:  # the third list: named chunks by relevance
                 rel = {c: float(np.dot(ref.embeddings[c].astype(np.float64), q.astype(np.float64))) for c in named}
                 lists.append(sorted(named, key=lambda c: (-np.float32(rel[c]), c))[: cfg.seed.k_named])
             if ref.questions is not None and cfg.seed.k_utility > 0 and mode != "hybrid":
-                lists.append(utility_list(ref, q, cfg.seed.k_utility))
+                lists.append(utility_list(ref, q, cfg.seed.k_utility, keep))
             seeds, fused = rrf(lists, cfg.seed.rrf_k, max(cfg.seed.k_dense, cfg.seed.k_bm25))
             seed_scores = [float(np.float32(s)) for s in fused]  # the pipeline keeps them in float32
 
@@ -458,7 +473,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
         top = seeds[: cfg.expand.n_seeds]
         first = np.float32(max(seed_scores[0], 1e-30)) if seed_scores else np.float32(1.0)
         weights = [float(np.float32(s) / first) for s in seed_scores[: cfg.expand.n_seeds]]
-        pool, priority = expand_pool(ref, top, weights, cfg.expand.max_candidates, cfg.expand.hops)
+        pool, priority = expand_pool(ref, top, weights, cfg.expand.max_candidates, cfg.expand.hops, keep)
         out["seeds"], out["seed_weights"] = top, weights
     else:
         pool = seeds[: cfg.expand.max_candidates]

@@ -43,10 +43,13 @@ def seed(
     k_named: int = 10,
     questions: QuestionIndex | None = None,
     k_utility: int = 50,
+    allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Seed chunk ids and scores per query, best first, -1 padded. Fused lists of graph modes
     also take ``named`` (the chunks of the documents each query names, ``[B, n]``), ranked by
-    relevance (``embeddings [n, d]``), as a third list (``k_named`` deep).
+    relevance (``embeddings [n, d]``), as a third list (``k_named`` deep). ``allowed`` (bool
+    ``[B, n]``, the queries' metadata filters): every list is the top of the allowed chunks
+    (``named`` must already be restricted: :func:`restrict_named`).
 
     Shapes: ``vectors [B, d]``, ``terms`` sparse ``[B, vocab]`` -> ids (int64), scores
     (float32) ``[B, K]`` on the vectors' device. ``terms`` as :class:`DeviceTerms` and ``named``
@@ -56,20 +59,20 @@ def seed(
     device = vectors.device
     if mode == "bm25" and (terms is None or bm25 is None):
         raise SpectragError("mode 'bm25' needs query texts (term counts) and a BM25 index; got query vectors only")
-    dense_s, dense_i = dense.search_tensors(vectors, k_dense)  # a torch-backend search stays on the device
+    dense_s, dense_i = dense.search_tensors(vectors, k_dense, allowed=allowed)  # a torch-backend search stays on the device
     if mode in DENSE_MODES or terms is None or bm25 is None:
         return dense_i, dense_s
     if isinstance(terms, DeviceTerms):
-        bm_s, bm_i = bm25.search_device(terms, k_bm25)
-    else:
-        bm_s, bm_i = bm25.search_terms_tensors(terms, k_bm25, device=device)  # on a GPU: torch sparse products there
+        bm_s, bm_i = bm25.search_device(terms, k_bm25, allowed=allowed)
+    else:  # on a GPU: torch sparse products there
+        bm_s, bm_i = bm25.search_terms_tensors(terms, k_bm25, device=device, allowed=allowed)
     if mode == "bm25":
         return bm_i, bm_s
     lists = [dense_i, bm_i]
     if named is not None and embeddings is not None and k_named > 0 and named.nnz:
         lists.append(named_list(named, embeddings, vectors, k_named))
     if questions is not None and k_utility > 0 and mode != "hybrid":  # hybrid: the dense + BM25 baseline
-        lists.append(questions.search(vectors, k_utility)[1])
+        lists.append(questions.search(vectors, k_utility, allowed=allowed)[1])
     fused_s, fused_i = reciprocal_rank_fusion(lists, k=rrf_k, top=max(k_dense, k_bm25))
     return fused_i, fused_s
 
@@ -85,3 +88,14 @@ def named_list(named: sp.csr_matrix | NamedChunks, embeddings: torch.Tensor, vec
     rel = (vectors[rows] * embeddings[ids]).sum(dim=1)
     _, top = topk_by_row(rows, ids, rel, named.batch, k)
     return top
+
+
+def restrict_named(named: sp.csr_matrix | None, allowed: torch.Tensor | None) -> sp.csr_matrix | None:
+    """``named [B, n]`` without the chunks a query's filter leaves out (``allowed [B, n]`` bool)."""
+    if named is None or allowed is None or not named.nnz:
+        return named
+    rows = np.repeat(np.arange(named.shape[0]), np.diff(named.indptr))
+    keep = allowed.detach().cpu().numpy()[rows, named.indices]
+    out = sp.csr_matrix((named.data[keep], named.indices[keep], np.concatenate([[0], np.cumsum(
+        np.bincount(rows[keep], minlength=named.shape[0]))])), shape=named.shape)
+    return out

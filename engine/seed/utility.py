@@ -35,14 +35,17 @@ class QuestionIndex:
         self.per_chunk = int(np.bincount(owners).max()) if len(owners) else 0
         self.n_questions = len(owners)
 
-    def search(self, vectors: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-``k`` chunks by their best question per query. Shapes: ``vectors [B, d]`` ->
-        scores (float32, descending; 0 where padded), chunk ids (int64, -1 padded) ``[B, k]``."""
+    def search(self, vectors: torch.Tensor, k: int, *,
+               allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-``k`` chunks by their best question per query (``allowed [B, n]`` bool: only the
+        questions of allowed chunks). Shapes: ``vectors [B, d]`` -> scores (float32, descending;
+        0 where padded), chunk ids (int64, -1 padded) ``[B, k]``."""
         batch = vectors.shape[0]
         if self.n_questions == 0 or k < 1:
             return (torch.zeros(batch, 0, device=vectors.device),
                     torch.full((batch, 0), -1, dtype=torch.int64, device=vectors.device))
-        scores, qids = self.dense.search_tensors(vectors, k * self.per_chunk)  # (B, M), exact
+        mask = None if allowed is None else allowed[:, self.owners.to(allowed.device)]  # (B, n_questions)
+        scores, qids = self.dense.search_tensors(vectors, k * self.per_chunk, allowed=mask)  # (B, M), exact
         owners = self.owners.to(vectors.device)[qids.clamp(min=0)]
         owners = torch.where(qids >= 0, owners, torch.full_like(owners, -1))
         rows = torch.arange(batch, device=vectors.device).unsqueeze(1).expand_as(owners)

@@ -186,7 +186,7 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
         queries = req.texts()
         batcher: MicroBatcher = request.app.state.batcher
         try:
-            future = batcher.submit(queries, mode=req.mode, budget=req.budget, k=req.k)
+            future = batcher.submit(queries, mode=req.mode, budget=req.budget, k=req.k, where=req.where)
             contexts = await request.app.state.grace.answer(future)
         except (Busy, Closing) as exc:
             return JSONResponse(status_code=503, content={"error": str(exc)})

@@ -29,6 +29,7 @@ from spectrag.config import RetrieverConfig, check_setting
 from spectrag.contexts import build_contexts
 from spectrag.errors import SpectragError
 from spectrag.retriever import Retriever, check_k, check_queries
+from spectrag.util.where import check_where
 
 _STOP = object()  # queued by close(): after it, nothing more arrives
 
@@ -48,6 +49,7 @@ class _Request:
     budget: int
     k: int | None
     budgeted: bool = True  # the context: the budgeted selection (else the top k, Retriever.retrieve's rule)
+    where: dict | None = None  # the request's metadata filter (a batch mixes filters: one per query)
     future: Future = field(default_factory=Future)
     arrived: float = field(default_factory=time.perf_counter)
 
@@ -93,10 +95,12 @@ class MicroBatcher:
     # -- callers ------------------------------------------------------------------------------
 
     def submit(self, queries: list[str], *, mode: str | None = None, budget: int | None = None,
-               k: int | None = None) -> Future:
-        """Enqueue one request; its future resolves to one :class:`Context` per query."""
+               k: int | None = None, where: dict | None = None) -> Future:
+        """Enqueue one request (``where``: a metadata filter for its queries); its future resolves
+        to one :class:`Context` per query."""
         queries = list(queries)
         check_queries(queries)
+        where = check_where(where)
         if len(queries) > self.max_batch:
             raise SpectragError(f"{len(queries)} queries in one request; at most {self.max_batch} (max_batch)")
         config = self.retriever.config
@@ -104,7 +108,7 @@ class MicroBatcher:
         if budget is not None:  # refused here, not in the worker: the config file's range (retriever.budget)
             budget = check_setting(RetrieverConfig, "budget", budget, label="budget")
         req = _Request(queries, mode or config.mode, config.budget if budget is None else budget, k,
-                       budgeted=k is None or budget is not None)
+                       budgeted=k is None or budget is not None, where=where)
         with self._lock:
             if self._closing:
                 raise Closing("the server is shutting down; retry on another instance")
@@ -179,7 +183,8 @@ class MicroBatcher:
         for (mode, budget), reqs in groups.items():
             texts = [q for r in reqs for q in r.queries]
             try:
-                result = retriever.score_batch(texts, mode=mode, budget=budget)
+                result = retriever.score_batch(texts, mode=mode, budget=budget,
+                                               where=[r.where for r in reqs for _ in r.queries])
                 contexts = build_contexts(retriever.index, texts, result, [r.k for r in reqs for _ in r.queries],
                                           budgeted=[r.budgeted for r in reqs for _ in r.queries])
             except Exception as exc:  # noqa: BLE001  (the callers get the error; the worker goes on)

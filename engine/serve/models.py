@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from spectrag.config import MAX_BUDGET, MODES
 from spectrag.contexts import Context
+from spectrag.util.where import check_where
 
 API_VERSION = "1"
 
@@ -42,11 +43,14 @@ class RetrieveRequest(BaseModel):
                           "of those k chunks.")
     text: bool = Field(True, description="Chunk texts in hits and chunks.")
     detail: bool = Field(False, description="Also the full ranking with its scores and each chunk's per-stage scores.")
+    where: dict[str, Any] | None = Field(None, description='Metadata filter for every query: {"lang": "en"}, '
+                                         '{"year": {"$gte": 2020}}; $eq $ne $gt $gte $lt $lte $in $nin $and $or.')
 
     @model_validator(mode="after")
     def _one_of(self) -> "RetrieveRequest":
         if (self.query is None) == (self.queries is None):
             raise ValueError("give exactly one of query (a string) or queries (a list of strings)")
+        check_where(self.where)  # a bad filter is a 422 naming its place, operator and value
         return self
 
     def texts(self) -> list[str]:
@@ -89,6 +93,7 @@ class Hit(BaseModel):
     url: str
     score: float = Field(description="The final score the ranking is by.")
     text: str | None = Field(None, description="Absent when the request set text to false.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="The chunk's document's metadata.")
 
 
 class ContextChunk(BaseModel):
@@ -177,7 +182,7 @@ class Info(BaseModel):
 def result_of(ctx: Context, *, text: bool = True, detail: bool = False) -> Result:
     """The HTTP form of a :class:`~spectrag.contexts.Context` (fields left unset are left out)."""
     hits = [Hit(chunk_id=h.chunk_id, doc_id=h.doc_id, title=h.title, section=list(h.section), url=h.url, score=h.score,
-                **({"text": h.text} if text else {})) for h in ctx.hits]
+                metadata=h.metadata, **({"text": h.text} if text else {})) for h in ctx.hits]
     chunks = [ContextChunk(chunk_id=c.chunk_id, doc_id=c.doc_id, title=c.title, section=list(c.section), url=c.url,
                            n_tokens=c.n_tokens, phase=c.phase, **({"text": c.text} if text else {}),
                            **({"scores": c.scores} if detail else {})) for c in ctx.chunks]

@@ -19,7 +19,7 @@ from spectrag.kernels.compiled.runtime import jit, parallel_rows
 SEED_BONUS = np.float32(2.0)
 
 
-def _expand_rows(lo, hi, seed_ids, seed_w, indptr, indices, data, hops, out_ids, out_pri):
+def _expand_rows(lo, hi, seed_ids, seed_w, indptr, indices, data, hops, allowed, masked, out_ids, out_pri):
     n = indptr.shape[0] - 1
     width = out_ids.shape[1]
     front = np.zeros(n, np.float64)
@@ -70,6 +70,8 @@ def _expand_rows(lo, hi, seed_ids, seed_w, indptr, indices, data, hops, out_ids,
                 fu = front[u]
                 for e in range(indptr[u], indptr[u + 1]):
                     v = indices[e]
+                    if masked and not allowed[b, v]:  # filtered out: the walk neither stops nor passes there
+                        continue
                     new[n_new] = v  # kept (the count moves on) only at v's first visit: no branch
                     n_new += 1 - ((state[v] >> 2) & 1)
                     state[v] |= 4
@@ -129,9 +131,10 @@ _expand_rows = jit(_expand_rows)
 
 
 def expand_compiled(seed_ids: np.ndarray, seed_weights: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
-                    data: np.ndarray, *, max_candidates: int, hops: int,
+                    data: np.ndarray, *, max_candidates: int, hops: int, allowed: np.ndarray | None = None,
                     threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate pools of every query. Shapes: ``seed_ids [B, S]`` (int64, -1 padded),
+    """Candidate pools of every query (``allowed [B, n]`` bool: the walk stays on each query's
+    allowed nodes; its seeds must be allowed). Shapes: ``seed_ids [B, S]`` (int64, -1 padded),
     ``seed_weights [B, S]`` (float32), CSR ``[n, n]`` -> ids ``[B, P']`` (int64, -1 padded,
     ``P' = min(P, n)``) and priorities ``[B, P']`` (float32)."""
     n = len(indptr) - 1
@@ -141,7 +144,11 @@ def expand_compiled(seed_ids: np.ndarray, seed_weights: np.ndarray, indptr: np.n
     width = min(max_candidates, n)
     out_ids = np.empty((batch, width), np.int64)
     out_pri = np.empty((batch, width), np.float32)
+    masked = allowed is not None
+    if masked and allowed.shape != (batch, n):
+        raise ValueError(f"allowed must be [B, n] = {(batch, n)}, got {allowed.shape}")
+    allowed = np.ascontiguousarray(allowed, np.bool_) if masked else np.ones((1, 1), np.bool_)
     parallel_rows(_expand_rows, batch, np.ascontiguousarray(seed_ids, np.int64),
-                  np.ascontiguousarray(seed_weights, np.float32), indptr, indices, data, int(hops), out_ids, out_pri,
-                  threads=threads)
+                  np.ascontiguousarray(seed_weights, np.float32), indptr, indices, data, int(hops), allowed, masked,
+                  out_ids, out_pri, threads=threads)
     return out_ids, out_pri

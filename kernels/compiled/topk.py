@@ -40,7 +40,8 @@ _accumulate_row = jit(_accumulate_row)
 _clear_row = jit(_clear_row)
 
 
-def _product_topk_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, n, out_scores, out_ids):
+def _product_topk_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, n, allowed, masked,
+                       out_scores, out_ids):
     k = out_ids.shape[1]
     acc = np.zeros(n, np.float32)
     seen = np.zeros(n, np.bool_)
@@ -53,7 +54,7 @@ def _product_topk_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices,
         kept = 0
         for i in range(count):
             c = touched[i]
-            if acc[c] > 0:  # a zero is no match
+            if acc[c] > 0 and (not masked or allowed[b, c]):  # a zero is no match
                 values[kept] = acc[c]
                 ids[kept] = c
                 kept += 1
@@ -73,14 +74,19 @@ _product_topk_rows = jit(_product_topk_rows)
 
 
 def product_topk(q_indptr: np.ndarray, q_indices: np.ndarray, q_data: np.ndarray, m_indptr: np.ndarray,
-                 m_indices: np.ndarray, m_data: np.ndarray, n: int, k: int, *,
+                 m_indices: np.ndarray, m_data: np.ndarray, n: int, k: int, *, allowed: np.ndarray | None = None,
                  threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` positive entries of each row of ``Q M``. Shapes: CSR ``Q [B, V]``, ``M [V, n]``
-    -> float32 scores ``[B, k]`` (0 where empty) and int64 ids ``[B, k]`` (-1 where empty)."""
+    """Top-``k`` positive entries of each row of ``Q M`` (``allowed [B, n]`` bool: among the
+    row's allowed columns only). Shapes: CSR ``Q [B, V]``, ``M [V, n]`` -> float32 scores
+    ``[B, k]`` (0 where empty) and int64 ids ``[B, k]`` (-1 where empty)."""
     batch = len(q_indptr) - 1
     scores, ids = np.empty((batch, k), np.float32), np.empty((batch, k), np.int64)
+    masked = allowed is not None
+    if masked and allowed.shape != (batch, n):
+        raise ValueError(f"allowed must be [B, n] = {(batch, n)}, got {allowed.shape}")
+    allowed = np.ascontiguousarray(allowed, np.bool_) if masked else np.ones((1, 1), np.bool_)
     parallel_rows(_product_topk_rows, batch, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, int(n),
-                  scores, ids, threads=threads)
+                  allowed, masked, scores, ids, threads=threads)
     return scores, ids
 
 

@@ -115,3 +115,26 @@ def test_a_retrieval_chain_with_a_fake_chat_model(engine):
     assert chain.invoke(QUESTIONS[0]) == "Veltra."
     top = retriever.invoke(QUESTIONS[0])
     assert top[0].page_content in seen[0] and top[1].page_content in seen[0] and QUESTIONS[0] in seen[0]
+
+
+def test_filter_per_call_default_and_in_batch(sample_index):
+    """``invoke(q, filter=...)`` (a TypeError before), the ``filter`` field as the default, and
+    ``batch(..., filter=...)``: the engine's ``where``; the chunk's metadata is in the Document's."""
+    from test_filters import with_metadata
+
+    from spectrag.store import load_index
+    from spectrag.util.where import FilterError
+
+    engine = Retriever(with_metadata(load_index(sample_index.path))[0])
+    retriever = SpectragRetriever(engine=engine, k=4)
+    docs = retriever.invoke(QUESTIONS[0], filter={"lang": "de"})
+    hits = engine.retrieve(QUESTIONS[0], k=4, where={"lang": "de"}).hits
+    assert [d.id for d in docs] == [f"{h.doc_id}#{h.chunk_id}" for h in hits] and len(docs) == 4
+    assert all(d.metadata["lang"] == "de" and d.metadata["doc"] == d.metadata["doc_id"] for d in docs)
+    default = SpectragRetriever(engine=engine, k=4, filter={"year": {"$gte": 2021}})
+    assert all(d.metadata["year"] >= 2021 for d in default.invoke(QUESTIONS[1]))
+    assert any(d.metadata["year"] < 2021 for d in default.invoke(QUESTIONS[1], filter={"year": {"$lt": 2021}}))
+    batched = retriever.batch(QUESTIONS[:3], filter={"tags": "c"})
+    assert len(batched) == 3 and all("c" in d.metadata["tags"] for docs in batched for d in docs)
+    with pytest.raises(FilterError, match="unknown operator"):
+        retriever.invoke(QUESTIONS[0], filter={"lang": {"$like": "d"}})

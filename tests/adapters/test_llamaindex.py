@@ -72,3 +72,33 @@ async def test_a_query_engine_with_the_mock_llm(engine):
     assert nodes[0].node.get_content() in str(response) and QUESTIONS[0] in str(response)
     again = await query_engine.aquery(QUESTIONS[0])
     assert _key(again.source_nodes) == _key(nodes)
+
+
+def test_metadata_filters_map_onto_where(sample_index):
+    """LlamaIndex ``MetadataFilters`` (operators, nesting, AND / OR) as the engine's ``where``."""
+    from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+    from test_filters import with_metadata
+
+    from spectrag.adapters.llamaindex import where_of
+    from spectrag.errors import SpectragError
+    from spectrag.store import load_index
+
+    filters = MetadataFilters(filters=[
+        MetadataFilter(key="lang", value="de", operator="!="),
+        MetadataFilters(filters=[MetadataFilter(key="year", value=2021, operator=">="),
+                                 MetadataFilter(key="tags", value=["b", "x"], operator="any")], condition="or")])
+    where = {"$and": [{"lang": {"$ne": "de"}}, {"$or": [{"year": {"$gte": 2021}}, {"tags": {"$in": ["b", "x"]}}]}]}
+    assert where_of(filters) == where
+    assert where_of(MetadataFilters(filters=[MetadataFilter(key="tags", value=["a", "b"], operator="all")])) == {
+        "$and": [{"$and": [{"tags": {"$eq": "a"}}, {"tags": {"$eq": "b"}}]}]}["$and"][0]
+    assert where_of(MetadataFilters(filters=[MetadataFilter(key="tags", value="a", operator="contains")])) == {
+        "tags": {"$eq": "a"}}
+    with pytest.raises(SpectragError, match="operator 'text_match'"):
+        where_of(MetadataFilters(filters=[MetadataFilter(key="lang", value="d", operator="text_match")]))
+    with pytest.raises(SpectragError, match="condition 'not'"):
+        where_of(MetadataFilters(filters=[MetadataFilter(key="lang", value="d")], condition="not"))
+    engine = Retriever(with_metadata(load_index(sample_index.path))[0])
+    nodes = SpectragLlamaRetriever(engine, k=5, filters=filters).retrieve(QUESTIONS[2])
+    hits = engine.retrieve(QUESTIONS[2], k=5, where=where).hits
+    assert [n.node.node_id for n in nodes] == [f"{h.doc_id}#{h.chunk_id}" for h in hits] and len(nodes) == 5
+    assert all(n.node.metadata["lang"] != "de" for n in nodes)

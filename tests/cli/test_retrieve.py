@@ -87,3 +87,42 @@ def test_cli_retrieve_bad_options(sample_index, tmp_path):
     tsv.write_text("\tno id\n")
     result = _run("retrieve", sample_index.path, "--queries", tsv)
     assert result.exit_code == 2 and "line 1 has a tab but no id" in result.output
+
+
+@pytest.fixture(scope="module")
+def front_matter_index(tmp_path_factory, index_config):
+    """The sample corpus with YAML front matter on its Markdown files (the bodies, so the chunks
+    and their cached vectors, unchanged): metadata from front matter, end to end."""
+    import shutil
+
+    from spectrag import build_index
+    from spectrag.cli.demo import sample_corpus
+
+    root = tmp_path_factory.mktemp("front")
+    corpus = root / "corpus"
+    shutil.copytree(sample_corpus(), corpus)
+    for i, path in enumerate(sorted(corpus.glob("*.md"))):
+        lang = ["en", "de"][i % 2]
+        path.write_text(f"---\nlang: {lang}\nyear: {2019 + i % 4}\nupdated: 2024-0{1 + i % 9}-01\n---\n" + path.read_text())
+    return build_index(corpus, root / "idx", index_config)
+
+
+def test_cli_retrieve_where_and_metadata_in_json_and_text(front_matter_index, tmp_path):
+    index = front_matter_index
+    md = {c.doc_id for c in index.chunks if c.doc_id.endswith(".md")}
+    assert all(c.metadata.get("updated", "").startswith("2024-") for c in index.chunks if c.doc_id in md)
+    assert all(c.metadata == {} for c in index.chunks if c.doc_id not in md)
+    out = tmp_path / "out.jsonl"
+    result = _run("retrieve", index.path, "-q", QUESTIONS[0], "-q", QUESTIONS[1], "-k", 4, "-o", out,
+                  "--where", '{"lang": "de", "year": {"$gte": 2020}}')
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(len(r["hits"]) == 4 for r in rows)
+    assert all(h["metadata"]["lang"] == "de" and h["metadata"]["year"] >= 2020 for r in rows for h in r["hits"])
+    assert all(c["metadata"]["lang"] == "de" for r in rows for c in r["chunks"])
+    text = _run("retrieve", index.path, "-q", QUESTIONS[0], "-k", 2, "--format", "text", "--where", '{"lang": "en"}')
+    assert text.exit_code == 0 and text.output.count("lang=en") == 2, text.output
+    for where, message in (('{"lang": ', "--where is not JSON"), ('["en"]', "--where must be an object"),
+                           ('{"lang": {"$regexp": "e"}}', 'unknown operator "$regexp"')):
+        bad = _run("retrieve", index.path, "-q", "x", "--where", where)
+        assert bad.exit_code == 2 and message in bad.output, bad.output

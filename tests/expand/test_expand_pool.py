@@ -15,9 +15,10 @@ from spectrag.kernels.csr import TorchCSR
 from random_pools import random_graph, random_seeds
 
 
-def python_expand(graph, ids, w, p, hops):
+def python_expand(graph, ids, w, p, hops, allowed=None):
     """The pool rules written out per query with float64 dicts (module docstring of
-    spectrag.expand.pool): reach rounded to float32, float32 reciprocal of its peak, seeds 2 + weight."""
+    spectrag.expand.pool): reach rounded to float32, float32 reciprocal of its peak, seeds 2 + weight;
+    ``allowed [B, n]``: the walk steps only onto allowed nodes."""
     out_ids, out_pri = [], []
     for b in range(ids.shape[0]):
         seed = {}
@@ -30,6 +31,8 @@ def python_expand(graph, ids, w, p, hops):
             for u in sorted(front):
                 for e in range(graph.indptr[u], graph.indptr[u + 1]):
                     v = int(graph.indices[e])
+                    if allowed is not None and not allowed[b, v]:
+                        continue
                     nxt[v] = nxt.get(v, 0.0) + float(graph.data[e]) * front[u]
             for v, x in nxt.items():
                 reach[v] = reach.get(v, 0.0) + 0.5**hop * x
@@ -113,3 +116,28 @@ def test_rows_without_seeds_are_empty(device):
                                           TorchCSR.from_scipy(graph, device), max_candidates=10)):
         assert (got_ids[0] == -1).all() and (got_pri[0] == 0).all()
         assert got_ids[1, 0] == 4 and got_pri[1, 0] == 3.0  # the seed first: 2 + weight
+
+
+@pytest.mark.parametrize("trial", range(8))
+def test_a_filter_mask_keeps_the_walk_on_allowed_nodes(trial, device):
+    """``allowed [B, n]`` (a metadata filter per query): compiled = torch bit for bit, both = the
+    per-query reference that steps only onto allowed nodes; no disallowed node is a candidate."""
+    rng = np.random.default_rng(100 + trial)
+    n = int(rng.integers(20, 300))
+    graph = random_graph(rng, n, float(rng.choice([0.02, 0.1])), dyadic=False, symmetric=trial % 2 == 0)
+    batch = int(rng.integers(1, 7))
+    allowed = torch.from_numpy(rng.random((batch, n)) < rng.choice([0.05, 0.3, 0.8]))
+    ids, w = random_seeds(rng, batch, n, int(rng.integers(1, 12)), dyadic=False)
+    ids = torch.where(allowed.gather(1, ids.clamp(min=0)) & (ids >= 0), ids, torch.full_like(ids, -1))  # allowed seeds
+    p, hops = int(rng.integers(1, 60)), int(rng.integers(1, 4))
+    want_ids, want_pri = expand(ids, w, graph, max_candidates=p, hops=hops, allowed=allowed)
+    got_ids, got_pri = expand_torch(ids.to(device), w.to(device), TorchCSR.from_scipy(graph, device),
+                                    max_candidates=p, hops=hops, allowed=allowed.to(device))
+    if device.type == "cpu":
+        assert torch.equal(got_ids.cpu(), want_ids) and torch.equal(got_pri.cpu(), want_pri)
+    py_ids, py_pri = python_expand(graph, ids, w, p, hops, allowed=allowed.numpy())
+    assert want_ids.tolist() == py_ids and want_pri.tolist() == py_pri
+    real = want_ids >= 0
+    assert allowed.gather(1, want_ids.clamp(min=0))[real].all()
+    unfiltered, _ = expand(ids, w, graph, max_candidates=p, hops=hops)
+    assert trial > 0 or not torch.equal(unfiltered, want_ids) or not real.any()

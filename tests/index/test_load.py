@@ -179,12 +179,13 @@ def test_rst_files_are_read_with_their_sections(tmp_path):
 
 def test_front_matter_is_metadata_and_gives_the_title(tmp_path):
     (tmp_path / "a.md").write_text("---\ntitle: The *Grey* Harbour\ntags: [port, history]\n---\n# Other heading\n\nBody.\n")
-    (tmp_path / "b.md").write_text("---\nauthor: x\n---\nBody only.\n")
+    (tmp_path / "b.md").write_text("---\nauthor: x\ndate: 2024-01-05\n---\nBody only.\n")
     (tmp_path / "c.md").write_text("---\n\nA thematic break, not front matter.\n")
     a, b, c = load_documents(tmp_path)
     assert a.title == "The Grey Harbour" and a.text == "# Other heading\n\nBody.\n"
-    assert a.metadata == {"front_matter": {"title": "The *Grey* Harbour", "tags": ["port", "history"]}}
+    assert a.metadata == {"title": "The *Grey* Harbour", "tags": ["port", "history"]}
     assert b.title == "b" and b.text == "Body only.\n"
+    assert b.metadata == {"author": "x", "date": "2024-01-05"}  # a YAML date as its ISO string
     assert c.text.startswith("---") and c.metadata == {}
 
 

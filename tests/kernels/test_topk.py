@@ -170,3 +170,24 @@ def test_topk_by_row_random_rows_with_ties_and_one_host_read(seed, device):
     want = topk_sparse_rows(indptr, ids, vals, k)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert syncs.total == 1, syncs.report()  # the widest row's length
+@pytest.mark.parametrize("method", ["scan", "merge"])
+def test_allowed_rows_equal_a_brute_force_over_them(method, device):
+    """``allowed [B, n]`` (a metadata filter per query): the top-k among each row's allowed rows,
+    ties to the smaller id; a row allowing fewer than k ends in ids -1, scores -inf."""
+    g = torch.Generator().manual_seed(4)
+    xq, xb = torch.randn(9, 16, generator=g), torch.randn(3000, 16, generator=g)
+    xb[1500:1510] = xb[20]  # ties across tiles
+    share = torch.tensor([0.5, 0.05, 0.002, 1.0, 0.0, 0.3, 0.001, 0.9, 0.1])[:, None]
+    allowed = torch.rand(9, 3000, generator=g) < share
+    allowed[3, 20] = allowed[3, 1500:1510] = True
+    s, i = tiled_topk_ip(xq.to(device), xb.to(device), 40, tile=512, method=method, allowed=allowed.to(device))
+    s, i = s.cpu(), i.cpu()
+    full = (xq.double() @ xb.double().T).float()
+    for b in range(9):
+        ok = torch.nonzero(allowed[b]).squeeze(1).tolist()
+        want = sorted(ok, key=lambda c: (-float(full[b, c]), c))[:40]
+        got = [c for c in i[b].tolist() if c >= 0]
+        assert len(got) == len(want) and set(got) == set(want) or got == want, f"row {b}"
+        assert (s[b, len(got):] == float("-inf")).all() and (i[b, len(got):] == -1).all()
+    with pytest.raises(ValueError, match="allowed must be"):
+        tiled_topk_ip(xq, xb, 5, allowed=allowed[:, :10])
