@@ -40,7 +40,7 @@ import torch  # noqa: E402
 
 from spectrag.config import IndexConfig, RetrieverConfig, with_openie  # noqa: E402
 from spectrag.eval.datasets import load_dataset  # noqa: E402
-from spectrag.eval.metrics import paired_bootstrap_ci  # noqa: E402
+from spectrag.eval.metrics import collapse, paired_bootstrap_ci  # noqa: E402
 from spectrag.eval.run import run_method  # noqa: E402
 from spectrag.eval.runner import find_openie, resolve_index  # noqa: E402
 from spectrag.eval.score import METRICS, make_scorer  # noqa: E402
@@ -137,14 +137,34 @@ def gold_in_top_chunks(bench: Bench, run, k: int = 5) -> int:
     return int(((units[:, :, None] == gold[:, None, :]) & (gold[:, None, :] >= 0)).any(dim=1).sum())
 
 
+def context_figures(bench: Bench, run, per_q: torch.Tensor, budget: int) -> dict:
+    """The budgeted context's P / R / F1 (SpectRAG eq. 23-24), the share of questions with every
+    gold passage in it, its mean tokens and passages, and F1 per question type, at ``budget``."""
+    valid = bench.scorer.gold.n_gold > 0
+    p, r, f = (per_q[valid, METRICS.index(m)] for m in ("P", "R", "F1"))
+    units = collapse(run.selected, bench.scorer.unit_of)
+    out = {f"F1@{budget}": 100 * float(f.mean()), f"P@{budget}": 100 * float(p.mean()),
+           f"Rctx@{budget}": 100 * float(r.mean()), f"Allctx@{budget}": 100 * float((r >= 1 - 1e-9).double().mean()),
+           f"tokens@{budget}": float(run.used_tokens.double().mean()),
+           f"passages@{budget}": float((units >= 0).sum(1)[valid].double().mean())}
+    for values in bench.scorer.groups.values():
+        for value in sorted(set(values)):
+            member = valid & torch.tensor([v == value for v in values])
+            out[f"F1@{budget} {value}"] = 100 * float(per_q[member, METRICS.index("F1")].mean())
+    return out
+
+
 def score_row(bench: Bench, label: str, mode: str, overrides: dict, budgets: tuple[int, ...], base) -> dict:
     run = bench.run(mode, overrides, None)
     per_q = bench.scorer.per_question(run)
     summary = bench.scorer.summary(run, per_q=per_q)
     row = {"row": label, "mode": mode, "overrides": overrides,
            **{k: 100 * summary["overall"][k] for k in COLS}, "gold@5 chunks": gold_in_top_chunks(bench, run)}
-    for b in budgets:
-        row[f"F1@{b}"] = 100 * bench.scorer.summary(bench.run(mode, overrides, b), detail=False)["overall"]["F1"]
+    default_budget = RetrieverConfig().budget
+    for b in budgets:  # the context at each budget (the run above is the default budget's)
+        ctx = run if b == default_budget else bench.run(mode, overrides, b)
+        ctx_q = per_q if ctx is run else bench.scorer.per_question(ctx)
+        row.update(context_figures(bench, ctx, ctx_q, b))
     for group, values in summary.get("groups", {}).items():
         for value, metrics in values.items():
             row[f"R@5 {value}"] = 100 * metrics["R@5"]
@@ -185,6 +205,28 @@ def run_set(name: str, openie: bool, budgets: tuple[int, ...], cache_dir: str | 
             "questions": len(bench.texts), "rows": rows}
 
 
+def context_table(res: dict, budgets: list[int]) -> list[str]:
+    """The budgeted context of the baselines and the spectral rows of CONTEXT_ROWS: P / R / F1,
+    every gold passage in it (All), passages and tokens at each budget, and F1 per question type."""
+    rows = [r for r in res["rows"] if r["row"] in CONTEXT_ROWS]
+    if not rows:
+        return []
+    types = sorted({k.split(" ", 1)[1] for k in rows[0] if k.startswith(f"F1@{budgets[0]} ")})
+    lines = [f"Context of {res['name']} at each budget (P / R / F1: SpectRAG eq. 23-24 over passages; All: every "
+             "gold passage in the context; pass.: distinct passages; tok.: tokens used):", ""]
+    cols = [("", "row", "")]
+    for b in budgets:
+        cols += [(f"P {b}", f"P@{b}", ".1f"), (f"R {b}", f"Rctx@{b}", ".1f"), (f"F1 {b}", f"F1@{b}", ".1f"),
+                 (f"All {b}", f"Allctx@{b}", ".1f"), (f"pass. {b}", f"passages@{b}", ".1f"),
+                 (f"tok. {b}", f"tokens@{b}", ".0f")]
+    lines += _common.md_table(rows, cols) + [""]
+    if types:
+        lines += [f"F1 of {res['name']}'s context per question type:", ""]
+        cols = [("", "row", "")] + [(f"{t} {b}", f"F1@{b} {t}", ".1f") for b in budgets for t in types]
+        lines += _common.md_table(rows, cols) + [""]
+    return lines
+
+
 def markdown(record: dict) -> str:
     lines = _common.results_header("Retrieval quality: what each feature earns (passage level, %)", record)
     for res in record["sets"]:
@@ -198,7 +240,7 @@ def markdown(record: dict) -> str:
                   "Best baseline (same index): " + ", ".join(f"{m} {v:.1f}" for m, v in best.items())
                   + "; default spectral: " + ", ".join(f"{m} {default[m]:.1f}" for m in best) + ".", ""]
         extra = [k for k in rows[0] if k.startswith("R@5 ") or k == "All@5 two-doc"]
-        budgets = [k for k in rows[0] if k.startswith("F1@")]
+        budgets = [k for k in rows[0] if k.startswith("F1@") and " " not in k]
         cols = [("", "row", ""), ("R@2", "R@2", ".1f"), ("R@5", "R@5", ".1f"), ("R@10", "R@10", ".1f"),
                 ("MRR", "MRR", ".1f"), ("All@5", "All@5", ".1f")] \
             + [(f"F1 {k[3:]}", k, ".1f") for k in budgets] + [(k[4:] if k.startswith("R@5 ") else k, k, ".1f") for k in extra]
@@ -207,7 +249,7 @@ def markdown(record: dict) -> str:
         cols += [(f"{m} - default [95% CI]", (lambda m: lambda r: f"{r['d' + m]:+.1f} [{r['ci ' + m][0]:+.1f}, "
                                              f"{r['ci ' + m][1]:+.1f}]" if "d" + m in r else None)(m), "")
                  for m in ("R@5", "MRR")]
-        lines += _common.md_table(rows, cols) + [""]
+        lines += _common.md_table(rows, cols) + [""] + context_table(res, [int(k[3:]) for k in budgets])
     lines += ["R@k: HippoRAG's recall (the share of a question's gold passages in the top k, averaged); All@5: the "
               "share of questions with every gold passage in the top 5; F1: the budgeted context set's F1 (SpectRAG "
               "eq. 23-24) at that many tokens; per-type columns: R@5 of that question type. Intervals: 95% paired "
@@ -220,7 +262,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sets", default="musique,2wiki,docs,sample")
     ap.add_argument("--no-openie", action="store_true", help="build/use MuSiQue's index without its OpenIE file")
-    ap.add_argument("--budgets", default="500,2000")
+    ap.add_argument("--budgets", default="500,2000,12000")
     ap.add_argument("--cache-dir", default=None, help="where the evaluation indexes are built (default: the "
                     "evaluation cache, $SPECTRAG_CACHE_DIR/eval)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "quality"))
