@@ -68,6 +68,8 @@ ROWS = [
     ("- protection of named documents", "spectral", {"bridge.protect_named": False}, None),
     ("- bridging from named documents", "spectral", {"bridge.named_sources": False}, None),
     ("- PPR / spectral proximity (alpha 0)", "spectral", {"propagate.alpha": 0.0}, None),
+    ("- proximity in ranking and selection (alpha 0, b 0)", "spectral", {"propagate.alpha": 0.0, "select.b": 0.0}, None),
+    ("- evidence cut (stop_floor 0: the budget filled)", "spectral", {"select.stop_floor": 0.0}, None),
     ("everything of issue 28 off (same index)", "spectral", ISSUE28, None),
     ("sweep: w = 0.25", "spectral", {"seed.lexical_weight": 0.25}, None),
     ("sweep: w = 1.0", "spectral", {"seed.lexical_weight": 1.0}, None),
@@ -75,9 +77,15 @@ ROWS = [
     ("sweep: named_specificity = 0.6", "spectral", {"seed.named_specificity": 0.6}, None),
     ("sweep: cited_lam = 0.3", "spectral", {"bridge.cited_lam": 0.3}, None),
     ("sweep: cited_lam = 0.7", "spectral", {"bridge.cited_lam": 0.7}, None),
+    ("sweep: stop_floor = 0.35", "spectral", {"select.stop_floor": 0.35}, None),
+    ("sweep: stop_floor = 0.55", "spectral", {"select.stop_floor": 0.55}, None),
     ("heat", "heat", {}, None), ("ppr", "ppr", {}, None),
     ("activation", "activation", {}, None), ("combined", "combined", {}, None),
 ]
+# the rows whose budgeted context is tabled at every budget (context_table)
+CONTEXT_ROWS = ("dense", "bm25", "hybrid", "spectral (default)", "- evidence cut (stop_floor 0: the budget filled)",
+                "sweep: stop_floor = 0.35", "sweep: stop_floor = 0.55",
+                "- proximity in ranking and selection (alpha 0, b 0)", "heat", "ppr")
 CHUNK_1200 = {"chunk.chunk_size": 1200, "chunk.overlap": 100}
 INDEX_ROWS = [  # (label, index overrides, sets): each on its own index; baselines and spectral there
     ("chunks 1,200 / 100 (earlier default), long chunks pooled", CHUNK_1200, ("musique", "2wiki", "docs", "sample")),
@@ -172,19 +180,19 @@ def score_row(bench: Bench, label: str, mode: str, overrides: dict, budgets: tup
                 row["All@5 two-doc"] = 100 * metrics["All@5"]
     if base is not None:
         valid = bench.scorer.gold.n_gold > 0
-        for metric in ("R@5", "MRR"):
-            diff = (per_q[:, COLS[metric]] - base[:, COLS[metric]])[valid]
+        for metric in ("R@5", "MRR", "R", "F1"):  # R, F1: the context's, at the default budget
+            diff = (per_q[:, METRICS.index(metric)] - base[:, METRICS.index(metric)])[valid]
             lo, hi = paired_bootstrap_ci(diff)
             row[f"d{metric}"], row[f"ci {metric}"] = 100 * float(diff.mean()), [100 * lo, 100 * hi]
     row["_per_q"] = per_q
     return row
 
 
-def run_set(name: str, openie: bool, budgets: tuple[int, ...], cache_dir: str | None) -> dict:
+def run_set(name: str, openie: bool, budgets: tuple[int, ...], cache_dir: str | None, only_context: bool = False) -> dict:
     bench = Bench(name, openie, cache_dir)
     rows, base = [], None
     for label, mode, overrides, _ in ROWS:
-        if mode in ("activation", "combined") and bench.index.kg is None:
+        if mode in ("activation", "combined") and bench.index.kg is None or only_context and label not in CONTEXT_ROWS:
             continue
         row = score_row(bench, label, mode, overrides, budgets, base)
         if label == "spectral (default)":
@@ -192,7 +200,7 @@ def run_set(name: str, openie: bool, budgets: tuple[int, ...], cache_dir: str | 
         rows.append(row)
         log(f"  {name} {label}: R@2 {row['R@2']:.1f} R@5 {row['R@5']:.1f} MRR {row['MRR']:.1f} All@5 {row['All@5']:.1f}")
     for label, overrides, sets in INDEX_ROWS:
-        if name not in sets:
+        if name not in sets or only_context:
             continue
         bench.use(overrides)  # the same questions and gold documents: the deltas stay paired
         for mode in ("dense", "bm25", "hybrid", "spectral"):
@@ -219,6 +227,10 @@ def context_table(res: dict, budgets: list[int]) -> list[str]:
         cols += [(f"P {b}", f"P@{b}", ".1f"), (f"R {b}", f"Rctx@{b}", ".1f"), (f"F1 {b}", f"F1@{b}", ".1f"),
                  (f"All {b}", f"Allctx@{b}", ".1f"), (f"pass. {b}", f"passages@{b}", ".1f"),
                  (f"tok. {b}", f"tokens@{b}", ".0f")]
+    at = RetrieverConfig().budget  # the intervals: the context of the default budget, paired with the default's
+    cols += [(f"{name} {at} - default [95% CI]", (lambda m: lambda r: f"{r['d' + m]:+.1f} [{r['ci ' + m][0]:+.1f}, "
+                                                  f"{r['ci ' + m][1]:+.1f}]" if "d" + m in r else None)(m), "")
+             for name, m in (("R", "R"), ("F1", "F1"))]
     lines += _common.md_table(rows, cols) + [""]
     if types:
         lines += [f"F1 of {res['name']}'s context per question type:", ""]
@@ -263,13 +275,16 @@ def main() -> None:
     ap.add_argument("--sets", default="musique,2wiki,docs,sample")
     ap.add_argument("--no-openie", action="store_true", help="build/use MuSiQue's index without its OpenIE file")
     ap.add_argument("--budgets", default="500,2000,12000")
+    ap.add_argument("--rows", choices=("all", "context"), default="all",
+                    help="context: only the rows of the context tables (baselines, default, the cut, proximity)")
     ap.add_argument("--cache-dir", default=None, help="where the evaluation indexes are built (default: the "
                     "evaluation cache, $SPECTRAG_CACHE_DIR/eval)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "quality"))
     args = ap.parse_args()
     record = _common.new_record("one run per row (retrieval is deterministic)")
     budgets = tuple(int(b) for b in args.budgets.split(",") if b)
-    record["sets"] = [run_set(name, not args.no_openie, budgets, args.cache_dir) for name in args.sets.split(",")]
+    record["sets"] = [run_set(name, not args.no_openie, budgets, args.cache_dir, args.rows == "context")
+                      for name in args.sets.split(",")]
     _common.finish_record(record)
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(record, indent=2, default=float))

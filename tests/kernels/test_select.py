@@ -30,8 +30,10 @@ INPUT_NAMES = ("scores", "prox", "tokens", "mask", "embeddings", "clusters", "do
 
 
 def params(budget=12_000, **kw) -> dict:
-    """The kernel's keyword arguments: the engine's selection defaults (SelectConfig) and a budget."""
-    return {"budget": budget, **asdict(SelectConfig(**kw))}
+    """The kernel's keyword arguments: the engine's selection defaults (SelectConfig) and a budget;
+    without the evidence cut unless ``stop_floor`` is given (the tests of the phases fill the
+    budget; the cut has tests of its own and a share of the random configurations)."""
+    return {"budget": budget, **asdict(SelectConfig(**{"stop_floor": 0.0, **kw}))}
 
 
 def make_case(
@@ -201,8 +203,9 @@ def test_equals_reference_on_random_cases(ties, device):
 @pytest.mark.parametrize("backfill", [True, False])
 def test_equals_reference_default_weights(rho, backfill, device):
     case = make_case(11, 6, 40, d=8, tokens=(5, 60), n_clusters=5, n_docs=8)
-    cfg = params(budget=300, rho=rho, backfill=backfill)
-    assert_same(run(device, case, **cfg), budget_select_reference(**case, **cfg))
+    for stop in (0.0, SelectConfig().stop_floor):  # without and with the default evidence cut
+        cfg = params(budget=300, rho=rho, backfill=backfill, stop_floor=stop)
+        assert_same(run(device, case, **cfg), budget_select_reference(**case, **cfg))
     ties = make_case(12, 6, 40, ties=True)
     cfg = params(budget=120, rho=rho, backfill=backfill, precision_floor=0.75)
     assert_same(run(device, ties, **cfg), budget_select_reference(**ties, **cfg))
