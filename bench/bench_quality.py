@@ -7,17 +7,21 @@ Rows: the baselines; the default ``spectral``; the default with one feature swit
 time (the calibrated lexical relevance, title specificity, bridging only from named documents,
 one chunk per document reached, a named document's best chunk, the cited documents, the stub
 filter; and the earlier ones: the named-document seed list, their protection, bridging from
-them, the PPR / spectral proximity); everything of issue 28 off at once; a small sweep of the
-new constants; then the index-level features, each on its own index: the earlier chunk size
-(1,200 / 100 tokens, long chunks pooled) and, for the two corpora of long documents, the earlier
+them, the PPR / spectral proximity, proximity in ranking and selection, the evidence cut);
+everything of issue 28 off at once; a small sweep of the new constants; then the index-level
+features, each on its own index: the earlier chunk size (1,200 / 100 tokens, long chunks pooled) and, for the two corpora of long documents, the earlier
 index (1,200 / 100, chunks cut at the model's 256 wordpieces). Each delta is against the default
 with its interval (R@5 and MRR). ``All@5``: the share of questions with every gold passage in
 the top 5 (docs-dev's two-page questions need both pages). The sample also counts the demo's
-measure: gold documents among the top 5 chunks.
+measure: gold documents among the top 5 chunks. The budgeted context (SpectRAG eq. 23-24 over
+passages) is tabled at every budget for the rows of ``CONTEXT_ROWS``: P / R / F1, the share of
+questions with every gold passage in it, passages and tokens used, F1 per question type, and the
+intervals of its recall and F1 at the default budget.
 
     python bench/bench_quality.py                       # all four sets
     python bench/bench_quality.py --sets docs,sample    # some of them
     python bench/bench_quality.py --no-openie           # MuSiQue's LLM-free index (built-in extractor)
+    python bench/bench_quality.py --rows context --out bench/results/quality_context   # the context rows only
 
 Results: bench/results/quality.md / .json. Tune only on these sets: the same figures are
 checked on held-out questions and a held-out documentation set.
@@ -68,7 +72,8 @@ ROWS = [
     ("- protection of named documents", "spectral", {"bridge.protect_named": False}, None),
     ("- bridging from named documents", "spectral", {"bridge.named_sources": False}, None),
     ("- PPR / spectral proximity (alpha 0)", "spectral", {"propagate.alpha": 0.0}, None),
-    ("- proximity in ranking and selection (alpha 0, b 0)", "spectral", {"propagate.alpha": 0.0, "select.b": 0.0}, None),
+    ("- proximity in ranking and selection (alpha 0, b 0)", "spectral", {"propagate.alpha": 0.0, "select.b": 0.0},
+     None),
     ("- evidence cut (stop_floor 0: the budget filled)", "spectral", {"select.stop_floor": 0.0}, None),
     ("everything of issue 28 off (same index)", "spectral", ISSUE28, None),
     ("sweep: w = 0.25", "spectral", {"seed.lexical_weight": 0.25}, None),
@@ -188,7 +193,8 @@ def score_row(bench: Bench, label: str, mode: str, overrides: dict, budgets: tup
     return row
 
 
-def run_set(name: str, openie: bool, budgets: tuple[int, ...], cache_dir: str | None, only_context: bool = False) -> dict:
+def run_set(name: str, openie: bool, budgets: tuple[int, ...], cache_dir: str | None,
+            only_context: bool = False) -> dict:
     bench = Bench(name, openie, cache_dir)
     rows, base = [], None
     for label, mode, overrides, _ in ROWS:

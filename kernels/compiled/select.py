@@ -35,8 +35,8 @@ def _drop_shared_gains(b, pos, kw, k_pos, clusters, docs, c_term, d_term):
 
 
 def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs, budget, core_size, a, bw, c, d, lam,
-                 rho, precision_floor, backfill, backfill_floor, stop_floor, order, phase, utility, counts, steps, reals,
-                 used, status):
+                 rho, precision_floor, backfill, backfill_floor, stop_floor, order, phase, utility, counts, steps,
+                 reals, used, status):
     width = scores.shape[1]
     neg = -np.inf
     s = np.empty(width, np.float64)
