@@ -7,17 +7,21 @@ Rows: the baselines; the default ``spectral``; the default with one feature swit
 time (the calibrated lexical relevance, title specificity, bridging only from named documents,
 one chunk per document reached, a named document's best chunk, the cited documents, the stub
 filter; and the earlier ones: the named-document seed list, their protection, bridging from
-them, the PPR / spectral proximity); everything of issue 28 off at once; a small sweep of the
-new constants; then the index-level features, each on its own index: the earlier chunk size
-(1,200 / 100 tokens, long chunks pooled) and, for the two corpora of long documents, the earlier
+them, the PPR / spectral proximity, proximity in ranking and selection, the evidence cut);
+everything of issue 28 off at once; a small sweep of the new constants; then the index-level
+features, each on its own index: the earlier chunk size (1,200 / 100 tokens, long chunks pooled) and, for the two corpora of long documents, the earlier
 index (1,200 / 100, chunks cut at the model's 256 wordpieces). Each delta is against the default
 with its interval (R@5 and MRR). ``All@5``: the share of questions with every gold passage in
 the top 5 (docs-dev's two-page questions need both pages). The sample also counts the demo's
-measure: gold documents among the top 5 chunks.
+measure: gold documents among the top 5 chunks. The budgeted context (SpectRAG eq. 23-24 over
+passages) is tabled at every budget for the rows of ``CONTEXT_ROWS``: P / R / F1, the share of
+questions with every gold passage in it, passages and tokens used, F1 per question type, and the
+intervals of its recall and F1 at the default budget.
 
     python bench/bench_quality.py                       # all four sets
     python bench/bench_quality.py --sets docs,sample    # some of them
     python bench/bench_quality.py --no-openie           # MuSiQue's LLM-free index (built-in extractor)
+    python bench/bench_quality.py --rows context --out bench/results/quality_context   # the context rows only
 
 Results: bench/results/quality.md / .json. Tune only on these sets: the same figures are
 checked on held-out questions and a held-out documentation set.
@@ -40,7 +44,7 @@ import torch  # noqa: E402
 
 from spectrag.config import IndexConfig, RetrieverConfig, with_openie  # noqa: E402
 from spectrag.eval.datasets import load_dataset  # noqa: E402
-from spectrag.eval.metrics import paired_bootstrap_ci  # noqa: E402
+from spectrag.eval.metrics import collapse, paired_bootstrap_ci  # noqa: E402
 from spectrag.eval.run import run_method  # noqa: E402
 from spectrag.eval.runner import find_openie, resolve_index  # noqa: E402
 from spectrag.eval.score import METRICS, make_scorer  # noqa: E402
@@ -68,6 +72,9 @@ ROWS = [
     ("- protection of named documents", "spectral", {"bridge.protect_named": False}, None),
     ("- bridging from named documents", "spectral", {"bridge.named_sources": False}, None),
     ("- PPR / spectral proximity (alpha 0)", "spectral", {"propagate.alpha": 0.0}, None),
+    ("- proximity in ranking and selection (alpha 0, b 0)", "spectral", {"propagate.alpha": 0.0, "select.b": 0.0},
+     None),
+    ("- evidence cut (stop_floor 0: the budget filled)", "spectral", {"select.stop_floor": 0.0}, None),
     ("everything of issue 28 off (same index)", "spectral", ISSUE28, None),
     ("sweep: w = 0.25", "spectral", {"seed.lexical_weight": 0.25}, None),
     ("sweep: w = 1.0", "spectral", {"seed.lexical_weight": 1.0}, None),
@@ -75,9 +82,15 @@ ROWS = [
     ("sweep: named_specificity = 0.6", "spectral", {"seed.named_specificity": 0.6}, None),
     ("sweep: cited_lam = 0.3", "spectral", {"bridge.cited_lam": 0.3}, None),
     ("sweep: cited_lam = 0.7", "spectral", {"bridge.cited_lam": 0.7}, None),
+    ("sweep: stop_floor = 0.35", "spectral", {"select.stop_floor": 0.35}, None),
+    ("sweep: stop_floor = 0.55", "spectral", {"select.stop_floor": 0.55}, None),
     ("heat", "heat", {}, None), ("ppr", "ppr", {}, None),
     ("activation", "activation", {}, None), ("combined", "combined", {}, None),
 ]
+# the rows whose budgeted context is tabled at every budget (context_table)
+CONTEXT_ROWS = ("dense", "bm25", "hybrid", "spectral (default)", "- evidence cut (stop_floor 0: the budget filled)",
+                "sweep: stop_floor = 0.35", "sweep: stop_floor = 0.55",
+                "- proximity in ranking and selection (alpha 0, b 0)", "heat", "ppr")
 CHUNK_1200 = {"chunk.chunk_size": 1200, "chunk.overlap": 100}
 INDEX_ROWS = [  # (label, index overrides, sets): each on its own index; baselines and spectral there
     ("chunks 1,200 / 100 (earlier default), long chunks pooled", CHUNK_1200, ("musique", "2wiki", "docs", "sample")),
@@ -137,14 +150,34 @@ def gold_in_top_chunks(bench: Bench, run, k: int = 5) -> int:
     return int(((units[:, :, None] == gold[:, None, :]) & (gold[:, None, :] >= 0)).any(dim=1).sum())
 
 
+def context_figures(bench: Bench, run, per_q: torch.Tensor, budget: int) -> dict:
+    """The budgeted context's P / R / F1 (SpectRAG eq. 23-24), the share of questions with every
+    gold passage in it, its mean tokens and passages, and F1 per question type, at ``budget``."""
+    valid = bench.scorer.gold.n_gold > 0
+    p, r, f = (per_q[valid, METRICS.index(m)] for m in ("P", "R", "F1"))
+    units = collapse(run.selected, bench.scorer.unit_of)
+    out = {f"F1@{budget}": 100 * float(f.mean()), f"P@{budget}": 100 * float(p.mean()),
+           f"Rctx@{budget}": 100 * float(r.mean()), f"Allctx@{budget}": 100 * float((r >= 1 - 1e-9).double().mean()),
+           f"tokens@{budget}": float(run.used_tokens.double().mean()),
+           f"passages@{budget}": float((units >= 0).sum(1)[valid].double().mean())}
+    for values in bench.scorer.groups.values():
+        for value in sorted(set(values)):
+            member = valid & torch.tensor([v == value for v in values])
+            out[f"F1@{budget} {value}"] = 100 * float(per_q[member, METRICS.index("F1")].mean())
+    return out
+
+
 def score_row(bench: Bench, label: str, mode: str, overrides: dict, budgets: tuple[int, ...], base) -> dict:
     run = bench.run(mode, overrides, None)
     per_q = bench.scorer.per_question(run)
     summary = bench.scorer.summary(run, per_q=per_q)
     row = {"row": label, "mode": mode, "overrides": overrides,
            **{k: 100 * summary["overall"][k] for k in COLS}, "gold@5 chunks": gold_in_top_chunks(bench, run)}
-    for b in budgets:
-        row[f"F1@{b}"] = 100 * bench.scorer.summary(bench.run(mode, overrides, b), detail=False)["overall"]["F1"]
+    default_budget = RetrieverConfig().budget
+    for b in budgets:  # the context at each budget (the run above is the default budget's)
+        ctx = run if b == default_budget else bench.run(mode, overrides, b)
+        ctx_q = per_q if ctx is run else bench.scorer.per_question(ctx)
+        row.update(context_figures(bench, ctx, ctx_q, b))
     for group, values in summary.get("groups", {}).items():
         for value, metrics in values.items():
             row[f"R@5 {value}"] = 100 * metrics["R@5"]
@@ -152,19 +185,20 @@ def score_row(bench: Bench, label: str, mode: str, overrides: dict, budgets: tup
                 row["All@5 two-doc"] = 100 * metrics["All@5"]
     if base is not None:
         valid = bench.scorer.gold.n_gold > 0
-        for metric in ("R@5", "MRR"):
-            diff = (per_q[:, COLS[metric]] - base[:, COLS[metric]])[valid]
+        for metric in ("R@5", "MRR", "R", "F1"):  # R, F1: the context's, at the default budget
+            diff = (per_q[:, METRICS.index(metric)] - base[:, METRICS.index(metric)])[valid]
             lo, hi = paired_bootstrap_ci(diff)
             row[f"d{metric}"], row[f"ci {metric}"] = 100 * float(diff.mean()), [100 * lo, 100 * hi]
     row["_per_q"] = per_q
     return row
 
 
-def run_set(name: str, openie: bool, budgets: tuple[int, ...], cache_dir: str | None) -> dict:
+def run_set(name: str, openie: bool, budgets: tuple[int, ...], cache_dir: str | None,
+            only_context: bool = False) -> dict:
     bench = Bench(name, openie, cache_dir)
     rows, base = [], None
     for label, mode, overrides, _ in ROWS:
-        if mode in ("activation", "combined") and bench.index.kg is None:
+        if mode in ("activation", "combined") and bench.index.kg is None or only_context and label not in CONTEXT_ROWS:
             continue
         row = score_row(bench, label, mode, overrides, budgets, base)
         if label == "spectral (default)":
@@ -172,7 +206,7 @@ def run_set(name: str, openie: bool, budgets: tuple[int, ...], cache_dir: str | 
         rows.append(row)
         log(f"  {name} {label}: R@2 {row['R@2']:.1f} R@5 {row['R@5']:.1f} MRR {row['MRR']:.1f} All@5 {row['All@5']:.1f}")
     for label, overrides, sets in INDEX_ROWS:
-        if name not in sets:
+        if name not in sets or only_context:
             continue
         bench.use(overrides)  # the same questions and gold documents: the deltas stay paired
         for mode in ("dense", "bm25", "hybrid", "spectral"):
@@ -183,6 +217,32 @@ def run_set(name: str, openie: bool, budgets: tuple[int, ...], cache_dir: str | 
         row.pop("_per_q")
     return {"name": name, "dataset": DATA[name][0], "openie": bench.openie is not None,
             "questions": len(bench.texts), "rows": rows}
+
+
+def context_table(res: dict, budgets: list[int]) -> list[str]:
+    """The budgeted context of the baselines and the spectral rows of CONTEXT_ROWS: P / R / F1,
+    every gold passage in it (All), passages and tokens at each budget, and F1 per question type."""
+    rows = [r for r in res["rows"] if r["row"] in CONTEXT_ROWS]
+    if not rows:
+        return []
+    types = sorted({k.split(" ", 1)[1] for k in rows[0] if k.startswith(f"F1@{budgets[0]} ")})
+    lines = [f"Context of {res['name']} at each budget (P / R / F1: SpectRAG eq. 23-24 over passages; All: every "
+             "gold passage in the context; pass.: distinct passages; tok.: tokens used):", ""]
+    cols = [("", "row", "")]
+    for b in budgets:
+        cols += [(f"P {b}", f"P@{b}", ".1f"), (f"R {b}", f"Rctx@{b}", ".1f"), (f"F1 {b}", f"F1@{b}", ".1f"),
+                 (f"All {b}", f"Allctx@{b}", ".1f"), (f"pass. {b}", f"passages@{b}", ".1f"),
+                 (f"tok. {b}", f"tokens@{b}", ".0f")]
+    at = RetrieverConfig().budget  # the intervals: the context of the default budget, paired with the default's
+    cols += [(f"{name} {at} - default [95% CI]", (lambda m: lambda r: f"{r['d' + m]:+.1f} [{r['ci ' + m][0]:+.1f}, "
+                                                  f"{r['ci ' + m][1]:+.1f}]" if "d" + m in r else None)(m), "")
+             for name, m in (("R", "R"), ("F1", "F1"))]
+    lines += _common.md_table(rows, cols) + [""]
+    if types:
+        lines += [f"F1 of {res['name']}'s context per question type:", ""]
+        cols = [("", "row", "")] + [(f"{t} {b}", f"F1@{b} {t}", ".1f") for b in budgets for t in types]
+        lines += _common.md_table(rows, cols) + [""]
+    return lines
 
 
 def markdown(record: dict) -> str:
@@ -198,7 +258,7 @@ def markdown(record: dict) -> str:
                   "Best baseline (same index): " + ", ".join(f"{m} {v:.1f}" for m, v in best.items())
                   + "; default spectral: " + ", ".join(f"{m} {default[m]:.1f}" for m in best) + ".", ""]
         extra = [k for k in rows[0] if k.startswith("R@5 ") or k == "All@5 two-doc"]
-        budgets = [k for k in rows[0] if k.startswith("F1@")]
+        budgets = [k for k in rows[0] if k.startswith("F1@") and " " not in k]
         cols = [("", "row", ""), ("R@2", "R@2", ".1f"), ("R@5", "R@5", ".1f"), ("R@10", "R@10", ".1f"),
                 ("MRR", "MRR", ".1f"), ("All@5", "All@5", ".1f")] \
             + [(f"F1 {k[3:]}", k, ".1f") for k in budgets] + [(k[4:] if k.startswith("R@5 ") else k, k, ".1f") for k in extra]
@@ -207,7 +267,7 @@ def markdown(record: dict) -> str:
         cols += [(f"{m} - default [95% CI]", (lambda m: lambda r: f"{r['d' + m]:+.1f} [{r['ci ' + m][0]:+.1f}, "
                                              f"{r['ci ' + m][1]:+.1f}]" if "d" + m in r else None)(m), "")
                  for m in ("R@5", "MRR")]
-        lines += _common.md_table(rows, cols) + [""]
+        lines += _common.md_table(rows, cols) + [""] + context_table(res, [int(k[3:]) for k in budgets])
     lines += ["R@k: HippoRAG's recall (the share of a question's gold passages in the top k, averaged); All@5: the "
               "share of questions with every gold passage in the top 5; F1: the budgeted context set's F1 (SpectRAG "
               "eq. 23-24) at that many tokens; per-type columns: R@5 of that question type. Intervals: 95% paired "
@@ -220,14 +280,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sets", default="musique,2wiki,docs,sample")
     ap.add_argument("--no-openie", action="store_true", help="build/use MuSiQue's index without its OpenIE file")
-    ap.add_argument("--budgets", default="500,2000")
+    ap.add_argument("--budgets", default="500,2000,12000")
+    ap.add_argument("--rows", choices=("all", "context"), default="all",
+                    help="context: only the rows of the context tables (baselines, default, the cut, proximity)")
     ap.add_argument("--cache-dir", default=None, help="where the evaluation indexes are built (default: the "
                     "evaluation cache, $SPECTRAG_CACHE_DIR/eval)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "quality"))
     args = ap.parse_args()
     record = _common.new_record("one run per row (retrieval is deterministic)")
     budgets = tuple(int(b) for b in args.budgets.split(",") if b)
-    record["sets"] = [run_set(name, not args.no_openie, budgets, args.cache_dir) for name in args.sets.split(",")]
+    record["sets"] = [run_set(name, not args.no_openie, budgets, args.cache_dir, args.rows == "context")
+                      for name in args.sets.split(",")]
     _common.finish_record(record)
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(record, indent=2, default=float))

@@ -609,6 +609,11 @@ class SelectConfig(_Checked):
     backfill: fill the remaining budget by descending ``s`` once the tail is exhausted
         (default: True).
     backfill_floor: backfill only chunks with ``s >= backfill_floor * max s`` (default: 0.5).
+    stop_floor: the evidence cut: no chunk enters the context (core, tail or backfill) unless
+        ``s >= m + stop_floor * (max s - m)``, ``m`` the median score of the query's pool, so the
+        selection stops when the evidence is in instead of filling the budget; 0 = no cut
+        (default: 0.45: the context F1 at 2,000 tokens above the best baseline's on the four dev
+        sets with the share of gold passages in it held, bench/results/quality_context.md).
 
     ``core_size`` and ``backfill_floor`` raised the context F1 at 500-2,000 tokens on both dev
     sets (bench/results/quality.md).
@@ -628,6 +633,7 @@ class SelectConfig(_Checked):
     precision_floor: float = opt(0.5, lo=0, hi=1)
     backfill: bool = True
     backfill_floor: float = opt(0.5, lo=0, hi=1)
+    stop_floor: float = opt(0.45, lo=0, hi=1)
 
 
 @dataclass(frozen=True)
@@ -646,6 +652,7 @@ class BaselineSelectConfig(SelectConfig):
     precision_floor: float = opt(0.0, lo=0, hi=1)
     backfill: bool = True
     backfill_floor: float = opt(0.0, lo=0, hi=1)
+    stop_floor: float = opt(0.0, lo=0, hi=1)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,12 @@ the Python loop runs over steps, never over queries.
 
 Per query, with relevance ``s``, proximity ``Prox``, token lengths ``l`` and budget ``B_tok``:
 
+0. **evidence cut** (``stop_floor > 0``): only the candidates with
+   ``s_i >= m + stop_floor * (max_j s_j - m)``, ``m`` the median of the query's real scores (the
+   lower middle one for an even count), may enter the context at all: the selection stops when
+   what is left stands out from the pool by less than that share of the best chunk's lead, and
+   leaves the rest of the budget unused rather than pad it with pages nobody asked for
+   (:func:`evidence_cut`; scale-free: any affine map of the scores keeps the same chunks);
 1. **protected core**: the top ``core_size`` candidates by ``s`` (ties: smaller position) are
    taken in ``s`` order, each one only if it fits in the remaining budget (a core candidate
    that does not fit is skipped, not replaced);
@@ -51,7 +57,7 @@ from typing import Optional, Union
 
 import torch
 
-__all__ = ["SelectParams", "SelectResult", "budget_select", "check_inputs"]
+__all__ = ["SelectParams", "SelectResult", "budget_select", "check_inputs", "evidence_cut"]
 
 PHASE_CORE, PHASE_TAIL, PHASE_BACKFILL, PHASE_PAD = 0, 1, 2, -1
 
@@ -76,6 +82,7 @@ class SelectParams:
     precision_floor: float = 0.0
     backfill: bool = True
     backfill_floor: float = 0.0
+    stop_floor: float = 0.0
 
     def __post_init__(self) -> None:
         v = self.core_size
@@ -84,7 +91,7 @@ class SelectParams:
         for name, lo, hi in (
             ("a", 0.0, math.inf), ("b", 0.0, math.inf), ("c", 0.0, math.inf),
             ("d", 0.0, math.inf), ("lam", 0.0, math.inf), ("rho", 0.0, 1.0),
-            ("precision_floor", 0.0, 1.0), ("backfill_floor", 0.0, 1.0),
+            ("precision_floor", 0.0, 1.0), ("backfill_floor", 0.0, 1.0), ("stop_floor", 0.0, 1.0),
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -289,6 +296,7 @@ def budget_select(
     precision_floor: float = 0.0,
     backfill: bool = True,
     backfill_floor: float = 0.0,
+    stop_floor: float = 0.0,
 ) -> SelectResult:
     r"""Greedy token-budgeted context selection for ``B`` queries at once.
 
@@ -329,6 +337,9 @@ def budget_select(
         backfill_floor: backfill only candidates with ``s >= backfill_floor * max s``, in
             ``[0, 1]``: at small budgets an unrelated short chunk does not fill the last tokens
             (default: 0).
+        stop_floor: the evidence cut, in ``[0, 1]``: no phase takes a candidate with
+            ``s < m + stop_floor * (max s - m)``, ``m`` the median real score (0: no cut; see
+            :func:`evidence_cut`) (default: 0).
 
     The defaults are neutral (the budget filled in score order); the engine's values are in
     :class:`spectrag.config.SelectConfig`.
@@ -341,13 +352,15 @@ def budget_select(
         budget ``[B]`` -> order, phase, utility ``[B, K]``; selected ``[B, P]``;
         used_tokens ``[B]``.
     """
-    cfg = SelectParams(core_size, a, b, c, d, lam, rho, precision_floor, backfill, backfill_floor)
+    cfg = SelectParams(core_size, a, b, c, d, lam, rho, precision_floor, backfill, backfill_floor, stop_floor)
     table = embeddings if ids is not None else None
     inp = check_inputs(scores, prox, tokens, mask, embeddings, ids, clusters, docs, budget)
     B, P = scores.shape
     device = scores.device
     work = _work_dtype(device)
     valid = inp.mask
+    if cfg.stop_floor > 0 and B and P:  # (0) the evidence cut: what falls below it is no candidate
+        valid = valid & (inp.scores.to(work) >= evidence_cut(inp.scores.to(work), valid, cfg.stop_floor))
     n_valid_max = int(valid.sum(1).max()) if B and P else 0
     if n_valid_max == 0:
         return _empty_result(B, P, device, work)
@@ -505,6 +518,19 @@ def budget_select(
         utility=utility[:, :K].contiguous(),
         n_steps=n_core + int((n_tail + n_back).max()),
     )
+
+
+def evidence_cut(s: torch.Tensor, valid: torch.Tensor, floor: float) -> torch.Tensor:
+    """``m + floor * (top - m)`` per query: ``top`` the best real score, ``m`` the median one (of
+    ``n`` real scores in descending order, the one at index ``n // 2``: the lower middle one for
+    an even count), so the cut is a share of how far the best chunk stands out from the pool's
+    typical candidate. A rank statistic, not a sum: every backend gets the same bits, alone or
+    in any batch. Shapes: ``s/valid [B, P]`` -> ``[B, 1]`` (NaN for a query with no candidate)."""
+    neg_inf = torch.tensor(-math.inf, dtype=s.dtype, device=s.device)
+    desc = torch.sort(torch.where(valid, s, neg_inf), dim=1, descending=True)[0]
+    at = (valid.sum(1, keepdim=True) // 2).clamp(max=s.shape[1] - 1)
+    top, median = desc[:, :1], desc.gather(1, at)
+    return median + floor * (top - median)
 
 
 def _rows_view(table: torch.Tensor, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:

@@ -45,6 +45,7 @@ def budget_select_reference(
     precision_floor: float = 0.0,
     backfill: bool = True,
     backfill_floor: float = 0.0,
+    stop_floor: float = 0.0,
 ) -> SelectResult:
     """The same selection as :func:`budget_select`, one query at a time in plain Python.
 
@@ -54,7 +55,7 @@ def budget_select_reference(
     """
     if ids is not None:  # embeddings is the [n, d] table of the candidates' rows
         embeddings = embeddings[ids.clamp(min=0)]
-    cfg = SelectParams(core_size, a, b, c, d, lam, rho, precision_floor, backfill, backfill_floor)
+    cfg = SelectParams(core_size, a, b, c, d, lam, rho, precision_floor, backfill, backfill_floor, stop_floor)
     inp = _validate(scores, prox, tokens, mask, embeddings, clusters, docs, budget)
     B, P = scores.shape
     device = scores.device
@@ -64,6 +65,11 @@ def budget_select_reference(
         valid = inp.mask[q].tolist()
         ids = [i for i in range(P) if valid[i]]
         s = inp.scores[q].tolist()
+        if cfg.stop_floor > 0 and ids:  # (0) the evidence cut: the median and the best real score
+            ranked = sorted((s[i] for i in ids), reverse=True)
+            median = ranked[len(ranked) // 2]
+            cut = median + cfg.stop_floor * (ranked[0] - median)
+            ids = [i for i in ids if s[i] >= cut]
         p = inp.prox[q].tolist()
         ln = inp.tokens[q].tolist()
         cl = inp.clusters[q].tolist()

@@ -1,7 +1,7 @@
 """Online step 5: the token-budgeted context of every query (SpectRAG eq. 19-22), by the batched
 greedy kernel :func:`spectrag.kernels.select.budget_select` with one stage config.
 
-Graph modes select with :class:`spectrag.config.SelectConfig` (protected core, proximity,
+Graph modes select with :class:`spectrag.config.SelectConfig` (evidence cut, protected core, proximity,
 coverage and redundancy terms, precision floor, backfill); the baselines with
 :class:`spectrag.config.BaselineSelectConfig` (their own ranking filled in score order).
 """

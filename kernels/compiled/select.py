@@ -35,7 +35,8 @@ def _drop_shared_gains(b, pos, kw, k_pos, clusters, docs, c_term, d_term):
 
 
 def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs, budget, core_size, a, bw, c, d, lam,
-                 rho, precision_floor, backfill, backfill_floor, order, phase, utility, counts, steps, used, status):
+                 rho, precision_floor, backfill, backfill_floor, stop_floor, order, phase, utility, counts, steps,
+                 reals, used, status):
     width = scores.shape[1]
     neg = -np.inf
     s = np.empty(width, np.float64)
@@ -54,11 +55,13 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
     picks = np.empty(width, np.int64)  # rows of the core and tail picks, in order
     open_k = np.empty(width, np.bool_)
     seen = np.empty(width, np.bool_)
+    real = np.empty(width, np.bool_)  # the real candidates above the evidence cut
     for b in range(lo, hi):
         n_valid = 0
         top = neg
         for i in range(width):
             s[i] = np.float64(scores[b, i])
+            real[i] = mask[b, i]
             keyed[i] = s[i] if mask[b, i] else neg
             if mask[b, i]:
                 n_valid += 1
@@ -66,10 +69,19 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
                     top = s[i]
             selected[i] = False
         by_score[:] = np.argsort(-keyed, kind="mergesort")  # stable: ties keep the smaller position
+        if stop_floor > 0.0 and n_valid > 0:  # (0) the evidence cut (evidence_cut): the rest is no candidate
+            median = keyed[by_score[n_valid // 2]]
+            cut = median + stop_floor * (top - median)
+            n_valid = 0
+            for i in range(width):
+                real[i] = real[i] and s[i] >= cut
+                keyed[i] = s[i] if real[i] else neg
+                n_valid += real[i]
+            by_score[:] = np.argsort(-keyed, kind="mergesort")
         n_core = min(core_size, n_valid)
         floor = precision_floor * top
         for i in range(width):
-            in_k[i] = mask[b, i] and s[i] >= floor
+            in_k[i] = real[i] and s[i] >= floor
         for j in range(n_core):
             in_k[by_score[j]] = True
         kw = 0
@@ -87,7 +99,7 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
             d_term[k] = d
             red[k] = 0.0
             red_upto[k] = 0
-            open_k[k] = mask[b, i] and s[i] >= floor
+            open_k[k] = real[i] and s[i] >= floor
         remaining = budget[b]
         count = 0
         n_picks = 0
@@ -167,6 +179,7 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
             order[b, j], phase[b, j], utility[b, j] = -1, PHASE_PAD, np.nan
         counts[b] = count
         steps[b] = count - n_taken_core  # tail and backfill picks
+        reals[b] = n_valid  # candidates above the evidence cut
         used[b] = budget[b] - remaining
 
 
@@ -187,6 +200,7 @@ def budget_select_compiled(scores: torch.Tensor, prox: torch.Tensor, tokens: tor
     phase = np.empty((batch, width), np.int8)
     utility = np.empty((batch, width), np.float64)
     counts, steps, used = np.empty(batch, np.int64), np.empty(batch, np.int64), np.empty(batch, np.int64)
+    reals = np.zeros(batch, np.int64)
     status = np.zeros(batch, np.int8)
     p = params
 
@@ -197,14 +211,14 @@ def budget_select_compiled(scores: torch.Tensor, prox: torch.Tensor, tokens: tor
                   arr(inp.tokens, np.int64), arr(inp.mask, np.bool_), table.numpy(), arr(ids, np.int64),
                   arr(inp.clusters, np.int64), arr(inp.docs, np.int64), arr(inp.budget, np.int64), int(p.core_size),
                   float(p.a), float(p.b), float(p.c), float(p.d), float(p.lam), float(p.rho),
-                  float(p.precision_floor), bool(p.backfill), float(p.backfill_floor), order, phase, utility, counts,
-                  steps, used, status, threads=threads)
+                  float(p.precision_floor), bool(p.backfill), float(p.backfill_floor), float(p.stop_floor), order,
+                  phase, utility, counts, steps, reals, used, status, threads=threads)
     if status.any():
         raise ValueError("embeddings must be finite at the candidates' rows (the [n, d] table with ids)")
     k = int(counts.max(initial=0))
     selected = np.zeros((batch, width + 1), np.bool_)
     np.put_along_axis(selected, np.where(order[:, :k] >= 0, order[:, :k], width), True, axis=1)
-    valid_max = int(inp.mask.sum(1).max()) if batch and width else 0
+    valid_max = int(reals.max()) if batch and width else 0  # real candidates above the evidence cut
     n_steps = min(p.core_size, valid_max) + int(steps.max(initial=0)) if valid_max else 0
     return SelectResult(order=torch.from_numpy(order[:, :k].copy()), selected=torch.from_numpy(selected[:, :width].copy()),
                         used_tokens=torch.from_numpy(used), phase=torch.from_numpy(phase[:, :k].copy()),

@@ -30,8 +30,10 @@ INPUT_NAMES = ("scores", "prox", "tokens", "mask", "embeddings", "clusters", "do
 
 
 def params(budget=12_000, **kw) -> dict:
-    """The kernel's keyword arguments: the engine's selection defaults (SelectConfig) and a budget."""
-    return {"budget": budget, **asdict(SelectConfig(**kw))}
+    """The kernel's keyword arguments: the engine's selection defaults (SelectConfig) and a budget;
+    without the evidence cut unless ``stop_floor`` is given (the tests of the phases fill the
+    budget; the cut has tests of its own and a share of the random configurations)."""
+    return {"budget": budget, **asdict(SelectConfig(**{"stop_floor": 0.0, **kw}))}
 
 
 def make_case(
@@ -102,6 +104,7 @@ def random_config(rng: np.random.Generator, case: dict) -> tuple[dict, object]:
         precision_floor=float(rng.choice([0.0, 0.3, 0.5, 1.0])),
         backfill=bool(rng.integers(2)),
         backfill_floor=float(rng.choice([0.0, 0.0, 0.4, 0.8])),
+        stop_floor=float(rng.choice([0.0, 0.0, 0.3, 0.7, 1.0])),
     )
     budget = cfg["budget"]
     if rng.integers(3) == 0:  # per-query budgets
@@ -118,6 +121,15 @@ def assert_same(r: SelectResult, q: SelectResult) -> None:
     assert r.n_steps == q.n_steps
     assert r.utility.dtype == q.utility.dtype
     torch.testing.assert_close(r.utility, q.utility, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def above_cut(s: list[float], ids: list[int], floor: float) -> list[int]:
+    """The candidates the evidence cut keeps: ``s >= m + floor (top - m)``, ``m`` the lower median."""
+    if floor == 0 or not ids:
+        return ids
+    ranked = sorted((s[i] for i in ids), reverse=True)
+    median = ranked[len(ranked) // 2]
+    return [i for i in ids if s[i] >= median + floor * (ranked[0] - median)]
 
 
 def check_invariants(case: dict, cfg: dict, res: SelectResult, budget=None) -> None:
@@ -138,7 +150,8 @@ def check_invariants(case: dict, cfg: dict, res: SelectResult, budget=None) -> N
         assert used == int(res.used_tokens[q]) <= int(bud[q])  # never over budget
         phases = res.phase[q, :n].tolist()
         assert phases == sorted(phases)  # core, then tail, then backfill
-        ids = [i for i in range(P) if mask[q, i]]
+        ids = above_cut(s[q].tolist(), [i for i in range(P) if mask[q, i]], cfg["stop_floor"])
+        assert set(picks) <= set(ids)  # nothing below the evidence cut
         # core = top-core_size by s (ties: position), each taken iff it fits, in that order
         top = sorted(ids, key=lambda i: (-float(s[q, i]), i))[: cfg["core_size"]]
         rem, core = int(bud[q]), []
@@ -151,7 +164,7 @@ def check_invariants(case: dict, cfg: dict, res: SelectResult, budget=None) -> N
             floor = cfg["precision_floor"] * max(float(s[q, i]) for i in ids)
             assert all(float(s[q, i]) >= floor for i, p in zip(picks, phases) if p == 1)
         left = int(bud[q]) - used
-        unpicked = [i for i in ids if not res.selected[q, i]]
+        unpicked = [i for i in ids if not res.selected[q, i]]  # above the cut
         fitting = [i for i in unpicked if int(tok[q, i]) <= left]
         if cfg["backfill"]:
             back = cfg["backfill_floor"] * max(float(s[q, i]) for i in ids) if ids else 0.0
@@ -190,8 +203,9 @@ def test_equals_reference_on_random_cases(ties, device):
 @pytest.mark.parametrize("backfill", [True, False])
 def test_equals_reference_default_weights(rho, backfill, device):
     case = make_case(11, 6, 40, d=8, tokens=(5, 60), n_clusters=5, n_docs=8)
-    cfg = params(budget=300, rho=rho, backfill=backfill)
-    assert_same(run(device, case, **cfg), budget_select_reference(**case, **cfg))
+    for stop in (0.0, SelectConfig().stop_floor):  # without and with the default evidence cut
+        cfg = params(budget=300, rho=rho, backfill=backfill, stop_floor=stop)
+        assert_same(run(device, case, **cfg), budget_select_reference(**case, **cfg))
     ties = make_case(12, 6, 40, ties=True)
     cfg = params(budget=120, rho=rho, backfill=backfill, precision_floor=0.75)
     assert_same(run(device, ties, **cfg), budget_select_reference(**ties, **cfg))
@@ -388,11 +402,44 @@ def test_single_candidate_and_all_masked_and_empty_batch(device):
 
 def test_budget_larger_than_pool_selects_everything(device):
     case = make_case(9, 5, 12)
-    r = run(device, case, **params(budget=10**9, precision_floor=1.0, backfill_floor=0.0))
+    r = run(device, case, **params(budget=10**9, precision_floor=1.0, backfill_floor=0.0, stop_floor=0.0))
     assert torch.equal(r.selected, case["mask"])
     assert r.order.shape[1] == int(case["mask"].sum(1).max())
     assert torch.equal(r.used_tokens, (case["tokens"] * case["mask"]).sum(1))
-    assert_same(r, budget_select_reference(**case, **params(budget=10**9, precision_floor=1.0, backfill_floor=0.0)))
+    assert_same(r, budget_select_reference(**case, **params(budget=10**9, precision_floor=1.0, backfill_floor=0.0,
+                                                           stop_floor=0.0)))
+
+
+def test_evidence_cut_stops_before_the_budget(device):
+    # median of the 7 scores (index 7 // 2 = 3 in descending order) is 0.5; floor 0.5 cuts at
+    # 0.5 + 0.5 * (1.0 - 0.5) = 0.75 (exact: dyadic): only the three chunks at or above it, the
+    # budget left unused
+    s = torch.tensor([[0.5, 1.0, 0.125, 0.75, 0.375, 0.875, 0.25]], dtype=torch.float64)
+    case = dict(scores=s, prox=torch.zeros_like(s), tokens=torch.full((1, 7), 10),
+                mask=torch.ones(1, 7, dtype=torch.bool), embeddings=torch.eye(7, dtype=torch.float64)[None],
+                clusters=torch.arange(7)[None], docs=torch.arange(7)[None])
+    for core in (0, 2, 5):
+        cfg = params(budget=1000, core_size=core, precision_floor=0.0, backfill_floor=0.0, stop_floor=0.5)
+        r = run(device, case, **cfg)
+        assert sorted(r.order[0].tolist()) == [1, 3, 5] and r.used_tokens.tolist() == [30]
+        assert_same(r, budget_select_reference(**case, **cfg))
+    r = run(device, case, **params(budget=1000, core_size=0, precision_floor=0.0, backfill_floor=0.0, stop_floor=0.0))
+    assert r.used_tokens.tolist() == [70]  # no cut: the whole pool fits
+    # a padded slot does not count towards the median; the best chunk always stays
+    case["mask"][0, 2] = False
+    r = run(device, case, **params(budget=1000, stop_floor=1.0))
+    assert r.order[0].tolist() == [1] and r.phase.tolist() == [[0]]
+
+
+def test_evidence_cut_is_scale_free(device):
+    # an increasing affine map of the scores keeps the same candidates (relevance-only utility)
+    case = make_case(31, 8, 40, d=5, tokens=(5, 50), garbage=False)
+    cfg = params(budget=400, core_size=3, b=0.0, c=0.0, d=0.0, lam=0.0, precision_floor=0.0, backfill_floor=0.0,
+                 stop_floor=0.6)
+    r = run(device, case, **cfg)
+    moved = run(device, {**case, "scores": 7.5 * case["scores"] - 3.0}, **cfg)
+    assert torch.equal(r.selected, moved.selected) and torch.equal(r.order, moved.order)
+    assert bool((r.used_tokens < 400).any())  # the cut binds somewhere: not a vacuous comparison
 
 
 def test_thousand_small_pools(device):
