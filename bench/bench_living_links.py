@@ -44,7 +44,6 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    import numpy as np
     from bench_incremental import synthetic_workload
 
     import spectrag.incremental.edit as edit

@@ -191,7 +191,7 @@ def update_graph(
     (:func:`spectrag.graph.stored.load_stored`; a missing group is derived or recomputed);
     ``dense``: a FAISS inner-product index of ``vectors [n, d]``; ``bm25``: the new BM25 index."""
     remap = np.asarray(edit.remap, dtype=np.int64)
-    n, n_keep = len(chunks), edit.n_keep
+    n_keep = edit.n_keep
     new = chunks[n_keep:]
     titles = document_titles(chunks)
     matcher = TitleMatcher(titles)  # one automaton for the extractor and the citations

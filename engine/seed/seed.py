@@ -14,6 +14,7 @@ vectors only) seeds with the dense list.
 
 from __future__ import annotations
 
+import numpy as np
 import scipy.sparse as sp
 import torch
 
