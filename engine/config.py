@@ -217,6 +217,45 @@ class _Checked:
 
 
 @dataclass(frozen=True)
+class CorpusConfig(_Checked):
+    """Which files of a corpus folder are read (:mod:`spectrag.index.files`); the others are
+    counted by reason in the build's summary and the manifest's ``source.skipped``.
+
+    include: glob patterns (``.gitignore`` semantics, on paths relative to the corpus folder);
+        when given, only the files one of them matches are read (default: none, every file).
+    exclude: glob patterns of files and folders never read (default: none).
+    skip_hidden: leave out files and folders whose name starts with ``.`` (default: True).
+    skip_vendor: leave out vendor / build folders (``node_modules``, ``_build``, ``build``,
+        ``dist``, ``__pycache__``, ``site-packages``, ...; ``spectrag.index.files.VENDOR_FOLDERS``)
+        (default: True).
+    max_file_mb: leave out files larger than this many megabytes (default: 256).
+    """
+
+    SECTION = "corpus"
+    include: tuple = ()
+    exclude: tuple = ()
+    skip_hidden: bool = True
+    skip_vendor: bool = True
+    max_file_mb: float = opt(256.0, lo=0, lo_open=True, hi=1e6)
+
+    def check(self) -> None:
+        import pathspec  # only where patterns are checked
+
+        for name in ("include", "exclude"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not isinstance(value, (list, tuple)):
+                raise ConfigError(f"corpus.{name} must be a list of glob strings, got {brief(value)}")
+            for pattern in value:
+                if not isinstance(pattern, str) or not pattern.strip():
+                    raise ConfigError(f"corpus.{name} must hold non-empty glob strings, got {brief(pattern)}")
+                try:
+                    pathspec.GitIgnoreSpec.from_lines([pattern])
+                except Exception as exc:  # pathspec's GitWildMatchPatternError and kin
+                    raise ConfigError(f"corpus.{name}: invalid glob {brief(pattern)}: {exc}") from None
+            object.__setattr__(self, name, tuple(value))  # frozen and hashable, whatever was given
+
+
+@dataclass(frozen=True)
 class ChunkConfig(_Checked):
     """Token-window chunking (SpectRAG paper 3.3).
 
@@ -441,7 +480,7 @@ class KGConfig(_Checked):
             raise ConfigError("kg.source is 'openie' but kg.openie_file is empty")
 
 
-INDEX_TABLES = {"chunk": ChunkConfig, "embed": EmbedConfig, "bm25": BM25Config, "graph": GraphConfig, "kg": KGConfig}
+INDEX_TABLES = {"corpus": CorpusConfig, "chunk": ChunkConfig, "embed": EmbedConfig, "bm25": BM25Config, "graph": GraphConfig, "kg": KGConfig}
 
 
 @dataclass(frozen=True)
@@ -449,6 +488,7 @@ class IndexConfig:
     """Everything the offline build needs; stored verbatim in the index manifest."""
 
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
     bm25: BM25Config = field(default_factory=BM25Config)
     graph: GraphConfig = field(default_factory=GraphConfig)

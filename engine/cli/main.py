@@ -96,6 +96,18 @@ def _report_notes(notes: list[str], shown: int = 10) -> None:
         click.echo(f"note: ... and {len(notes) - shown:,} more (listed in the manifest's source.notes)", err=True)
 
 
+def _report_file_skips(skipped: dict[str, dict]) -> None:
+    """What a corpus folder held that was not read, one line per reason on stderr (the manifest's
+    source.skipped has the same)."""
+    from spectrag.index.files import describe
+
+    if skipped:
+        total = sum(e["count"] for e in skipped.values())
+        click.echo(f"skipped {total:,} file(s) and folder(s) of the corpus (the manifest's source.skipped):", err=True)
+        for line in describe(skipped):
+            click.echo(f"  {line}", err=True)
+
+
 def _table(rows: list[tuple[str, str]]) -> str:
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
@@ -139,7 +151,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ("chunks", f"{c['chunks']:,}"),
         ("tokens", f"{c['tokens']:,} ({summary['tokenizer']})"),
         ("chunking", f"{ch['chunk_size']} tokens, {ch['overlap']} overlap, min {ch['min_tokens']}"),
-        ("embedding", f"{e['model']} ({e['dim']}-d {e['dtype']})"),
+        ("embedding", f"{e['model']} ({e['dim']}-d {e['dtype']})" + (f"; {e['languages']}" if e.get("languages") else "")),
         ("size", f"{summary['bytes'] / 1e6:.1f} MB"),
     ]
     g = summary.get("graph")
@@ -206,6 +218,14 @@ def _ray_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--skip-invalid", is_flag=True, help="Leave out (count and list) files and records that cannot be read "
               "(not UTF-8, invalid JSON or YAML, unparsable) instead of failing.")
 @click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder (refused by default).")
+@click.option("--include", "include", multiple=True, metavar="GLOB",
+              help="Read only the files of a corpus folder this glob matches (.gitignore semantics, relative to the "
+                   "folder; repeatable; replaces the config's corpus.include).")
+@click.option("--exclude", "exclude", multiple=True, metavar="GLOB",
+              help="Never read the files or folders this glob matches (repeatable; replaces corpus.exclude).")
+@click.option("--hidden", is_flag=True, help="Also read hidden files and folders (names starting with '.'; skipped by default).")
+@click.option("--vendor", is_flag=True, help="Also read vendor / build folders (node_modules, _build, build, dist, "
+              "__pycache__, site-packages, ...; skipped by default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @llm_options
 @_ray_options
@@ -213,13 +233,26 @@ def _ray_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_friendly
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
               openie_file: Path | None, utility_questions: bool, kg_source: str | None, overwrite: bool,
-              skip_empty: bool, skip_invalid: bool, follow_symlinks: bool, as_json: bool, llm_flags: dict,
+              skip_empty: bool, skip_invalid: bool, follow_symlinks: bool, include: tuple[str, ...],
+              exclude: tuple[str, ...], hidden: bool, vendor: bool, as_json: bool, llm_flags: dict,
               ray_address: str | None, workers: int) -> None:
-    """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
-    from spectrag.build import build_index
+    """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS.
+
+    In a folder, hidden files and folders, vendor / build folders and files other than .md,
+    .markdown, .rst and .txt are skipped, and counted by reason on stderr and in the manifest.
+    The default embedding model, all-MiniLM-L6-v2, is English-only: set embed.model to a
+    multilingual one for other languages."""
+    import dataclasses
+
+    from spectrag.build import build_index, with_file_patterns
     from spectrag.config import load_config
 
     config = load_config(config_file, preset=preset)
+    config = with_file_patterns(config, include=include or None, exclude=exclude or None)
+    if hidden or vendor:
+        config = dataclasses.replace(config, corpus=dataclasses.replace(
+            config.corpus, skip_hidden=config.corpus.skip_hidden and not hidden,
+            skip_vendor=config.corpus.skip_vendor and not vendor))
     if openie_file is not None:
         config = with_openie(config, openie_file)
     config = with_llm_stages(config, utility_questions=utility_questions, kg_source=kg_source)
@@ -233,6 +266,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
                   progress=not as_json and progress_on(), llm=llm_config(config_file, llm_flags))
     _report_skipped(index.report.skipped_invalid)
     _report_notes(index.report.notes)
+    _report_file_skips(index.report.skipped)
     summary = _summary(index.manifest, out_dir)
     summary["seconds"] = index.report.seconds
     if as_json:
