@@ -58,7 +58,9 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _console(fn: Callable[..., Any] | None = None, *, level: str = "info") -> Any:
     """``--quiet`` and ``--log-level``: on a terminal, progress bars and stage lines (``level``,
     default info) on stderr; elsewhere (a pipe, a file, CI) only warnings and errors unless
-    ``--log-level`` says otherwise. The results on stdout are the same either way."""
+    ``--log-level`` says otherwise (``info``: the stage lines, and a progress line every few
+    seconds with counts, rate and time left in place of each bar). The results on stdout are the
+    same either way."""
     if fn is None:
         return functools.partial(_console, level=level)
 
@@ -70,7 +72,7 @@ def _console(fn: Callable[..., Any] | None = None, *, level: str = "info") -> An
     def wrapper(*args: Any, quiet: bool, log_level: str | None, **kwargs: Any) -> Any:
         terminal = sys.stderr.isatty()
         configure_logging(log_level or (level if terminal else "warning"), quiet=quiet)
-        with showing(terminal and not quiet):
+        with showing(not quiet):  # bars on a terminal, else log lines (spectrag.util.console.LogBar)
             return fn(*args, **kwargs)
 
     return wrapper

@@ -13,9 +13,9 @@ from contextvars import ContextVar
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from spectrag.eval.score import Run
+from spectrag.util.console import bar as console_bar
 
 _PROGRESS: ContextVar[bool] = ContextVar("spectrag_eval_progress", default=False)
 
@@ -40,7 +40,7 @@ def run_method(retriever, texts: list[str], qvecs: torch.Tensor, mode: str, budg
     """``retriever.score_batch`` over the questions in batches of ``batch_size``."""
     ranks, sels, used = [], [], []
     seconds = 0.0
-    with tqdm(total=len(texts), desc=mode, unit="q", leave=False, file=sys.stderr, disable=not _PROGRESS.get()) as bar:
+    with console_bar(total=len(texts), desc=mode, unit=" questions", show=_PROGRESS.get()) as bar:
         for lo in range(0, len(texts), batch_size):
             start = time.perf_counter()
             res = retriever.score_batch(texts[lo : lo + batch_size], budget=budget, mode=mode,

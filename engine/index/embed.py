@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from spectrag.config import DEFAULT_MODEL, EmbedConfig
 from spectrag.errors import ConfigError, brief
@@ -308,8 +307,10 @@ class Embedder:
         return [(lo, min(n, lo + cls._WINDOW)) for lo in range(0, n, cls._WINDOW)]
 
     def _encode_uncached(self, texts: list[str], show_progress: bool) -> np.ndarray:
+        from spectrag.util.console import bar as console_bar
+
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        bar = tqdm(total=len(texts), desc="embed", unit="text", disable=not show_progress)
+        bar = console_bar(total=len(texts), desc="embed", unit=" chunks", show=show_progress)  # a log line when not a terminal
         try:
             for lo, hi in self.windows(len(texts)):
                 out[lo:hi] = self.encode_window(texts[lo:hi], bar=bar)

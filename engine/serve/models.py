@@ -98,6 +98,8 @@ class ContextChunk(BaseModel):
         description="core / tail / backfill: how the budgeted selection took it; ranked: a top-k context.")
     text: str | None = Field(None, description="Absent when the request set text to false.")
     scores: dict[str, float] | None = Field(None, description="relevance, proximity, final (with detail).")
+    truncated: bool = Field(False, description="The best chunk cut to the budget, which was smaller than it: the "
+                                               "context is then that chunk alone, its first `budget` tokens.")
 
 
 class Relation(BaseModel):
@@ -163,7 +165,7 @@ def result_of(ctx: Context, *, text: bool = True, detail: bool = False) -> Resul
     hits = [Hit(chunk_id=h.chunk_id, doc_id=h.doc_id, title=h.title, section=list(h.section), url=h.url, score=h.score,
                 **({"text": h.text} if text else {})) for h in ctx.hits]
     chunks = [ContextChunk(chunk_id=c.chunk_id, doc_id=c.doc_id, title=c.title, section=list(c.section), url=c.url,
-                           n_tokens=c.n_tokens, phase=c.phase, **({"text": c.text} if text else {}),
+                           n_tokens=c.n_tokens, phase=c.phase, truncated=c.truncated, **({"text": c.text} if text else {}),
                            **({"scores": c.scores} if detail else {})) for c in ctx.chunks]
     extra: dict[str, Any] = {"ranking": ctx.ranking, "ranking_scores": ctx.ranking_scores} if detail else {}
     if ctx.relations:
