@@ -103,8 +103,14 @@ def test_large_batch_and_deep_seeding(retriever):
 
 
 def test_bad_queries_and_settings(retriever):
-    with pytest.raises(SpectragError, match="query 1 is empty"):
+    with pytest.raises(SpectragError, match="query 2 of 2 is empty"):
         retriever.retrieve(["fine", "  "])
+    with pytest.raises(SpectragError, match="queries must be a string or a list of strings, got NoneType"):
+        retriever.retrieve(None)
+    with pytest.raises(SpectragError, match="queries must be a string or a list of strings, got int 123"):
+        retriever.retrieve(123)
+    with pytest.raises(SpectragError, match=r"query 2 of 2 is not a string \(got int 5\)"):
+        retriever.retrieve(["fine", 5])
     with pytest.raises(SpectragError, match="no queries"):
         retriever.retrieve([])
     with pytest.raises(SpectragError, match=re.escape("budget must be an integer in [1, 10,000,000], got 0")):

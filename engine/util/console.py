@@ -76,7 +76,12 @@ class LogBar(tqdm):
         unit = str(d.get("unit") or "it").strip()
         rate = n / elapsed if elapsed > 0 else 0.0  # the mean rate: steadier than tqdm's smoothed one
         text = f"{d.get('prefix') or 'progress'}: {n:,}" + (f"/{total:,} {unit} ({100 * n / total:.0f}%)" if total else f" {unit}")
-        text += f", {rate:,.1f} {unit}/s" if rate else ""
+        if d.get("postfix"):
+            text += f" [{str(d['postfix']).lstrip(', ')}]"  # the step now running (the graph stage)
+        if rate >= 1:
+            text += f", {rate:,.1f} {unit}/s"
+        elif rate:
+            text += f", {1 / rate:,.1f} s per {unit}"
         if final:
             text += f", {duration(elapsed)} in all"
         elif total and rate and n < total:

@@ -79,7 +79,7 @@ def test_batching_off_scores_each_request_alone(retriever):
 @pytest.mark.parametrize("body, status, message", [
     ({}, 422, "exactly one of query"),
     ({"query": "a", "queries": ["b"]}, 422, "exactly one of query"),
-    ({"query": " "}, 400, "query 0 is empty"),
+    ({"query": " "}, 400, "query 1 is empty"),
     ({"queries": []}, 422, "queries: List should have at least 1 item"),
     ({"queries": ["q"] * 5}, 422, "queries: List should have at most 4 items"),
     ({"query": "x", "mode": "magic"}, 422, "mode: Input should be 'dense'"),
