@@ -99,15 +99,15 @@ def _report_notes(notes: list[str], shown: int = 10) -> None:
 
 
 def _report_file_skips(skipped: dict[str, dict]) -> None:
-    """What a corpus folder held that was not read, one line per reason on stderr (the manifest's
-    source.skipped has the same)."""
+    """What a corpus folder held that was not read, one line per reason (the manifest's
+    source.skipped and the --json summary's source have the same)."""
     from spectrag.index.files import describe
 
-    if skipped:
+    if skipped:  # info, as the stage lines: on a terminal by default, in a log with --log-level info, not --quiet
         total = sum(e["count"] for e in skipped.values())
-        click.echo(f"skipped {total:,} file(s) and folder(s) of the corpus (the manifest's source.skipped):", err=True)
+        LOGGER.info(f"skipped {total:,} file(s) and folder(s) of the corpus (the manifest's source.skipped):")
         for line in describe(skipped):
-            click.echo(f"  {line}", err=True)
+            LOGGER.info(f"  {line}")
 
 
 def _table(rows: list[tuple[str, str]]) -> str:
