@@ -87,3 +87,17 @@ def test_cli_retrieve_bad_options(sample_index, tmp_path):
     tsv.write_text("\tno id\n")
     result = _run("retrieve", sample_index.path, "--queries", tsv)
     assert result.exit_code == 2 and "line 1 has a tab but no id" in result.output
+
+
+def test_cli_budget_below_the_best_chunk_and_the_text_format(sample_index):
+    question = sample_questions()[0]["question"]
+    best = Retriever(sample_index).retrieve(question, k=1)
+    out = _run("retrieve", sample_index.path, "-q", question, "--budget", "1")
+    assert out.exit_code == 0, out.output
+    row = json.loads(out.output)
+    assert [c["chunk_id"] for c in row["chunks"]] == [best.ranking[0]] and row["chunks"][0]["truncated"] is True
+    text = _run("retrieve", sample_index.path, "-q", question, "--budget", "1", "--format", "text").output
+    assert "1 chunks, 1 of 1 tokens, the best chunk cut to the budget" in text
+    hit = best.hits[0]
+    shown = _run("retrieve", sample_index.path, "-q", question, "-k", "1", "--format", "text").output
+    assert shown.count(f"{hit.title} > ") <= 1 and f"{hit.title} > {hit.title}" not in shown

@@ -167,3 +167,14 @@ def test_serve_command_refuses_bad_settings(sample_index):
 
     done = CliRunner().invoke(main, ["serve", str(sample_index.path), "--max-batch", "0"])
     assert done.exit_code == 2 and "error: --max-batch must be >= 1" in done.output
+
+
+def test_a_budget_below_the_best_chunk_gives_it_cut_not_an_empty_result(retriever):
+    with TestClient(create_app(retriever, ServeSettings(max_batch=4))) as client:
+        response = client.post("/v1/retrieve", json={"query": QUESTIONS[0], "budget": 1})
+    assert response.status_code == 200, response.text
+    result = response.json()["results"][0]
+    assert len(result["hits"]) == 1 and len(result["chunks"]) == 1
+    chunk = result["chunks"][0]
+    assert chunk["truncated"] is True and chunk["n_tokens"] == 1 and chunk["chunk_id"] == result["hits"][0]["chunk_id"]
+    assert chunk["chunk_id"] == retriever.retrieve(QUESTIONS[0], k=1).ranking[0]
