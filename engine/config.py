@@ -283,8 +283,6 @@ class CorpusConfig(_Checked):
     max_file_mb: float = opt(256.0, lo=0, lo_open=True, hi=1e6)
 
     def check(self) -> None:
-        import pathspec  # only where patterns are checked
-
         for name in ("include", "exclude"):
             value = getattr(self, name)
             if isinstance(value, str) or not isinstance(value, (list, tuple)):
@@ -292,6 +290,8 @@ class CorpusConfig(_Checked):
             for pattern in value:
                 if not isinstance(pattern, str) or not pattern.strip():
                     raise ConfigError(f"corpus.{name} must hold non-empty glob strings, got {brief(pattern)}")
+                import pathspec  # only where there are patterns to check
+
                 try:
                     pathspec.GitIgnoreSpec.from_lines([pattern])
                 except Exception as exc:  # pathspec's GitWildMatchPatternError and kin
