@@ -77,8 +77,9 @@ def test_budget_is_never_exceeded(retriever, qvecs, mode, budget):
     for ctx in contexts:
         assert ctx.used_tokens == sum(c.n_tokens for c in ctx.chunks) <= budget
         assert len({c.chunk_id for c in ctx.chunks}) == len(ctx.chunks)
-    if budget == 1:  # smaller than every chunk: a clear, empty result
-        assert all(ctx.chunks == [] and ctx.used_tokens == 0 for ctx in contexts)
+    if budget == 1:  # smaller than every chunk: the best chunk cut to one token, flagged (spectrag.contexts)
+        assert all(ctx.truncated and len(ctx.chunks) == 1 and ctx.used_tokens == 1 for ctx in contexts)
+        assert all(ctx.chunks[0].chunk_id == ctx.ranking[0] for ctx in contexts)
 
 
 def test_spectral_context_has_provenance_and_renders(retriever):
