@@ -206,7 +206,7 @@ def test_bad_k_batch_size_and_device(sample_index, retriever, monkeypatch):
         retriever.retrieve(QUESTIONS, k=0)
     with pytest.raises(SpectragError, match="batch_size must be an integer >= 1, got -1"):
         retriever.retrieve(QUESTIONS, batch_size=-1)
-    with pytest.raises(SpectragError, match="query 24 is empty"):  # checked before any batch runs
+    with pytest.raises(SpectragError, match="query 25 of 25 is empty"):  # checked before any batch runs; numbered from 1
         retriever.retrieve(QUESTIONS * 2 + [""], batch_size=4)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SpectragError, match="CUDA is not available"):
