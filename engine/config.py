@@ -22,12 +22,14 @@ one raises :class:`ConfigError` naming ``table.field``, what is allowed and what
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +184,41 @@ def config_classes() -> list[type]:
     return out
 
 
+class Problems:
+    """The errors of one config file, collected so that all of them are reported at once
+    (``{source}: 3 problems: (1) a; (2) b; (3) c``) instead of one per run."""
+
+    def __init__(self, source: str) -> None:
+        self.source, self.messages = source, []
+
+    def add(self, error: str | ConfigError) -> None:
+        if isinstance(error, ConfigError) and getattr(error, "problems", None):
+            self.messages += error.problems  # a nested table's own collection
+            return
+        message, prefix = str(error), f"{self.source}: "
+        while message.startswith(prefix):  # a nested table's error names the file already
+            message = message[len(prefix):]
+        self.messages.append(message)
+
+    @contextlib.contextmanager
+    def collect(self) -> Iterator[None]:
+        try:
+            yield
+        except ConfigError as exc:
+            self.add(exc)
+
+    def raise_any(self) -> None:
+        if not self.messages:
+            return
+        if len(self.messages) == 1:
+            error = ConfigError(f"{self.source}: {self.messages[0]}")
+        else:
+            listed = "; ".join(f"({i}) {m}" for i, m in enumerate(self.messages, start=1))
+            error = ConfigError(f"{self.source}: {len(self.messages)} problems: {listed}")
+        error.problems = list(self.messages)
+        raise error
+
+
 class _Checked:
     """Base of the stage configs: fields are checked on construction (:func:`check_fields`)."""
 
@@ -201,15 +238,22 @@ class _Checked:
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: [{section}] must be a table, got {brief(values)}")
         allowed = [f.name for f in dataclasses.fields(cls)]
+        errors = Problems(source)  # every bad key and value of the table, reported together
         bad = sorted(set(values) - set(allowed))
         if bad:
-            raise ConfigError(f"{source}: unknown key(s) {brief(bad)} in [{section}]; allowed: {sorted(allowed)}")
+            errors.add(f"unknown key(s) {brief(bad)} in [{section}] (allowed: {', '.join(sorted(allowed))})")
         hints = typing.get_type_hints(cls)
         kwargs = {}
         for key, value in values.items():
-            if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
-                value = hints[key].from_table(value, source=source)
-            kwargs[key] = value
+            if key not in allowed:
+                continue
+            with errors.collect():
+                if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
+                    value = hints[key].from_table(value, source=source)
+                else:
+                    value = check_setting(cls, key, value, label=f"{section}.{key}" if section else None)
+                kwargs[key] = value
+        errors.raise_any()
         try:
             return cls(**kwargs)
         except ConfigError as exc:
@@ -217,6 +261,45 @@ class _Checked:
 
 
 # --- offline: the index build --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorpusConfig(_Checked):
+    """Which files of a corpus folder are read (:mod:`spectrag.index.files`); the others are
+    counted by reason in the build's summary and the manifest's ``source.skipped``.
+
+    include: glob patterns (``.gitignore`` semantics, on paths relative to the corpus folder);
+        when given, only the files one of them matches are read (default: none, every file).
+    exclude: glob patterns of files and folders never read (default: none).
+    skip_hidden: leave out files and folders whose name starts with ``.`` (default: True).
+    skip_vendor: leave out vendor / build folders (``node_modules``, ``_build``, ``build``,
+        ``dist``, ``__pycache__``, ``site-packages``, ...; ``spectrag.index.files.VENDOR_FOLDERS``)
+        (default: True).
+    max_file_mb: leave out files larger than this many megabytes (default: 256).
+    """
+
+    SECTION = "corpus"
+    include: tuple = ()
+    exclude: tuple = ()
+    skip_hidden: bool = True
+    skip_vendor: bool = True
+    max_file_mb: float = opt(256.0, lo=0, lo_open=True, hi=1e6)
+
+    def check(self) -> None:
+        for name in ("include", "exclude"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not isinstance(value, (list, tuple)):
+                raise ConfigError(f"corpus.{name} must be a list of glob strings, got {brief(value)}")
+            for pattern in value:
+                if not isinstance(pattern, str) or not pattern.strip():
+                    raise ConfigError(f"corpus.{name} must hold non-empty glob strings, got {brief(pattern)}")
+                import pathspec  # only where there are patterns to check
+
+                try:
+                    pathspec.GitIgnoreSpec.from_lines([pattern])
+                except Exception as exc:  # pathspec's GitWildMatchPatternError and kin
+                    raise ConfigError(f"corpus.{name}: invalid glob {brief(pattern)}: {exc}") from None
+            object.__setattr__(self, name, tuple(value))  # frozen and hashable, whatever was given
 
 
 @dataclass(frozen=True)
@@ -451,7 +534,7 @@ class KGConfig(_Checked):
             raise ConfigError("kg.source is 'openie' but kg.openie_file is empty")
 
 
-INDEX_TABLES = {"chunk": ChunkConfig, "embed": EmbedConfig, "bm25": BM25Config, "graph": GraphConfig, "kg": KGConfig}
+INDEX_TABLES = {"corpus": CorpusConfig, "chunk": ChunkConfig, "embed": EmbedConfig, "bm25": BM25Config, "graph": GraphConfig, "kg": KGConfig}
 
 
 @dataclass(frozen=True)
@@ -459,6 +542,7 @@ class IndexConfig:
     """Everything the offline build needs; stored verbatim in the index manifest."""
 
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
     bm25: BM25Config = field(default_factory=BM25Config)
     graph: GraphConfig = field(default_factory=GraphConfig)
@@ -472,9 +556,15 @@ class IndexConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: the index configuration must be a table, got {type(data).__name__}")
         unknown = set(data) - set(INDEX_TABLES)
+        errors = Problems(source)
         if unknown:
-            raise ConfigError(f"{source}: unknown section(s) {brief(sorted(unknown))}; allowed: {sorted(INDEX_TABLES)}")
-        return cls(**{name: kind.from_table(data.get(name, {}), source=source) for name, kind in INDEX_TABLES.items()})
+            errors.add(f"unknown section(s) {brief(sorted(unknown))}; allowed: {sorted(INDEX_TABLES)}")
+        tables = {}
+        for name, kind in INDEX_TABLES.items():
+            with errors.collect():
+                tables[name] = kind.from_table(data.get(name, {}), source=source)
+        errors.raise_any()
+        return cls(**tables)
 
 
 # --- online: retrieval ----------------------------------------------------------------------------
@@ -909,9 +999,12 @@ def load_config(path: str | Path | None = None, *, preset: str | None = None) ->
     if path is None:
         return IndexConfig.from_dict(base)
     data = read_toml(path)
-    retriever_config_from_dict(data, source=str(path))  # a bad online table is reported here too
+    errors = Problems(str(path))  # the file's problems together, offline and online tables alike
+    with errors.collect():
+        retriever_config_from_dict(data, source=str(path))  # a bad online table is reported here too
     if LLM_TABLE in data:
-        LLMConfig.from_table(data[LLM_TABLE], source=str(path))  # checked here too (load_llm_config reads it)
+        with errors.collect():
+            LLMConfig.from_table(data[LLM_TABLE], source=str(path))  # checked here too (load_llm_config reads it)
     for section, values in data.items():
         if section in ONLINE_TABLES or section == LLM_TABLE:
             continue
@@ -919,7 +1012,11 @@ def load_config(path: str | Path | None = None, *, preset: str | None = None) ->
             base[section] = {**base[section], **values}
         else:
             base[section] = values
-    return IndexConfig.from_dict(base, source=str(path))
+    config = None
+    with errors.collect():
+        config = IndexConfig.from_dict(base, source=str(path))
+    errors.raise_any()
+    return config
 
 
 def load_retriever_config(path: str | Path | None = None, **overrides: Any) -> RetrieverConfig:

@@ -11,15 +11,25 @@ asked              ``hits``                                       ``chunks`` (th
 ``k`` and budget   the top ``k`` of the ranking                   the budgeted selection
 neither            as ``budget`` with the default budget          the budgeted selection
 =================  =============================================  ===========================================
+
+**A budget smaller than the best chunk** never gives an empty or off-target context: when the
+best-ranked chunk has more tokens than the budget, the context is that chunk alone, cut to its
+first ``budget`` tokens (at a token boundary), with ``ContextChunk.truncated`` (and
+``Context.truncated``) true and ``used_tokens`` the cut's tokens; its hit (without ``k``) is that
+chunk, with its full text. The selection's own choice (smaller chunks of other pages that fit)
+is set aside, so ``budget=1`` gives one token of the best chunk, not "0 chunks". The command
+line, Python and HTTP apply the same rule (they all build contexts here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
+
+from spectrag.util.tokens import cut_to_tokens
 
 PHASES = {0: "core", 1: "tail", 2: "backfill"}
 RANKED = "ranked"  # the phase of a chunk in a top-k context (no budget: the ranking decides)
@@ -64,6 +74,7 @@ class ContextChunk:
     phase: str  # core | tail | backfill (a budgeted context) or ranked (a top-k context)
     scores: dict[str, float] = field(default_factory=dict)  # relevance, proximity, final
     metadata: dict[str, Any] = field(default_factory=dict)  # its document's
+    truncated: bool = False  # cut to the budget: the best chunk was longer than it (module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +94,11 @@ class Context:
     relations: list[dict[str, Any]] = field(default_factory=list)
     hits: list[Hit] = field(default_factory=list)
     ranking_scores: list[float] = field(default_factory=list)  # the final score of each ``ranking`` entry
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the context is the best chunk cut to a budget smaller than it (module docstring)."""
+        return any(c.truncated for c in self.chunks)
 
     def render(self) -> str:
         """The context grouped by source document (in order of first selection), for a prompt."""
@@ -125,6 +141,12 @@ def ranked_scores(result, k: int | None = None) -> tuple[torch.Tensor, torch.Ten
     ids = result.candidates.gather(1, order)
     scores = result.scores.gather(1, order).masked_fill(ids < 0, float("-inf"))
     return ids, scores
+
+
+def cut_to_budget(c: ContextChunk, budget: int) -> ContextChunk:
+    """``c`` with its text cut to its first ``budget`` tokens, marked ``truncated``."""
+    text, n = cut_to_tokens(c.text, budget)
+    return replace(c, text=text, n_tokens=n, truncated=True)
 
 
 def _per_query(value: Any, n: int, name: str) -> list[Any]:
@@ -176,6 +198,9 @@ def build_contexts(index, queries: list[str], result, k: int | None | Sequence[i
         if budgeted_[b]:
             chunks = [chunk(pos, PHASES.get(ph, "?")) for pos, ph in zip(order[b], phase[b]) if pos >= 0]
             ctx_budget, ctx_used = int(budget[b]), int(used[b])
+            if ranked and index.chunks[cand[b][ranked[0]]].n_tokens > ctx_budget:  # the best does not fit
+                chunks = [cut_to_budget(chunk(ranked[0], PHASES[0]), ctx_budget)]
+                ctx_used = chunks[0].n_tokens
         else:
             chunks = [chunk(pos, RANKED) for pos in ranked[: ks[b]]]
             ctx_budget, ctx_used = None, sum(c.n_tokens for c in chunks)

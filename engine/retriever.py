@@ -18,7 +18,7 @@ retrieval are in :mod:`spectrag.generate`.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import overload
 
@@ -55,18 +55,25 @@ def resolve_device(device: str) -> torch.device:
 
 
 def check_queries(queries: list[str]) -> list[str]:
-    """The queries as a list; :class:`SpectragError` for none, for an empty one or for one over
-    ``MAX_QUERY_CHARS`` characters (the server's limit too)."""
+    """The queries as a list; :class:`SpectragError` for none, for one that is not a string, is
+    empty or is over ``MAX_QUERY_CHARS`` characters (the server's limit too); numbered from 1,
+    as the command line's ids ``q1``, ``q2``, ... are."""
+    if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
+        raise SpectragError(f"queries must be a string or a list of strings, got {type(queries).__name__} "
+                            f"{brief(queries)}")
     queries = list(queries)
     if not queries:
         raise SpectragError("no queries given")
-    for i, q in enumerate(queries):
-        if not isinstance(q, str) or not q.strip():
-            raise SpectragError(f"query {i} is empty; every query needs some text")
+    for i, q in enumerate(queries, start=1):
+        name = f"query {i}" + (f" of {len(queries)}" if len(queries) > 1 else "")
+        if not isinstance(q, str):
+            raise SpectragError(f"{name} is not a string (got {type(q).__name__} {brief(q)})")
+        if not q.strip():
+            raise SpectragError(f"{name} is empty; every query needs some text")
         if len(q) > MAX_QUERY_CHARS:
-            raise SpectragError(f"query {i} has {len(q):,} characters; at most {MAX_QUERY_CHARS:,} (a query, not a "
+            raise SpectragError(f"{name} has {len(q):,} characters; at most {MAX_QUERY_CHARS:,} (a query, not a "
                                 "document: the embedder reads about the first 1,000)")
-        check_unicode(q, f"query {i}")
+        check_unicode(q, name)
     return queries
 
 
@@ -148,7 +155,7 @@ class Retriever:
         chunk it leaves out, and ``k`` is filled from the chunks it allows.
         """
         single = isinstance(queries, str)
-        texts = [queries] if single else list(queries)
+        texts = [queries] if single else check_queries(queries)  # None, 123, bytes: a clear error
         out = [ctx for part in self.batches(texts, k, budget=budget, mode=mode, batch_size=batch_size, where=where)
                for ctx in part]
         return out[0] if single else out

@@ -38,7 +38,7 @@ import uuid
 import warnings
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -219,10 +219,14 @@ def clean_stale(out_dir: str | Path) -> list[Path]:
 def index_lock(out_dir: str | Path, *, what: str = "changed") -> Iterator[None]:
     """Hold the lock of the index at ``out_dir`` (``.<name>.lock`` beside it, by ``filelock``:
     an OS file lock, released when the process ends however it ends): builds and adds of one
-    index run one at a time; a second one waits for the first."""
+    index run one at a time; a second one waits for the first. The file is removed when the
+    holder is done, whether the command succeeded or failed (filelock >= 4.3 makes this safe: a
+    waiter that locks a file removed meanwhile sees it unlinked and locks the path anew); only a
+    killed process leaves it behind, harmlessly."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(out_dir.parent / f".{out_dir.name}.lock")
+    path = out_dir.parent / f".{out_dir.name}.lock"
+    lock = FileLock(path)
     try:
         lock.acquire()
     except OSError as exc:
@@ -230,7 +234,11 @@ def index_lock(out_dir: str | Path, *, what: str = "changed") -> Iterator[None]:
     try:
         yield
     finally:
-        lock.release()
+        try:
+            with suppress(OSError):  # removed while held: no other holder can be using it
+                path.unlink()
+        finally:
+            lock.release()
 
 
 @contextmanager

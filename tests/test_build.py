@@ -38,8 +38,8 @@ def test_failure_mid_build_leaves_nothing(tmp_path, index_config, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         build_index(FIXTURES / "formats" / "folder", out, index_config)
     assert not out.exists()
-    # no temporary folder left behind either; only the index's lock file (kept: see spectrag.store.index_lock)
-    assert [p.name for p in tmp_path.iterdir()] == [".idx.lock"]
+    # no temporary folder left behind either, nor the index's lock file (its holder removes it)
+    assert [p.name for p in tmp_path.iterdir()] == []
 
 
 def test_failure_during_overwrite_keeps_the_old_index(index_copy, index_config, monkeypatch):

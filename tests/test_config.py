@@ -207,7 +207,7 @@ def _load_setting(path, cls, name):
 
     if cls.SECTION == "llm":
         return getattr(load_llm_config(path), name)
-    if cls.SECTION in ("chunk", "embed", "bm25", "graph", "kg"):
+    if cls.SECTION in ("corpus", "chunk", "embed", "bm25", "graph", "kg"):
         return getattr(getattr(load_config(path), cls.SECTION), name)
     config = load_retriever_config(path)
     return config.get(name if cls.SECTION == "retriever" else f"{cls.SECTION}.{name}")
@@ -273,3 +273,22 @@ def test_long_values_are_echoed_briefly(tmp_path):
     path.write_text("[embed]\ndevice = '" + "x" * 100_000 + "'\n")
     with pytest.raises(ConfigError, match=re.escape("... (100,000 characters)")):
         load_config(path)
+
+
+def test_all_errors_of_a_config_file_come_together(tmp_path):
+    from spectrag.config import load_config
+
+    path = tmp_path / "c.toml"
+    path.write_text('[chunk]\nchunk_size = -5\noverlap = "x"\nbogus = 1\n[retriever]\nbudget = 0\n'
+                    '[expand]\nmax_candidates = "many"\n[corpus]\nexclude = "drafts/"\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: 6 problems: (1) ")
+    for part in ("retriever.budget must be", "expand.max_candidates must be", "unknown key(s) ['bogus'] in [chunk]",
+                 "chunk.chunk_size must be", "chunk.overlap must be", "corpus.exclude must be a list"):
+        assert message.count(part) == 1, part
+    assert message.count(str(path)) == 1  # the file named once
+    path.write_text("[chunk]\nchunk_size = -5\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r": chunk.chunk_size must be an integer in \[8, 65,536\], got -5$"):
+        load_config(path)  # one problem: no count

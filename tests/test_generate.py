@@ -70,5 +70,5 @@ def test_errors(llm_index, llm_config):
     retriever = Retriever(llm_index[1], llm=llm_config)
     with pytest.raises(SpectragError, match="rounds must be >= 1"):
         answer(retriever, QUESTIONS, rounds=0)
-    with pytest.raises(SpectragError, match="query 1 is empty"):
+    with pytest.raises(SpectragError, match="query 2 of 2 is empty"):
         answer(retriever, ["ok?", " "])

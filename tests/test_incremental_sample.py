@@ -191,7 +191,7 @@ def test_cli_delete_update_compact_info(sample_edits, tmp_path):
     assert bad.exit_code == 2 and "error:" in bad.output and "'no_such_doc.md'" in bad.output
     done = runner.invoke(main, ["update", str(idx), str(root / "update"), *never])
     assert done.exit_code == 0, done.output
-    assert "update: replaced 1 documents" in done.output and "1 documents unchanged" in done.output
+    assert "update: updated 1 document (" in done.output and "1 document unchanged" in done.output
     info = runner.invoke(main, ["info", str(idx)])
     assert info.exit_code == 0, info.output
     for word in ("build", "add", "delete", "update", "since full build", "3 edit(s)"):

@@ -77,8 +77,9 @@ def test_budget_is_never_exceeded(retriever, qvecs, mode, budget):
     for ctx in contexts:
         assert ctx.used_tokens == sum(c.n_tokens for c in ctx.chunks) <= budget
         assert len({c.chunk_id for c in ctx.chunks}) == len(ctx.chunks)
-    if budget == 1:  # smaller than every chunk: a clear, empty result
-        assert all(ctx.chunks == [] and ctx.used_tokens == 0 for ctx in contexts)
+    if budget == 1:  # smaller than every chunk: the best chunk cut to one token, flagged (spectrag.contexts)
+        assert all(ctx.truncated and len(ctx.chunks) == 1 and ctx.used_tokens == 1 for ctx in contexts)
+        assert all(ctx.chunks[0].chunk_id == ctx.ranking[0] for ctx in contexts)
 
 
 def test_spectral_context_has_provenance_and_renders(retriever):
@@ -103,8 +104,14 @@ def test_large_batch_and_deep_seeding(retriever):
 
 
 def test_bad_queries_and_settings(retriever):
-    with pytest.raises(SpectragError, match="query 1 is empty"):
+    with pytest.raises(SpectragError, match="query 2 of 2 is empty"):
         retriever.retrieve(["fine", "  "])
+    with pytest.raises(SpectragError, match="queries must be a string or a list of strings, got NoneType"):
+        retriever.retrieve(None)
+    with pytest.raises(SpectragError, match="queries must be a string or a list of strings, got int 123"):
+        retriever.retrieve(123)
+    with pytest.raises(SpectragError, match=r"query 2 of 2 is not a string \(got int 5\)"):
+        retriever.retrieve(["fine", 5])
     with pytest.raises(SpectragError, match="no queries"):
         retriever.retrieve([])
     with pytest.raises(SpectragError, match=re.escape("budget must be an integer in [1, 10,000,000], got 0")):
@@ -199,7 +206,7 @@ def test_bad_k_batch_size_and_device(sample_index, retriever, monkeypatch):
         retriever.retrieve(QUESTIONS, k=0)
     with pytest.raises(SpectragError, match="batch_size must be an integer >= 1, got -1"):
         retriever.retrieve(QUESTIONS, batch_size=-1)
-    with pytest.raises(SpectragError, match="query 24 is empty"):  # checked before any batch runs
+    with pytest.raises(SpectragError, match="query 25 of 25 is empty"):  # checked before any batch runs; numbered from 1
         retriever.retrieve(QUESTIONS * 2 + [""], batch_size=4)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SpectragError, match="CUDA is not available"):

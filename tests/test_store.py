@@ -538,3 +538,38 @@ def test_stale_siblings_are_cleaned_only_when_ours_and_stale(tmp_path):
     removed = sorted(p.name for p in clean_stale(target))
     assert removed == [f".idx.old-{pid}-89abcdef", f".idx.tmp-{pid}-0123abcd"]  # not ours, alive, or legacy and recent: kept
     assert (tmp_path / ".idx.tmp-deadbeef").exists() and (tmp_path / ".idx.backup").exists()
+
+
+def test_the_lock_file_is_removed_after_success_and_failure(tmp_path):
+    import threading
+
+    from spectrag.build import build_index
+    from spectrag.errors import CorpusError
+    from spectrag.store import index_lock
+
+    lock = tmp_path / ".idx.lock"
+    with index_lock(tmp_path / "idx"):
+        assert lock.exists()
+    assert not lock.exists()
+    with pytest.raises(RuntimeError), index_lock(tmp_path / "idx"):
+        raise RuntimeError("a failed command")
+    assert not lock.exists()
+    with pytest.raises(CorpusError):
+        build_index(tmp_path / "missing", tmp_path / "idx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    # holders that wait for each other still exclude each other with the file removed between them
+    inside, overlaps = [0], []
+
+    def hold():
+        for _ in range(20):
+            with index_lock(tmp_path / "idx"):
+                inside[0] += 1
+                overlaps.append(inside[0])
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=hold) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(overlaps) == 80 and max(overlaps) == 1 and not lock.exists()

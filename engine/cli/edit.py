@@ -53,21 +53,28 @@ def edit_summary(index) -> dict[str, Any]:
             "spectrum": r.spectrum, "compacted": r.compacted, "seconds": r.seconds}
 
 
+def count(n: int, word: str) -> str:
+    """``1 document``, ``2 documents``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def edit_line(index) -> str:
-    """One line saying what the operation did."""
+    """One line saying what the operation did: ``update: updated 1 document, added 2 documents
+    (5 chunks added, 1 removed), ...``; a replaced document is an update, not an add and a delete."""
     r = index.report
     parts = []
     if r.documents_replaced:
-        parts.append(f"replaced {r.documents_replaced:,} documents")
+        parts.append(f"updated {count(r.documents_replaced, 'document')}")
     added = r.documents - r.documents_replaced
     if added:
-        parts.append(f"added {added:,} documents")
+        parts.append(f"added {count(added, 'document')}")
     if r.documents_removed - r.documents_replaced:
-        parts.append(f"deleted {r.documents_removed - r.documents_replaced:,} documents")
+        parts.append(f"deleted {count(r.documents_removed - r.documents_replaced, 'document')}")
     if r.chunks or r.chunks_removed:
-        parts.append(f"({r.chunks:,} chunks in, {r.chunks_removed:,} out)")
+        parts[-1 if parts else 0:] = [(parts[-1] + " " if parts else "") +
+                                      f"({count(r.chunks, 'chunk')} added, {r.chunks_removed:,} removed)"]
     if r.documents_unchanged:
-        parts.append(f"{r.documents_unchanged:,} documents unchanged")
+        parts.append(f"{count(r.documents_unchanged, 'document')} unchanged")
     if r.operation == "compact" or r.compacted:
         parts.append("graph recomputed from scratch (compacted)")
     elif r.spectrum:

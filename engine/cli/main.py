@@ -58,7 +58,9 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _console(fn: Callable[..., Any] | None = None, *, level: str = "info") -> Any:
     """``--quiet`` and ``--log-level``: on a terminal, progress bars and stage lines (``level``,
     default info) on stderr; elsewhere (a pipe, a file, CI) only warnings and errors unless
-    ``--log-level`` says otherwise. The results on stdout are the same either way."""
+    ``--log-level`` says otherwise (``info``: the stage lines, and a progress line every few
+    seconds with counts, rate and time left in place of each bar). The results on stdout are the
+    same either way."""
     if fn is None:
         return functools.partial(_console, level=level)
 
@@ -70,7 +72,7 @@ def _console(fn: Callable[..., Any] | None = None, *, level: str = "info") -> An
     def wrapper(*args: Any, quiet: bool, log_level: str | None, **kwargs: Any) -> Any:
         terminal = sys.stderr.isatty()
         configure_logging(log_level or (level if terminal else "warning"), quiet=quiet)
-        with showing(terminal and not quiet):
+        with showing(not quiet):  # bars on a terminal, else log lines (spectrag.util.console.LogBar)
             return fn(*args, **kwargs)
 
     return wrapper
@@ -94,6 +96,18 @@ def _report_notes(notes: list[str], shown: int = 10) -> None:
         click.echo(f"note: {one_line(note)}", err=True)
     if len(notes) > shown:
         click.echo(f"note: ... and {len(notes) - shown:,} more (listed in the manifest's source.notes)", err=True)
+
+
+def _report_file_skips(skipped: dict[str, dict]) -> None:
+    """What a corpus folder held that was not read, one line per reason (the manifest's
+    source.skipped and the --json summary's source have the same)."""
+    from spectrag.index.files import describe
+
+    if skipped:  # info, as the stage lines: on a terminal by default, in a log with --log-level info, not --quiet
+        total = sum(e["count"] for e in skipped.values())
+        LOGGER.info(f"skipped {total:,} file(s) and folder(s) of the corpus (the manifest's source.skipped):")
+        for line in describe(skipped):
+            LOGGER.info(f"  {line}")
 
 
 def _table(rows: list[tuple[str, str]]) -> str:
@@ -139,7 +153,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
         ("chunks", f"{c['chunks']:,}"),
         ("tokens", f"{c['tokens']:,} ({summary['tokenizer']})"),
         ("chunking", f"{ch['chunk_size']} tokens, {ch['overlap']} overlap, min {ch['min_tokens']}"),
-        ("embedding", f"{e['model']} ({e['dim']}-d {e['dtype']})"),
+        ("embedding", f"{e['model']} ({e['dim']}-d {e['dtype']})" + (f"; {e['languages']}" if e.get("languages") else "")),
         ("size", f"{summary['bytes'] / 1e6:.1f} MB"),
     ]
     g = summary.get("graph")
@@ -208,6 +222,14 @@ def _ray_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--follow-symlinks", is_flag=True, help="Read symbolic links that lead out of a corpus folder (refused by default).")
 @click.option("--device", help="auto, cpu or cuda[:i]: where the embedder, the kNN search and the spectrum run "
                                "(embed.device and graph.device; default: the config's, auto: CUDA when present).")
+@click.option("--include", "include", multiple=True, metavar="GLOB",
+              help="Read only the files of a corpus folder this glob matches (.gitignore semantics, relative to the "
+                   "folder; repeatable; replaces the config's corpus.include).")
+@click.option("--exclude", "exclude", multiple=True, metavar="GLOB",
+              help="Never read the files or folders this glob matches (repeatable; replaces corpus.exclude).")
+@click.option("--hidden", is_flag=True, help="Also read hidden files and folders (names starting with '.'; skipped by default).")
+@click.option("--vendor", is_flag=True, help="Also read vendor / build folders (node_modules, _build, build, dist, "
+              "__pycache__, site-packages, ...; skipped by default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @llm_options
 @_ray_options
@@ -215,15 +237,28 @@ def _ray_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_friendly
 def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_file: Path | None,
               openie_file: Path | None, utility_questions: bool, kg_source: str | None, overwrite: bool,
-              skip_empty: bool, skip_invalid: bool, follow_symlinks: bool, device: str | None, as_json: bool,
+              skip_empty: bool, skip_invalid: bool, follow_symlinks: bool, device: str | None,
+              include: tuple[str, ...], exclude: tuple[str, ...], hidden: bool, vendor: bool, as_json: bool,
               llm_flags: dict, ray_address: str | None, workers: int) -> None:
-    """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS."""
-    from spectrag.build import build_index
+    """Build an index (chunks, embeddings, dense and BM25 indexes) of CORPUS.
+
+    In a folder, hidden files and folders, vendor / build folders and files other than .md,
+    .markdown, .rst and .txt are skipped, and counted by reason on stderr and in the manifest.
+    The default embedding model, all-MiniLM-L6-v2, is English-only: set embed.model to a
+    multilingual one for other languages."""
+    import dataclasses
+
+    from spectrag.build import build_index, with_file_patterns
     from spectrag.config import load_config, with_device
 
     config = load_config(config_file, preset=preset)
     if device is not None:
         config = with_device(config, device)
+    config = with_file_patterns(config, include=include or None, exclude=exclude or None)
+    if hidden or vendor:
+        config = dataclasses.replace(config, corpus=dataclasses.replace(
+            config.corpus, skip_hidden=config.corpus.skip_hidden and not hidden,
+            skip_vendor=config.corpus.skip_vendor and not vendor))
     if openie_file is not None:
         config = with_openie(config, openie_file)
     config = with_llm_stages(config, utility_questions=utility_questions, kg_source=kg_source)
@@ -237,6 +272,7 @@ def index_cmd(corpus: Path, out_dir: Path, fmt: str, preset: str | None, config_
                   progress=not as_json and progress_on(), llm=llm_config(config_file, llm_flags))
     _report_skipped(index.report.skipped_invalid)
     _report_notes(index.report.notes)
+    _report_file_skips(index.report.skipped)
     summary = _summary(index.manifest, out_dir)
     summary["seconds"] = index.report.seconds
     if as_json:

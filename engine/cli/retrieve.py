@@ -18,6 +18,7 @@ from spectrag.errors import SpectragError, brief
 from spectrag.retriever import Retriever, check_k
 from spectrag.store import load_index
 from spectrag.types import Chunk
+from spectrag.util.console import bar as console_bar
 from spectrag.util.console import progress_on
 from spectrag.util.io import check_unicode
 from spectrag.util.where import check_where
@@ -70,10 +71,12 @@ def _text_block(qid: str, ctx: Context, k: int) -> str:
     """A query's hits for reading: rank, score, ids, title > section, the text's start."""
     used = f"{ctx.used_tokens:,} tokens (top {len(ctx.chunks)})" if ctx.budget is None else \
         f"{ctx.used_tokens:,} of {ctx.budget:,} tokens"
-    lines = [f"[{qid}] {ctx.query}\n    {ctx.mode}: {len(ctx.chunks)} chunks, {used}, {len(ctx.ranking)} ranked"]
+    cut = ", the best chunk cut to the budget" if ctx.truncated else ""
+    lines = [f"[{qid}] {ctx.query}\n    {ctx.mode}: {len(ctx.chunks)} chunks, {used}{cut}, {len(ctx.ranking)} ranked"]
     chosen = {c.chunk_id for c in ctx.chunks}
     for rank, h in enumerate(ctx.hits[:k], start=1):
-        where = " > ".join([h.title, *h.section]) if h.title else " > ".join(h.section)
+        section = h.section[1:] if h.section and h.section[0] == h.title else h.section  # the title once
+        where = " > ".join([h.title, *section]) if h.title else " > ".join(section)
         mark = "" if h.chunk_id in chosen else "  (ranked, not in the context)"
         lines.append(f"  {rank:>3}  {h.score:8.4f}  doc {h.doc_id}  chunk {h.chunk_id}  {where}{mark}\n"
                      f"         {' '.join(h.text.split())[:100]}")
@@ -118,8 +121,6 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     batch is written. ``ray``: score on a Ray cluster at that address (``local``, ``auto``,
     ``ray://host:port``) with ``workers`` actors (:mod:`spectrag.distributed`); the output is the
     same. ``where``: a metadata filter for every query (JSON text, ``--where``)."""
-    from tqdm import tqdm  # a dependency; imported here with the rest of the command
-
     if not texts and query_file is None:
         raise SpectragError("no queries: pass --queries FILE or -q TEXT")
     for name, value in (("--batch-size", batch_size), ("-k", k), ("--depth", depth)):
@@ -155,8 +156,8 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     tag = f"spectrag-{config.mode}"
     done = 0
     try:
-        with tqdm(total=len(queries), unit="q", desc="queries", file=sys.stderr,
-                  disable=not (progress_on() if progress is None else progress)) as bar:
+        with console_bar(total=len(queries), unit=" queries", desc="queries", leave=True,
+                         show=progress_on() if progress is None else progress) as bar:
             for contexts in batches:
                 for (qid, _), ctx in zip(queries[done : done + len(contexts)], contexts):
                     out.write(_text_block(qid, ctx, k or TEXT_HITS) if fmt == "text" else _json_row(qid, ctx, with_text))

@@ -5,7 +5,6 @@ shared query vectors."""
 from __future__ import annotations
 
 import copy
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,9 +12,9 @@ from contextvars import ContextVar
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from spectrag.eval.score import Run
+from spectrag.util.console import bar as console_bar
 
 _PROGRESS: ContextVar[bool] = ContextVar("spectrag_eval_progress", default=False)
 
@@ -35,17 +34,25 @@ def _pad_cat(parts: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]), value=-1) for p in parts])
 
 
+_clock = time.perf_counter  # the timer of Run.seconds (a test gives a fake one)
+
+
 def run_method(retriever, texts: list[str], qvecs: torch.Tensor, mode: str, budget: int | None,
                batch_size: int) -> Run:
-    """``retriever.score_batch`` over the questions in batches of ``batch_size``."""
+    """``retriever.score_batch`` over the questions in batches of ``batch_size``. ``Run.seconds``
+    (the q/s column) is timed after an untimed warm-up batch of this method (the first batch's
+    questions, its result discarded): a first call pays for compiling and loading, and without
+    its own warm-up the method run first paid for the others (the figures hung on --methods' order)."""
     ranks, sels, used = [], [], []
     seconds = 0.0
-    with tqdm(total=len(texts), desc=mode, unit="q", leave=False, file=sys.stderr, disable=not _PROGRESS.get()) as bar:
+    if texts:
+        retriever.score_batch(texts[:batch_size], budget=budget, mode=mode, qvecs=qvecs[:batch_size])  # warm-up
+    with console_bar(total=len(texts), desc=mode, unit=" questions", show=_PROGRESS.get()) as bar:
         for lo in range(0, len(texts), batch_size):
-            start = time.perf_counter()
+            start = _clock()
             res = retriever.score_batch(texts[lo : lo + batch_size], budget=budget, mode=mode,
                                         qvecs=qvecs[lo : lo + batch_size])
-            seconds += time.perf_counter() - start
+            seconds += _clock() - start
             ranks.append(res.ranking().cpu())
             sels.append(res.selected_ids().cpu())
             used.append(res.used_tokens.cpu())

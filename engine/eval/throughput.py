@@ -5,6 +5,11 @@ query vectors given (BM25 tokenization, title matching, every pipeline stage; th
 ``repeats`` timed batches after a warm-up), the median ms of each stage, and the latency of
 one query at a time (p50 / p99); the embedder's queries/s beside; the machine, threads, load
 average and versions. Wall-clock time: what a user's job waits for.
+
+Every figure is measured after a warm-up of its own configuration (:func:`measure`): the query
+embedding at each thread count, each (mode, threads, batch size) row, each latency series. A
+first call pays for loading, compiling and thread-pool start-up, so without its own warm-up a
+figure depended on the order of ``--threads`` or ``--modes`` (the first one measured paid).
 """
 
 from __future__ import annotations
@@ -80,6 +85,22 @@ def machine() -> dict:
             "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else [], "versions": versions}
 
 
+_clock = time.perf_counter  # the timer of every figure (a test gives a fake one)
+
+
+def measure(fn: Callable[[int], object], repeats: int, warmups: int = 1) -> list[float]:
+    """Seconds of ``fn(i)`` for ``i`` in ``range(warmups, warmups + repeats)``, after ``warmups``
+    untimed calls ``fn(0) ...`` of the same configuration (load, compile, caches, threads)."""
+    for i in range(warmups):
+        fn(i)
+    seconds = []
+    for i in range(warmups, warmups + repeats):
+        t = _clock()
+        fn(i)
+        seconds.append(_clock() - t)
+    return seconds
+
+
 def _cycle(texts: Sequence[str], start: int, size: int) -> list[int]:
     return [(start + i) % len(texts) for i in range(size)]
 
@@ -95,13 +116,14 @@ def run_bench(index: Index, queries: Sequence[str], settings: BenchSettings, con
     record = {"index": str(index.path), "chunks": len(index.chunks), "queries": len(queries),
               "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.__dict__.items()},
               "machine": machine(), "rows": [], "latency": [], "embed": []}
-    start = time.perf_counter()
+    start = _clock()
     retriever = Retriever(index, base.replace(threads=max(settings.threads)))
     for threads in settings.threads:
         with intra_op_threads(threads):
-            t = time.perf_counter()
-            vectors = retriever.embed(queries)
-            record["embed"].append({"threads": threads, "queries_per_s": len(queries) / (time.perf_counter() - t)})
+            out: dict[str, torch.Tensor] = {}
+            seconds = measure(lambda i: out.__setitem__("vectors", retriever.embed(queries)), min(settings.repeats, 3))
+            vectors = out["vectors"]
+            record["embed"].append({"threads": threads, "queries_per_s": len(queries) / statistics.median(seconds)})
             for mode in settings.modes:
                 r = Retriever(index, base.replace(mode=mode, threads=threads))
                 for batch in settings.batch_sizes:
@@ -111,33 +133,28 @@ def run_bench(index: Index, queries: Sequence[str], settings: BenchSettings, con
                 record["latency"].append({"mode": mode, "threads": threads,
                                           **_latency(r, queries, vectors, settings.latency_queries)})
     record["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
-    record["wall_seconds"] = time.perf_counter() - start
+    record["wall_seconds"] = _clock() - start
     return record
 
 
 def _time_batches(r: Retriever, queries: list[str], vectors: torch.Tensor, batch: int, repeats: int) -> dict:
-    seconds, stages = [], []
-    for rep in range(repeats + 1):  # the first: warm-up (compiled kernels load, caches fill)
+    stages: list[dict] = []
+
+    def one(rep: int) -> None:
         rows = _cycle(queries, rep * batch, batch)
-        texts = [queries[i] for i in rows]
-        t = time.perf_counter()
-        result = r.score_batch(texts, qvecs=vectors[rows])
-        if rep:
-            seconds.append(time.perf_counter() - t)
+        result = r.score_batch([queries[i] for i in rows], qvecs=vectors[rows])
+        if rep:  # rep 0: the warm-up (compiled kernels load, caches fill)
             stages.append(result.seconds)
-    median = statistics.median(seconds)
+
+    median = statistics.median(measure(one, repeats))
     names = [k for k in stages[0] if k != "embed"]
     return {"queries_per_s": batch / median, "ms_per_batch": 1000 * median,
             "stage_ms": {k: 1000 * statistics.median(s.get(k, 0.0) for s in stages) for k in names}}
 
 
 def _latency(r: Retriever, queries: list[str], vectors: torch.Tensor, n: int) -> dict:
-    times = []
-    for i in _cycle(queries, 0, n + 1):
-        t = time.perf_counter()
-        r.score_batch([queries[i]], qvecs=vectors[i : i + 1])
-        times.append(time.perf_counter() - t)
-    times = np.array(times[1:]) * 1000  # the first: warm-up
+    order = _cycle(queries, 0, n + 1)  # order[0]: the warm-up
+    times = np.array(measure(lambda j: r.score_batch([queries[order[j]]], qvecs=vectors[order[j] : order[j] + 1]), n)) * 1000
     return {"p50_ms": float(np.percentile(times, 50)), "p99_ms": float(np.percentile(times, 99)), "queries": n}
 
 

@@ -237,13 +237,19 @@ def section_edges(doc_ids: Sequence[str], sections: Sequence[tuple[str, ...]], *
     return result.tocsr()
 
 
+# Scalar products per tile of the entity signal: a tile's product, its coordinates and its pruned
+# copy take about 50 bytes per product at once, so 4 million keep a tile near 200 MB (20 million
+# took a gigabyte, the peak of a 20 MB single-file build). Tiles change the time, not the edges.
+ENTITY_TILE_PRODUCTS = 4_000_000
+
+
 def entity_edges(
     incidence: sp.csr_matrix,
     idf: np.ndarray,
     *,
     top_k: int = 10,
     row_tile: int = 50_000,
-    max_products: int = 20_000_000,
+    max_products: int = ENTITY_TILE_PRODUCTS,
 ) -> sp.csr_matrix:
     """Cosine of IDF-weighted entity indicator rows: ``X X^T`` with ``X = normalize(C diag(idf))``,
     the ``top_k`` strongest per row.
@@ -259,7 +265,7 @@ def entity_edges(
 
 
 def entity_tiles(
-    incidence: sp.csr_matrix, idf: np.ndarray, *, row_tile: int = 50_000, max_products: int = 20_000_000
+    incidence: sp.csr_matrix, idf: np.ndarray, *, row_tile: int = 50_000, max_products: int = ENTITY_TILE_PRODUCTS
 ) -> tuple[sp.csr_matrix, sp.csr_matrix, list[tuple[int, int]]]:
     """The operands of :func:`entity_edges` and its row tiles: ``X [n, V]``, ``X^T`` (CSR) and
     the ``[lo, hi)`` bounds, each tile independent of the others (a distributed build runs them
@@ -285,7 +291,7 @@ def entity_work(x: sp.csr_matrix, xt: sp.csr_matrix) -> np.ndarray:
     return np.bincount(np.repeat(np.arange(n), np.diff(x.indptr)), weights=df[x.indices], minlength=n).astype(np.int64)
 
 
-def tile_bounds(row_work: np.ndarray, *, row_tile: int = 50_000, max_products: int = 20_000_000) -> list[tuple[int, int]]:
+def tile_bounds(row_work: np.ndarray, *, row_tile: int = 50_000, max_products: int = ENTITY_TILE_PRODUCTS) -> list[tuple[int, int]]:
     """``[lo, hi)`` tiles of consecutive rows holding at most ``row_tile`` rows and, when rows
     allow, at most ``max_products`` of ``row_work``."""
     n = len(row_work)

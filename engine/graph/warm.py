@@ -144,7 +144,7 @@ def warm_kmeans(coords: np.ndarray, previous_labels: np.ndarray, config: GraphCo
         extra = points[rng.choice(n, k - len(centroids), replace=False)]
         centroids = np.vstack([centroids, extra])
     km = load_faiss().Kmeans(points.shape[1], k, niter=KMEANS_ITER, seed=config.seed + 1,
-                             max_points_per_centroid=256, verbose=False)
+                             max_points_per_centroid=256, min_points_per_centroid=1, verbose=False)  # no "please provide at least" warning
     km.train(points, init_centroids=np.ascontiguousarray(centroids, dtype=np.float32))
     _, labels = km.index.search(points, 1)
     return labels.ravel().astype(np.int32), k

@@ -83,13 +83,18 @@ def history_lines(entries: list[dict[str, Any]], state: dict[str, Any] | None,
 
 
 def _change(e: dict[str, Any]) -> str:
+    """An edit in words; a replaced document is an update (not an add plus a remove)."""
     parts = []
-    if e.get("documents_added"):
-        parts.append(f"+{e['documents_added']:,} documents (+{e.get('chunks_added', 0):,} chunks)")
-    if e.get("documents_removed"):
-        parts.append(f"-{e['documents_removed']:,} documents (-{e.get('chunks_removed', 0):,} chunks)")
-    if e.get("documents_replaced"):
-        parts.append(f"{e['documents_replaced']:,} replaced")
+    replaced = e.get("documents_replaced", 0)
+    if replaced:
+        parts.append(f"{replaced:,} updated")
+    if e.get("documents_added", 0) - replaced:
+        parts.append(f"+{e['documents_added'] - replaced:,} documents")
+    if e.get("documents_removed", 0) - replaced:
+        parts.append(f"-{e['documents_removed'] - replaced:,} documents")
+    if e.get("chunks_added") or e.get("chunks_removed"):
+        chunks = f"(+{e.get('chunks_added', 0):,} / -{e.get('chunks_removed', 0):,} chunks)"
+        parts[-1 if parts else 0:] = [f"{parts[-1]} {chunks}" if parts else chunks]
     if e.get("documents_unchanged"):
         parts.append(f"{e['documents_unchanged']:,} unchanged")
     if e["op"] == "add" and "documents" in e and not parts:  # a reconstructed add

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from spectrag.config import DEFAULT_MODEL, EmbedConfig
 from spectrag.errors import ConfigError, brief
@@ -269,7 +268,11 @@ class Embedder:
     def encode(self, texts: Sequence[str], *, show_progress: bool = False) -> np.ndarray:
         """Embeddings of ``texts``; cached texts are looked up, the rest are embedded and stored."""
         out, todo, hashes = self.lookup(texts)
-        if todo:
+        if len(todo) == len(texts):  # nothing cached: embedded straight into the result, no second copy
+            self._encode_uncached(list(texts), show_progress, out=out)
+            if self.cache is not None:
+                self.cache.put(hashes, out)
+        elif todo:
             self.store(out, todo, hashes, self._encode_uncached([texts[i] for i in todo], show_progress))
         return out
 
@@ -280,7 +283,8 @@ class Embedder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         todo = list(range(len(texts)))
         hashes: list[bytes] = []
-        long = self.long_texts(texts)
+        # window by window: the wordpiece offsets of a whole corpus at once took gigabytes (a 50 MB file)
+        long = [lo + i for lo, hi in self.windows(len(texts)) for i in self.long_texts(texts[lo:hi])]
         self.last_long = len(long)
         if self.cache is not None:
             pooled = set(long) if self.config.long_texts == "pool" else set()
@@ -307,9 +311,13 @@ class Embedder:
         rounding), so a distributed build embeds exactly these windows to get the same vectors."""
         return [(lo, min(n, lo + cls._WINDOW)) for lo in range(0, n, cls._WINDOW)]
 
-    def _encode_uncached(self, texts: list[str], show_progress: bool) -> np.ndarray:
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        bar = tqdm(total=len(texts), desc="embed", unit="text", disable=not show_progress)
+    def _encode_uncached(self, texts: list[str], show_progress: bool, out: np.ndarray | None = None) -> np.ndarray:
+        """Vectors of ``texts`` window by window into ``out`` (float32 ``[len(texts), dim]``; made
+        here when None), so that memory beyond the result is one window's."""
+        from spectrag.util.console import bar as console_bar
+
+        out = np.empty((len(texts), self.dim), dtype=np.float32) if out is None else out
+        bar = console_bar(total=len(texts), desc="embed", unit=" chunks", show=show_progress)  # a log line when not a terminal
         try:
             for lo, hi in self.windows(len(texts)):
                 out[lo:hi] = self.encode_window(texts[lo:hi], bar=bar)

@@ -39,18 +39,20 @@ import math
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spectrag.config import CorpusConfig
 from spectrag.errors import CorpusError, brief
+from spectrag.index.files import (SPECIAL, TEXT_SUFFIXES, UNREADABLE, UNSUPPORTED, SkipTally, describe, file_kind,
+                                  file_reason, prune_folder, specs)
 from spectrag.types import Document
 from spectrag.util.io import check_unicode, iter_json_lines, printable_path, read_json, read_text, special_file
 from spectrag.util.markdown import comment_spans, plain_title, split_front_matter
 from spectrag.util.rst import looks_like_rst, rst_structure
 
 FORMATS = ("folder", "jsonl", "json", "musique", "2wiki", "hotpotqa", "multihop-rag", "beir")
-TEXT_SUFFIXES = (".md", ".markdown", ".txt", ".rst")
 
 
 class CorpusNote(UserWarning):
@@ -63,6 +65,8 @@ class _Options:
     skipped: list[tuple[str, str]] | None = None  # None: the first invalid file or record is an error
     follow_symlinks: bool = False
     notes: list[str] | None = None  # None: notes are CorpusNote warnings
+    rules: CorpusConfig = field(default_factory=CorpusConfig)  # which files of a folder are read
+    tally: SkipTally = field(default_factory=SkipTally)  # the others, by reason
 
     def skip(self, where: str, exc: CorpusError) -> None:
         if self.skipped is None:
@@ -137,12 +141,16 @@ def detect_format(path: str | Path) -> str:
 
 
 def iter_documents(path: str | Path, fmt: str = "auto", *, skipped: list[tuple[str, str]] | None = None,
-                   follow_symlinks: bool = False, notes: list[str] | None = None) -> Iterator[Document]:
+                   follow_symlinks: bool = False, notes: list[str] | None = None, rules: CorpusConfig | None = None,
+                   tally: SkipTally | None = None) -> Iterator[Document]:
     """Yield the documents of the corpus at ``path`` in a stable order. ``skipped``: a list
     that collects ``(where, why)`` of each file or record that cannot be read, instead of the
     first one raising :class:`CorpusError`. ``follow_symlinks``: read links that lead out of a
     corpus folder (refused by default). ``notes``: a list that collects the notes (special files
-    skipped, file names that are not UTF-8) instead of :class:`CorpusNote` warnings."""
+    skipped, file names that are not UTF-8) instead of :class:`CorpusNote` warnings. ``rules``:
+    which files of a folder are read (default: :class:`~spectrag.config.CorpusConfig`, hidden and
+    vendor folders skipped); ``tally``: a :class:`~spectrag.index.files.SkipTally` that counts the
+    files and folders left out, by reason."""
     path = Path(path)
     _refuse_special(path)
     if fmt == "auto":
@@ -152,7 +160,7 @@ def iter_documents(path: str | Path, fmt: str = "auto", *, skipped: list[tuple[s
     if not path.exists():
         raise CorpusError(f"{path}: no such file or folder")
     reader = _READERS[fmt]
-    yield from reader(path, _Options(skipped, follow_symlinks, notes))
+    yield from reader(path, _Options(skipped, follow_symlinks, notes, rules or CorpusConfig(), tally if tally is not None else SkipTally()))
 
 
 def load_documents(path: str | Path, fmt: str = "auto", **options: Any) -> list[Document]:
@@ -212,9 +220,13 @@ def _text_title(text: str) -> str | None:
 
 
 def _folder_files(path: Path, options: _Options) -> list[Path]:
-    """The text files under ``path``, sorted; a link out of the folder is refused (listed in
+    """The text files under ``path`` that ``options.rules`` select, sorted; the others are
+    tallied in ``options.tally`` by reason (:mod:`spectrag.index.files`). Hidden and vendor
+    folders are not walked at all. A link out of the folder is refused (listed in
     ``options.skipped`` when skipping) unless ``options.follow_symlinks``."""
     root = path.resolve()
+    rules, tally = options.rules, options.tally
+    include, exclude = specs(rules)
     files, seen = [], set()
     for folder, dirs, names in os.walk(path, followlinks=options.follow_symlinks):
         here = Path(folder)
@@ -223,7 +235,17 @@ def _folder_files(path: Path, options: _Options) -> list[Path]:
             dirs[:] = []
             continue
         seen.add(real)
-        for name in sorted(dirs) + sorted(names):
+        base = here.relative_to(path).as_posix()
+        rel_of = (lambda n: n) if base == "." else (lambda n: f"{base}/{n}")  # noqa: E731
+        kept = []
+        for d in sorted(dirs):
+            why = prune_folder(d, rel_of(d), rules, exclude)
+            if why is None:
+                kept.append(d)
+            else:
+                tally.add(why, printable_path(rel_of(d)) + "/")
+        dirs[:] = kept
+        for name in list(dirs) + sorted(names):
             entry = here / name
             if not entry.is_symlink() or options.follow_symlinks:
                 continue
@@ -232,14 +254,26 @@ def _folder_files(path: Path, options: _Options) -> list[Path]:
                 options.skip(entry.relative_to(path).as_posix(), CorpusError(
                     f"{entry} is a symbolic link to {target}, outside the corpus folder {path}; "
                     "pass --follow-symlinks (follow_symlinks=True) to read it"))
+                tally.add(UNREADABLE, printable_path(rel_of(name)))
                 if name in names:
                     names.remove(name)
+                else:
+                    dirs.remove(name)
         for n in sorted(names):
-            entry = here / n
+            entry, rel = here / n, rel_of(n)
             what = special_file(entry)
             if what is not None:
-                options.note(f"{printable_path(entry.relative_to(path).as_posix())} is {what}, not a regular file: skipped")
-            elif n.lower().endswith(TEXT_SUFFIXES) and entry.is_file():
+                options.note(f"{printable_path(rel)} is {what}, not a regular file: skipped")
+                tally.add(SPECIAL, printable_path(rel))
+                continue
+            try:
+                size = entry.stat().st_size
+            except OSError:  # vanished, or a broken link
+                size = 0
+            why = file_reason(n, rel, size, rules, include, exclude)
+            if why is not None:
+                tally.add(why, printable_path(rel), kind=file_kind(n) if why == UNSUPPORTED else None)
+            elif entry.is_file():
                 files.append(entry)
     return sorted(files)
 
@@ -289,13 +323,16 @@ def _read_folder(path: Path, options: _Options) -> Iterator[Document]:
     else:
         files, root = _folder_files(path, options), path
         if not files:
-            raise CorpusError(f"{path}: folder holds no .md, .markdown, .rst or .txt files")
+            skipped = describe(options.tally.to_dict())
+            raise CorpusError(f"{path}: folder holds no .md, .markdown, .rst or .txt files to read"
+                              + (f" (skipped: {'; '.join(skipped)})" if skipped else ""))
     for file in files:
         rel = file.relative_to(root).as_posix()
         try:
             doc = _read_file(file, root)
         except CorpusError as exc:
             options.skip(rel, exc)
+            options.tally.add(UNREADABLE, printable_path(rel))
             continue
         if doc.doc_id != rel:
             options.note(f"{doc.doc_id}: the file name is not UTF-8; its document id and title write each byte "

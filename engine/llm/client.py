@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tqdm import tqdm
+from spectrag.util.console import bar as console_bar
 
 from spectrag.config import LLMConfig
 from spectrag.errors import ConfigError, LLMError
@@ -145,7 +145,7 @@ class LLMClient:
         usage.cached += len(prompts) - sum(len(v) for v in todo.values())
         failures: list[str] = []
         if todo:
-            bar = tqdm(total=len(todo), desc=f"llm {stage}", unit="req", disable=not progress)
+            bar = console_bar(total=len(todo), desc=f"llm {stage}", unit=" requests", show=progress)
             workers = min(self.config.concurrency, len(todo))
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="spectrag-llm") as pool:
                 futures = {pool.submit(self._call, bodies[where[0]], usage): (key, where) for key, where in todo.items()}

@@ -65,7 +65,7 @@ def request_model(*, max_query_chars: int, max_batch: int, max_k: int,
     def _long_queries(self: RetrieveRequest) -> RetrieveRequest:
         long = [i for i, q in enumerate(self.queries or []) if len(q) > max_query_chars]
         if long:
-            raise ValueError(f"query {long[0]} has more than {max_query_chars} characters")
+            raise ValueError(f"query {long[0] + 1} of {len(self.queries or [])} has more than {max_query_chars} characters")
         return self
 
     return create_model(
@@ -109,6 +109,8 @@ class ContextChunk(BaseModel):
         description="core / tail / backfill: how the budgeted selection took it; ranked: a top-k context.")
     text: str | None = Field(None, description="Absent when the request set text to false.")
     scores: dict[str, float] | None = Field(None, description="relevance, proximity, final (with detail).")
+    truncated: bool = Field(False, description="The best chunk cut to the budget, which was smaller than it: the "
+                                               "context is then that chunk alone, its first `budget` tokens.")
 
 
 class Relation(BaseModel):
@@ -184,7 +186,7 @@ def result_of(ctx: Context, *, text: bool = True, detail: bool = False) -> Resul
     hits = [Hit(chunk_id=h.chunk_id, doc_id=h.doc_id, title=h.title, section=list(h.section), url=h.url, score=h.score,
                 metadata=h.metadata, **({"text": h.text} if text else {})) for h in ctx.hits]
     chunks = [ContextChunk(chunk_id=c.chunk_id, doc_id=c.doc_id, title=c.title, section=list(c.section), url=c.url,
-                           n_tokens=c.n_tokens, phase=c.phase, **({"text": c.text} if text else {}),
+                           n_tokens=c.n_tokens, phase=c.phase, truncated=c.truncated, **({"text": c.text} if text else {}),
                            **({"scores": c.scores} if detail else {})) for c in ctx.chunks]
     extra: dict[str, Any] = {"ranking": ctx.ranking, "ranking_scores": ctx.ranking_scores} if detail else {}
     if ctx.relations:

@@ -13,7 +13,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tqdm import tqdm
+from spectrag.util.console import bar as bar_
+
 
 #: below this many items the work runs in this process (starting a pool costs ~0.1 s)
 MIN_ITEMS = 20_000
@@ -58,7 +59,7 @@ def map_blocks(
     if progress:
 
         def bar(it):
-            return tqdm(it, total=len(bounds), desc=f"{progress} ({block} per block)", unit="block")
+            return bar_(it, total=len(bounds), desc=f"{progress} ({block} documents per block)", unit=" blocks", show=True)
     else:
 
         def bar(it):

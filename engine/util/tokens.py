@@ -24,6 +24,24 @@ def get_encoding() -> tiktoken.Encoding:
         ) from None
 
 
+def cut_to_tokens(text: str, limit: int) -> tuple[str, int]:
+    """The longest prefix of ``text`` (cut at a token boundary, never inside a character) with at
+    most ``limit`` cl100k_base tokens, and its token count; ``text`` itself when it fits."""
+    enc = get_encoding()
+    ids = enc.encode_ordinary(text)
+    if len(ids) <= limit:
+        return text, len(ids)
+    keep = max(limit, 0)
+    while keep > 0:
+        # the bytes of the first tokens, a character cut in two dropped: a prefix of the text
+        prefix = enc.decode_bytes(ids[:keep]).decode("utf-8", errors="ignore")
+        n = len(enc.encode_ordinary(prefix))
+        if n <= limit and text.startswith(prefix):
+            return prefix, n
+        keep -= 1  # BPE on the prefix alone took a token more: one token less
+    return "", 0
+
+
 def count_tokens(texts: list[str]) -> list[int]:
     """cl100k_base token counts of ``texts`` (special-token markers count as plain text)."""
     enc = get_encoding()

@@ -406,3 +406,23 @@ def test_file_names_not_utf8_and_special_files_end_to_end(run, tmp_path):
     result = run("retrieve", tmp_path / "i", "-q", "lighthouse keeper in the storm", "-k", "1", "--budget", "100")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout.splitlines()[0])["hits"][0]["doc_id"] == "bad\\xff\\xfe.txt"
+
+
+def test_index_says_what_it_skipped_and_that_the_model_is_english_only(run, tmp_path):
+    corpus = tmp_path / "c"
+    for rel, text in {"docs/a.md": "# Alpha\nThe alpha station keeps the harbour light.\n", "docs/conf.py": "x = 1\n",
+                      "node_modules/pkg/README.md": "# vendored\n", ".git/notes.md": "# hidden\n",
+                      "drafts/b.md": "# Beta\nA draft.\n"}.items():
+        (corpus / rel).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / rel).write_text(text, encoding="utf-8")
+    done = run("index", corpus, "-o", tmp_path / "i", "--exclude", "drafts/", "--log-level", "info")
+    assert done.exit_code == 0, done.output
+    for line in ("skipped 4 file(s) and folder(s)", "hidden: 1 (.git/)", "vendor/build folder: 1 (node_modules/)",
+                 "excluded by glob: 1 (drafts/)", "unsupported file type: 1 (.py 1)"):
+        assert line in done.stderr, done.stderr
+    assert "English only" in done.stdout and "English-only" in run("index", "--help").output
+    manifest = json.loads((tmp_path / "i" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["source"]["skipped"]["vendor/build folder"] == {"count": 1, "examples": ["node_modules/"]}
+    assert manifest["embedding"]["languages"].startswith("English only")
+    assert manifest["config"]["corpus"]["exclude"] == ["drafts/"]
+    assert not (tmp_path / ".i.lock").exists()

@@ -126,3 +126,15 @@ def test_cli_retrieve_where_and_metadata_in_json_and_text(front_matter_index, tm
                            ('{"lang": {"$regexp": "e"}}', 'unknown operator "$regexp"')):
         bad = _run("retrieve", index.path, "-q", "x", "--where", where)
         assert bad.exit_code == 2 and message in bad.output, bad.output
+def test_cli_budget_below_the_best_chunk_and_the_text_format(sample_index):
+    question = sample_questions()[0]["question"]
+    best = Retriever(sample_index).retrieve(question, k=1)
+    out = _run("retrieve", sample_index.path, "-q", question, "--budget", "1")
+    assert out.exit_code == 0, out.output
+    row = json.loads(out.output)
+    assert [c["chunk_id"] for c in row["chunks"]] == [best.ranking[0]] and row["chunks"][0]["truncated"] is True
+    text = _run("retrieve", sample_index.path, "-q", question, "--budget", "1", "--format", "text").output
+    assert "1 chunks, 1 of 1 tokens, the best chunk cut to the budget" in text
+    hit = best.hits[0]
+    shown = _run("retrieve", sample_index.path, "-q", question, "-k", "1", "--format", "text").output
+    assert shown.count(f"{hit.title} > ") <= 1 and f"{hit.title} > {hit.title}" not in shown

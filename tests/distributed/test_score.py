@@ -58,7 +58,7 @@ def test_ray_retriever_rejects_bad_input_on_the_driver(ray_local, sample_index, 
     from spectrag.distributed import RayRetriever
     from spectrag.distributed.score import scored_batches
 
-    with pytest.raises(SpectragError, match="query 1 is empty"):
+    with pytest.raises(SpectragError, match="query 2 of 2 is empty"):
         list(scored_batches(sample_index.path, Retriever(sample_index).config, [[("a", "bridges"), ("b", "  ")]]))
     with pytest.raises(SpectragError, match="no such index folder"):
         RayRetriever(tmp_path / "missing")

@@ -227,9 +227,12 @@ def test_openie_builds_the_kg_only_for_kg_modes(tmp_path):
     assert openie_config(ds, IndexConfig(), openie, False, cache, said.append) == full
 
 
-def test_progress_bars_count_questions(sample_index, capsys):
+def test_progress_bars_count_questions(sample_index, capsys, monkeypatch):
     from spectrag.eval.run import progress_bars, run_method
     from spectrag.retriever import Retriever
+    from spectrag.util import console
+
+    monkeypatch.setattr(console, "_terminal", lambda file: True)  # a terminal: a tqdm bar (else log lines)
 
     retriever = Retriever(sample_index)
     texts = ["where is the lighthouse?", "who built the bridge?", "what is the festival?"]
@@ -240,3 +243,32 @@ def test_progress_bars_count_questions(sample_index, capsys):
         run_method(retriever, texts, qvecs, "dense", 500, 2)
     err = capsys.readouterr().err
     assert "dense:" in err and "0/3 [" in err  # the bar counts the questions (later states are rate-limited)
+
+
+def test_each_method_is_timed_after_its_own_warm_up(monkeypatch):
+    """An instrumented clock: the first call of a method costs 100 s, the others 1 s per question;
+    the q/s of each method must not depend on which ran first."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from spectrag.eval import run as run_module
+
+    now = [0.0]
+    seen: set[str] = set()
+
+    class Fake:
+        def score_batch(self, texts, *, budget, mode, qvecs):
+            now[0] += 1.0 * len(texts) if mode in seen else 100.0
+            seen.add(mode)
+            n = len(texts)
+            return SimpleNamespace(ranking=lambda: torch.zeros(n, 1, dtype=torch.long),
+                                   selected_ids=lambda: torch.zeros(n, 1, dtype=torch.long),
+                                   used_tokens=torch.zeros(n), candidates=torch.zeros(n, 1))
+
+    monkeypatch.setattr(run_module, "_clock", lambda: now[0])
+    texts, qvecs = ["a", "b", "c", "d", "e"], torch.zeros(5, 2)
+    for order in (("spectral", "hybrid"), ("hybrid", "spectral")):
+        seen.clear()
+        runs = {m: run_module.run_method(Fake(), texts, qvecs, m, None, 2) for m in order}
+        assert {m: r.seconds for m, r in runs.items()} == {"spectral": 5.0, "hybrid": 5.0}

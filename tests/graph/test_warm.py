@@ -94,3 +94,15 @@ def test_warm_kmeans_keeps_the_clusters_it_is_given():
     # the same partition, up to renaming
     pairs = set(zip(got.tolist(), labels.tolist()))
     assert len(pairs) == 4
+
+
+def test_warm_kmeans_on_few_points_prints_no_faiss_warning(capfd):
+    """120 points to 8 centroids: FAISS warns (from C++, on stderr) below 39 points per centroid
+    unless told otherwise; an index update must print nothing of the kind."""
+    rng = np.random.default_rng(5)
+    points = rng.standard_normal((120, 3))
+    labels = np.zeros(100, dtype=np.int64)  # 1 previous cluster, 8 wanted: Lloyd iterations run
+    got, k = warm_kmeans(points, labels, GraphConfig(clusters=8))
+    assert k == 8 and len(set(got.tolist())) > 1
+    captured = capfd.readouterr()
+    assert "WARNING clustering" not in captured.err + captured.out

@@ -79,7 +79,7 @@ def test_batching_off_scores_each_request_alone(retriever):
 @pytest.mark.parametrize("body, status, message", [
     ({}, 422, "exactly one of query"),
     ({"query": "a", "queries": ["b"]}, 422, "exactly one of query"),
-    ({"query": " "}, 400, "query 0 is empty"),
+    ({"query": " "}, 400, "query 1 is empty"),
     ({"queries": []}, 422, "queries: List should have at least 1 item"),
     ({"queries": ["q"] * 5}, 422, "queries: List should have at most 4 items"),
     ({"query": "x", "mode": "magic"}, 422, "mode: Input should be 'dense'"),
@@ -89,7 +89,7 @@ def test_batching_off_scores_each_request_alone(retriever):
     ({"query": "x", "top_k": 3}, 422, "top_k: Extra inputs are not permitted"),
     ({"query": 7}, 422, "query: Input should be a valid string"),
     ({"query": "x" * 101}, 422, "query: String should have at most 100 characters"),
-    ({"queries": ["ok", "y" * 101]}, 422, "query 1 has more than 100 characters"),
+    ({"queries": ["ok", "y" * 101]}, 422, "query 2 of 2 has more than 100 characters"),
     ({"query": "x", "mode": "activation"}, 400, "knowledge graph"),
     ({"query": "x", "k": 40, "mode": "dense", "budget": 10}, 200, ""),
     ({"query": "x", "k": 300}, 422, "k: Input should be less than or equal to 200"),  # the largest pool (expand.max_candidates)
@@ -168,3 +168,14 @@ def test_serve_command_refuses_bad_settings(sample_index):
 
     done = CliRunner().invoke(main, ["serve", str(sample_index.path), "--max-batch", "0"])
     assert done.exit_code == 2 and "error: --max-batch must be >= 1" in done.output
+
+
+def test_a_budget_below_the_best_chunk_gives_it_cut_not_an_empty_result(retriever):
+    with TestClient(create_app(retriever, ServeSettings(max_batch=4))) as client:
+        response = client.post("/v1/retrieve", json={"query": QUESTIONS[0], "budget": 1})
+    assert response.status_code == 200, response.text
+    result = response.json()["results"][0]
+    assert len(result["hits"]) == 1 and len(result["chunks"]) == 1
+    chunk = result["chunks"][0]
+    assert chunk["truncated"] is True and chunk["n_tokens"] == 1 and chunk["chunk_id"] == result["hits"][0]["chunk_id"]
+    assert chunk["chunk_id"] == retriever.retrieve(QUESTIONS[0], k=1).ranking[0]

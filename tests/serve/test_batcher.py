@@ -89,7 +89,7 @@ def test_limits_and_close_drains(retriever):
     batcher = MicroBatcher(retriever, max_batch=4, max_wait_ms=60_000, max_pending=6)
     with pytest.raises(SpectragError, match="at most 4"):
         batcher.submit(QUESTIONS[:5])
-    with pytest.raises(SpectragError, match="query 1 is empty"):
+    with pytest.raises(SpectragError, match="query 2 of 2 is empty"):
         batcher.submit(["fine", " "])
     first = batcher.submit(QUESTIONS[:3])  # the worker holds it, waiting for company
     second = batcher.submit(QUESTIONS[3:6])

@@ -107,7 +107,7 @@ def test_python_and_cli_share_the_query_limit(retriever, sample_index):
 
     from spectrag.cli import main
 
-    with pytest.raises(SpectragError, match=f"query 0 has {MAX_QUERY_CHARS + 1:,} characters; at most 4,096"):
+    with pytest.raises(SpectragError, match=f"query 1 has {MAX_QUERY_CHARS + 1:,} characters; at most 4,096"):
         retriever.retrieve("x" * (MAX_QUERY_CHARS + 1))
     assert retriever.retrieve("y" * MAX_QUERY_CHARS, k=1).hits  # the limit itself is allowed
     done = CliRunner().invoke(main, ["retrieve", str(sample_index.path), "-q", "z" * 106_666, "-k", "1"])
