@@ -421,7 +421,7 @@ def test_index_says_what_it_skipped_and_that_the_model_is_english_only(run, tmp_
                  "excluded by glob: 1 (drafts/)", "unsupported file type: 1 (.py 1)"):
         assert line in done.stderr, done.stderr
     assert "English only" in done.stdout and "English-only" in run("index", "--help").output
-    manifest = json.loads((tmp_path / "i" / "manifest.json").read_text(encoding="utf-8"))
+    manifest = json.loads((current_folder(tmp_path / "i") / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["source"]["skipped"]["vendor/build folder"] == {"count": 1, "examples": ["node_modules/"]}
     assert manifest["embedding"]["languages"].startswith("English only")
     assert manifest["config"]["corpus"]["exclude"] == ["drafts/"]
