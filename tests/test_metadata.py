@@ -57,7 +57,7 @@ def test_built_index_keeps_record_metadata(built, records):
     assert by_doc(index) == want(records[:30])
     loaded = load_index(index.path)
     assert by_doc(loaded) == want(records[:30])
-    rows = [json.loads(line) for line in (index.path / "chunks.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (index.folder / "chunks.jsonl").read_text().splitlines()]
     assert sum("metadata" in r for r in rows) == sum(1 for c in index.chunks if c.metadata) > 0
     assert broken_invariants(index.path) == []
 
@@ -75,7 +75,7 @@ def test_hits_carry_metadata_and_filters_use_it(built):
 
 
 def test_an_index_without_metadata_loads_with_none(sample_index):
-    assert '"metadata"' not in (sample_index.path / "chunks.jsonl").read_text()
+    assert '"metadata"' not in (sample_index.folder / "chunks.jsonl").read_text()
     index = load_index(sample_index.path)
     assert all(c.metadata == {} for c in index.chunks)
     columns = Retriever(index).state.metadata
@@ -85,7 +85,7 @@ def test_an_index_without_metadata_loads_with_none(sample_index):
 def test_a_bad_metadata_field_is_an_index_format_error(built, tmp_path):
     index, _ = built
     copy = tmp_path / "bad"
-    shutil.copytree(index.path, copy)
+    shutil.copytree(index.folder, copy)  # the current generation, as a flat index
     lines = (copy / "chunks.jsonl").read_text().splitlines()
     row = json.loads(lines[2])
     row["metadata"] = ["not", "an", "object"]

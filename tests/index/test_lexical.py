@@ -20,6 +20,7 @@ from spectrag import build_index, load_index
 from spectrag.config import BM25Config, EmbedConfig, GraphConfig, IndexConfig
 from spectrag.errors import ConfigError, IndexFormatError
 from spectrag import add_documents
+from spectrag.generations import current_folder
 from spectrag.index.chunk import chunk_document
 from spectrag.index import lexical
 from spectrag.index.lexical import TOKEN_FILES, BM25Index
@@ -232,7 +233,7 @@ def test_add_extends_or_falls_back_to_a_full_build(tmp_path, monkeypatch):
     union.write_text(old.read_text() + new.read_text(), encoding="utf-8")
     build_index(old, tmp_path / "current", CONFIG, embeddings=vectors(old))
     shutil.copytree(tmp_path / "current", tmp_path / "legacy")
-    drop_token_files(tmp_path / "legacy")
+    drop_token_files(current_folder(tmp_path / "legacy"))
     assert load_index(tmp_path / "legacy").bm25.tokens is None  # an older index still loads
     full = build_index(union, tmp_path / "full", CONFIG, embeddings=vectors(union))
 

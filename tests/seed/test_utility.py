@@ -67,7 +67,7 @@ def test_seed_fuses_the_utility_list_except_in_the_baselines(device):
             ids = np.stack([np.roll(np.arange(30), r)[:k] for r in range(len(x))])
             return np.linspace(1, 0.5, k, dtype=np.float32)[None].repeat(len(x), 0), ids
 
-        def search_terms_tensors(self, terms, k, device=None):
+        def search_terms_tensors(self, terms, k, device=None, allowed=None):
             s, i = self.search_terms(terms, k)
             return torch.from_numpy(s).to(device), torch.from_numpy(i).to(device)
 
