@@ -92,6 +92,17 @@ def check_k(k: int | None, config: RetrieverConfig, mode: str | None = None) -> 
                             f"{' and '.join(settings)} (a TOML table in --config, or RetrieverConfig.replace)")
 
 
+def query_backend(choice: str, device: torch.device) -> str | None:
+    """The embedder backend ``RetrieverConfig.embed_backend`` names (None: the index's own);
+    ``auto`` takes ONNX Runtime on the CPU where it (and onnx, to export) is installed."""
+    if choice == "auto":
+        import importlib.util
+
+        found = all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+        return "onnx" if found and device.type == "cpu" else None
+    return None if choice == "index" else choice
+
+
 class Retriever:
     """Batched retrieval over one index: ``Retriever(index).retrieve(queries) -> [Context]``.
 
@@ -155,8 +166,9 @@ class Retriever:
                                  budgeted=k is None or budget is not None)
 
     def embed(self, queries: list[str]) -> torch.Tensor:
-        """Query vectors ``[B, d]`` on the state's device."""
-        return torch.from_numpy(self.index.embed_queries(queries)).to(self.state.device)
+        """Query vectors ``[B, d]`` on the state's device (``config.embed_backend`` embeds them)."""
+        vectors = self.index.embed_queries(queries, backend=query_backend(self.config.embed_backend, self.state.device))
+        return torch.from_numpy(vectors).to(self.state.device)
 
     def encode(self, queries: list[str], qvecs: torch.Tensor | None = None, *, named: bool = True) -> QueryBatch:
         """The pipeline's view of query texts: their embeddings (``qvecs [B, d]`` when given),

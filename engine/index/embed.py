@@ -213,7 +213,9 @@ class Embedder:
     class BackendUnavailable(ConfigError, ImportError):
         """The optional package an ``embed.backend`` needs is not installed."""
 
-    def __init__(self, config: EmbedConfig | None = None) -> None:
+    def __init__(self, config: EmbedConfig | None = None, *, cache_vectors: bool = True) -> None:
+        """``cache_vectors=False``: no content-hash cache of vectors (queries are rarely
+        repeated), while the ONNX export is still kept in the cache folder."""
         self.config = config or EmbedConfig()
         self.model_path = resolve_model_path(self.config.model)
         self.device = resolve_device(self.config.device)
@@ -222,7 +224,7 @@ class Embedder:
             cache_dir, setting = str(default_cache_dir()), "embed.cache_dir (default: $SPECTRAG_CACHE_DIR or ~/.cache/spectrag)"
         self._cache_dir = cache_dir
         # opened before the model loads, so an unusable folder is refused at once; keyed once the model is known
-        self.cache = EmbeddingCache(cache_dir, "", setting=setting) if cache_dir else None
+        self.cache = EmbeddingCache(cache_dir, "", setting=setting) if cache_dir and cache_vectors else None
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder never needs the hub
         LOGGER.info(f"loading the embedding model {self.config.model} on {self.device}")
         from sentence_transformers import SentenceTransformer
@@ -271,6 +273,29 @@ class Embedder:
         out, todo, hashes = self.lookup(texts)
         if todo:
             self.store(out, todo, hashes, self._encode_uncached([texts[i] for i in todo], show_progress))
+        return out
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Query vectors, each a function of its text alone, bit for bit. ``[B]`` -> float32 ``[B, dim]``.
+
+        With ONNX Runtime (``backend = "onnx"``) each text runs alone at its own length: ONNX
+        Runtime's vectors move in the last bits with the padding, so no text is padded and no
+        batch is shared (one model call per query; at query lengths the per-call cost is small
+        beside torch's, ``bench/results/embed_runtime_cpu.md``). Texts longer than the model
+        reads, and the torch path, go through :meth:`encode` (its per-width recipe)."""
+        texts = list(texts)
+        if self._ort is None or not texts:
+            return self.encode(texts)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        long = set(self.long_texts(texts)) if self.config.long_texts == "pool" else set()
+        with torch.inference_mode():
+            for i, text in enumerate(texts):
+                if i not in long:
+                    features = self._preprocess([text])
+                    out[i] = self._forward(features, int(features["attention_mask"].shape[1]))[0]
+        if long:
+            rows = sorted(long)
+            out[rows] = self.encode([texts[i] for i in rows])
         return out
 
     def lookup(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int], list[bytes]]:
@@ -507,9 +532,13 @@ class Embedder:
         self._ort_inputs = [
             k for k in ("input_ids", "attention_mask", "token_type_ids") if isinstance(probe.get(k), torch.Tensor)
         ]
-        if self._cache_dir:
-            folder = Path(self._cache_dir) / "onnx"
-        else:
+        folder = Path(self._cache_dir) / "onnx" if self._cache_dir else None
+        if folder is not None:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError:  # the vectors' cache folder is checked above; this one may only be read-only
+                folder = None
+        if folder is None:
 
             self._tmp_dir = tempfile.mkdtemp(prefix="spectrag-onnx-")
             folder = Path(self._tmp_dir)
