@@ -27,13 +27,13 @@ import torch
 from spectrag.config import RetrieverConfig
 from spectrag.contexts import Context, build_contexts
 from spectrag.errors import ConfigError, SpectragError, brief
+from spectrag.limits import _positive, check_k, check_queries, pool_limit  # noqa: F401  (re-exported)
 from spectrag.llm import LLMClient, make_client
 from spectrag.llm.tasks import hyde_passages
 from spectrag.pipeline import PROPAGATION_MODES, BatchResult, QueryBatch, run
 from spectrag.state import QueryState
 from spectrag.store import Index, load_index
 from spectrag.util.threads import ThreadChooser, intra_op_threads
-from spectrag.util.io import check_unicode
 
 
 def resolve_device(device: str) -> torch.device:
@@ -48,48 +48,6 @@ def resolve_device(device: str) -> torch.device:
         raise SpectragError(f"device {brief(device)}: CUDA is not available on this machine (torch {torch.__version__}); "
                             "use device = 'cpu' or 'auto'")
     return dev
-
-
-def check_queries(queries: list[str]) -> list[str]:
-    """The queries as a list; :class:`SpectragError` for none, or for an empty one."""
-    queries = list(queries)
-    if not queries:
-        raise SpectragError("no queries given")
-    for i, q in enumerate(queries):
-        if not isinstance(q, str) or not q.strip():
-            raise SpectragError(f"query {i} is empty; every query needs some text")
-        check_unicode(q, f"query {i}")
-    return queries
-
-
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise SpectragError(f"{name} must be an integer >= 1, got {brief(value)}")
-
-
-def pool_limit(config: RetrieverConfig, mode: str | None = None) -> tuple[int, list[str]]:
-    """The most candidates ``mode`` (default: the config's) ranks per query, and the settings
-    that bound it: the baselines rank their seed list, the other modes the expanded pool."""
-    mode = mode or config.mode
-    sc, cap = config.seed, config.expand.max_candidates
-    depth, names = {"dense": (sc.k_dense, ["seed.k_dense"]), "hyde": (sc.k_dense, ["seed.k_dense"]),
-                    "bm25": (sc.k_bm25, ["seed.k_bm25"]),
-                    "hybrid": (max(sc.k_dense, sc.k_bm25), ["seed.k_dense", "seed.k_bm25"])}.get(mode, (cap, []))
-    return (cap, ["expand.max_candidates"]) if depth >= cap else (depth, names)
-
-
-def check_k(k: int | None, config: RetrieverConfig, mode: str | None = None) -> None:
-    """``k`` is an integer >= 1 that the mode's candidate pool can fill; a larger ``k`` is an
-    error naming the setting to raise, never a silently shorter list (a corpus with fewer
-    chunks than ``k`` still gives them all)."""
-    _positive("k", k)
-    if k is None:
-        return
-    limit, settings = pool_limit(config, mode)
-    if k > limit:
-        raise SpectragError(f"k = {k} is more than mode {mode or config.mode!r} ranks per query "
-                            f"({' / '.join(settings)} = {limit}): ask for at most {limit}, or raise "
-                            f"{' and '.join(settings)} (a TOML table in --config, or RetrieverConfig.replace)")
 
 
 def query_backend(choice: str, device: torch.device) -> str | None:

@@ -9,17 +9,18 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from spectrag.cli.queries import iter_queries
 from spectrag.config import RetrieverConfig
-from spectrag.contexts import Context
 from spectrag.errors import SpectragError, brief
-from spectrag.retriever import Retriever, check_k
-from spectrag.store import load_index
+from spectrag.limits import check_index_folder, check_k
 from spectrag.types import Chunk
 from spectrag.util.console import progress_on
 from spectrag.util.io import check_unicode
+
+if TYPE_CHECKING:
+    from spectrag.contexts import Context
 
 TEXT_HITS = 5  # hits shown per query by --format text when -k is not given
 
@@ -96,8 +97,6 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     batch is written. ``ray``: score on a Ray cluster at that address (``local``, ``auto``,
     ``ray://host:port``) with ``workers`` actors (:mod:`spectrag.distributed`); the output is the
     same."""
-    from tqdm import tqdm  # a dependency; imported here with the rest of the command
-
     if not texts and query_file is None:
         raise SpectragError("no queries: pass --queries FILE or -q TEXT")
     for name, value in (("--batch-size", batch_size), ("-k", k), ("--depth", depth)):
@@ -114,6 +113,12 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
         raise SpectragError("--ray does not run mode 'hyde' (its LLM calls are made by one process)")
     check_k(k, config)  # before the index loads
     texts_only = [t for _, t in queries]
+    check_index_folder(index_dir)
+    from tqdm import tqdm
+
+    from spectrag.retriever import Retriever  # the model and torch: only once the arguments are checked
+    from spectrag.store import load_index
+
     if ray is None:
         retriever = Retriever(load_index(index_dir), config, llm=llm if config.mode == "hyde" else None)
         table = retriever.index.chunks

@@ -213,9 +213,11 @@ class Embedder:
     class BackendUnavailable(ConfigError, ImportError):
         """The optional package an ``embed.backend`` needs is not installed."""
 
-    def __init__(self, config: EmbedConfig | None = None, *, cache_vectors: bool = True) -> None:
+    def __init__(self, config: EmbedConfig | None = None, *, cache_vectors: bool = True, query_workers: int = 0) -> None:
         """``cache_vectors=False``: no content-hash cache of vectors (queries are rarely
-        repeated), while the ONNX export is still kept in the cache folder."""
+        repeated), while the ONNX export is still kept in the cache folder. ``query_workers``
+        (ONNX Runtime only): :meth:`encode_queries` runs that many texts at once, each on one
+        thread (the session then has one intra-op thread); 0: one text at a time on all threads."""
         self.config = config or EmbedConfig()
         self.model_path = resolve_model_path(self.config.model)
         self.device = resolve_device(self.config.device)
@@ -259,6 +261,8 @@ class Embedder:
         self._warm = False
         self._ort = None
         self._ort_inputs: list[str] = []
+        self._query_workers = query_workers
+        self._pool = None
         self._tmp_dir: str | None = None
         if self.config.backend == "onnx" and self._cpu:
             try:
@@ -280,23 +284,38 @@ class Embedder:
 
         With ONNX Runtime (``backend = "onnx"``) each text runs alone at its own length: ONNX
         Runtime's vectors move in the last bits with the padding, so no text is padded and no
-        batch is shared (one model call per query; at query lengths the per-call cost is small
-        beside torch's, ``bench/results/embed_runtime_cpu.md``). Texts longer than the model
+        batch is shared. The texts are tokenized here (a fast tokenizer must not be shared
+        between threads) and run ``query_workers`` at a time, each on one ONNX Runtime thread:
+        at query lengths one thread per text beats two threads on one text, and a run's bits do
+        not depend on the thread count (tests/index/test_embed.py). Texts longer than the model
         reads, and the torch path, go through :meth:`encode` (its per-width recipe)."""
         texts = list(texts)
         if self._ort is None or not texts:
             return self.encode(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         long = set(self.long_texts(texts)) if self.config.long_texts == "pool" else set()
+        rows = [i for i in range(len(texts)) if i not in long]
+        features = [self._preprocess([texts[i]]) for i in rows]
+        feeds = [{name: f[name].numpy() for name in self._ort_inputs} for f in features]
+        if self._pool is not None and len(feeds) > 1:
+            hidden = list(self._pool.map(lambda feed: self._ort.run(None, feed)[0], feeds))
+        else:
+            hidden = [self._ort.run(None, feed)[0] for feed in feeds]
         with torch.inference_mode():
-            for i, text in enumerate(texts):
-                if i not in long:
-                    features = self._preprocess([text])
-                    out[i] = self._forward(features, int(features["attention_mask"].shape[1]))[0]
+            for i, f, h in zip(rows, features, hidden):
+                out[i] = self._pooled(dict(f), h)[0]
         if long:
-            rows = sorted(long)
-            out[rows] = self.encode([texts[i] for i in rows])
+            at = sorted(long)
+            out[at] = self.encode([texts[i] for i in at])
         return out
+
+    def _pooled(self, batch: dict, hidden: np.ndarray) -> np.ndarray:
+        """The model's modules after the transformer (pooling, ...) on ONNX Runtime's token
+        vectors ``hidden [n, seq, dim]`` -> normalized float32 ``[n, dim]``."""
+        batch[self._token_output] = torch.from_numpy(hidden)
+        for module in list(self.model)[1:]:
+            batch = module(batch)
+        return torch.nn.functional.normalize(batch["sentence_embedding"].float(), p=2, dim=1).numpy()
 
     def lookup(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int], list[bytes]]:
         """The cached part of :meth:`encode`: ``[len(texts), dim]`` with the cached rows filled,
@@ -497,14 +516,10 @@ class Embedder:
             torch.set_num_threads(threads)
         start = time.perf_counter()
         if self._ort is not None:
-            feed = {name: batch[name].numpy() for name in self._ort_inputs}
-            batch[self._token_output] = torch.from_numpy(self._ort.run(None, feed)[0])
-            for module in list(self.model)[1:]:
-                batch = module(batch)
-            vectors = batch["sentence_embedding"]
+            vectors = self._pooled(batch, self._ort.run(None, {name: batch[name].numpy() for name in self._ort_inputs})[0])
         else:
             vectors = self.model(batch)["sentence_embedding"]
-        vectors = torch.nn.functional.normalize(vectors.float(), p=2, dim=1).numpy()
+            vectors = torch.nn.functional.normalize(vectors.float(), p=2, dim=1).numpy()
         if self._warm and threads:
             self._threads.record(threads, tokens, time.perf_counter() - start)
         self._warm = True  # the first forward pass of a model includes one-off set-up: not timed
@@ -544,7 +559,7 @@ class Embedder:
             folder = Path(self._tmp_dir)
         path = folder / f"{self.fingerprint}-{self.dim}.onnx"
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.config.num_threads or torch.get_num_threads()
+        options.intra_op_num_threads = 1 if self._query_workers else (self.config.num_threads or torch.get_num_threads())
         options.inter_op_num_threads = 1
         # threads that sleep instead of spinning keep their speed when other processes share the cores
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -555,6 +570,10 @@ class Embedder:
             self._ort = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             cosine = self._check_onnx()
             if cosine >= 0.9999:
+                if self._query_workers > 1:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    self._pool = ThreadPoolExecutor(self._query_workers, thread_name_prefix="spectrag-embed")
                 return self._ort
             self._ort = None
             path.unlink(missing_ok=True)
@@ -616,6 +635,9 @@ class Embedder:
         return float((want * got).sum(axis=1).min())
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self.cache is not None:
             self.cache.close()
         if self._tmp_dir is not None:

@@ -14,9 +14,10 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tqdm.auto import tqdm
+if TYPE_CHECKING:  # imported on use: `spectrag --help` and the error paths do not need it
+    from tqdm.auto import tqdm
 
 LOGGER = logging.getLogger("spectrag")
 LEVELS = ("debug", "info", "warning", "error")
@@ -46,6 +47,8 @@ def bar(iterable: Any = None, **kwargs: Any) -> tqdm:
     kwargs.setdefault("file", sys.stderr)
     kwargs.setdefault("dynamic_ncols", True)
     disable = kwargs.pop("disable", False) or not _SHOW.get()
+    from tqdm.auto import tqdm
+
     return tqdm(iterable, disable=disable, **kwargs)
 
 

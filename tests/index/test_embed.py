@@ -188,9 +188,10 @@ def test_onnx_query_vectors_are_the_same_alone_and_in_any_batch(reference, tmp_p
     """``encode_queries`` with ONNX Runtime runs each text alone (its padding would move the last
     bits): a query's vector is the same, bit for bit, alone, in any batch, at any thread count,
     and close to torch's; without a vector cache the export is still kept in the cache folder."""
-    e = Embedder(EmbedConfig(cache_dir=str(tmp_path), device="cpu", backend="onnx"), cache_vectors=False)
-    one = Embedder(EmbedConfig(cache_dir=str(tmp_path), device="cpu", backend="onnx", num_threads=1),
-                   cache_vectors=False)
+    e = Embedder(EmbedConfig(cache_dir=str(tmp_path), device="cpu", backend="onnx"), cache_vectors=False,
+                 query_workers=2)  # two texts at a time, one thread each
+    one = Embedder(EmbedConfig(cache_dir=str(tmp_path), device="cpu", backend="onnx", num_threads=2),
+                   cache_vectors=False)  # one text at a time on two threads
     try:
         assert e.cache is None and len(list((tmp_path / "onnx").glob("*.onnx"))) == 1
         alone = np.stack([e.encode_queries([t])[0] for t in TEXTS])
@@ -198,6 +199,7 @@ def test_onnx_query_vectors_are_the_same_alone_and_in_any_batch(reference, tmp_p
         np.testing.assert_array_equal(e.encode_queries(TEXTS), alone)
         np.testing.assert_array_equal(e.encode_queries(TEXTS[::-1] + TEXTS[:4])[: len(TEXTS)], alone[::-1])
         np.testing.assert_array_equal(one.encode_queries(TEXTS[5:9]), alone[5:9])
+        assert e._pool is not None and one._pool is None
         padded = e.encode(TEXTS)  # the batch recipe pads to widths of 8: not the same bits for every text
         assert_close(padded, alone)
     finally:
