@@ -71,6 +71,13 @@ def main() -> None:
             print(f"{backend}: skipped ({exc})")
             continue
         variants[f"embed_queries, backend={backend}"] = lambda t, b=backend: index.embed_queries(t, backend=b)
+    if "onnx" in loaded:  # the alternative: two queries side by side, one ONNX Runtime thread each
+        from dataclasses import replace
+
+        from spectrag.index.embed import Embedder
+
+        side = Embedder(replace(index.config.embed, backend="onnx"), cache_vectors=False, query_workers=2)
+        variants["Embedder.encode_queries, onnx, 2 queries side by side x 1 thread"] = side.encode_queries
 
     ms = {name: [] for name in variants}
     for b in range(args.batches):

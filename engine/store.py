@@ -411,11 +411,9 @@ class Index:
                     f"{self.path}: built from embeddings supplied by the caller; pass query vectors, not strings"
                 )
             # queries are rarely repeated: no content-hash cache of vectors (an ONNX export is still cached)
-            import torch
-
-            # ONNX Runtime: one thread per query, as many queries at once as there are threads
-            workers = self.config.embed.num_threads or torch.get_num_threads()
-            embedder = Embedder(replace(self.config.embed, backend=backend), cache_vectors=False, query_workers=workers)
+            # ONNX Runtime: one query at a time on the configured threads (measured a little faster
+            # than two queries side by side on one thread each: bench/results/embed_runtime_cpu.md)
+            embedder = Embedder(replace(self.config.embed, backend=backend), cache_vectors=False)
             check_model(self.manifest, embedder.fingerprint, embedder.dim, self.path)
             self._embedders[backend] = embedder
         return self._embedders[backend]
