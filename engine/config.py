@@ -710,7 +710,8 @@ class RetrieverConfig(_Checked):
         bench/results/peers_cpu.md) (default: 0).
     embed_backend: the runtime that embeds the queries: ``index`` (the index's own
         ``embed.backend``), ``torch``, ``onnx`` (ONNX Runtime, the ``onnx`` extra: each query
-        alone, no padding; several times faster on the CPU, bench/results/embed_runtime_cpu.md)
+        padded to a fixed-width bucket, one call per bucket; about half the time of one plain
+        sentence-transformers encode, bench/results/embed_runtime_cpu.md)
         or ``auto`` (``onnx`` where ONNX Runtime is installed and the device is the CPU, else the
         index's). Every choice gives a query the same vector alone and in any batch (default: index).
     seed, expand, propagate, bridge, select, baseline_select, activation: the stage settings.

@@ -106,6 +106,7 @@ def model_fingerprint(path: Path) -> str:
 
 
 WIDTH_STEP = 8  # a text is padded to its token count rounded up to this (see Embedder)
+QUERY_WIDTHS = (32, 64, 128, 256)  # ONNX Runtime query buckets (Embedder.encode_queries)
 
 
 def padded_widths(lengths: np.ndarray, limit: int | None) -> np.ndarray:
@@ -282,32 +283,68 @@ class Embedder:
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors, each a function of its text alone, bit for bit. ``[B]`` -> float32 ``[B, dim]``.
 
-        With ONNX Runtime (``backend = "onnx"``) each text runs alone at its own length: ONNX
-        Runtime's vectors move in the last bits with the padding, so no text is padded and no
-        batch is shared. The texts are tokenized here (a fast tokenizer must not be shared
-        between threads) and run ``query_workers`` at a time, each on one ONNX Runtime thread:
-        at query lengths one thread per text beats two threads on one text, and a run's bits do
-        not depend on the thread count (tests/index/test_embed.py). Texts longer than the model
-        reads, and the torch path, go through :meth:`encode` (its per-width recipe)."""
+        With ONNX Runtime (``backend = "onnx"``) every text is padded to a fixed width, the
+        smallest of :data:`QUERY_WIDTHS` that holds it (capped at the model's limit), and the
+        texts of one width go through ONE call: ONNX Runtime's vectors move in the last bits
+        with the padding width, but not with the batch size, the companions or the thread count
+        at a fixed width (tests/index/test_embed.py holds this), so a served batch of short
+        queries is one model call. With ``query_workers`` each text instead runs alone at its
+        own length, that many at a time. Texts longer than the model reads, and the torch path,
+        go through :meth:`encode` (its per-width recipe)."""
         texts = list(texts)
         if self._ort is None or not texts:
             return self.encode(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         long = set(self.long_texts(texts)) if self.config.long_texts == "pool" else set()
         rows = [i for i in range(len(texts)) if i not in long]
-        features = [self._preprocess([texts[i]]) for i in rows]
-        feeds = [{name: f[name].numpy() for name in self._ort_inputs} for f in features]
-        if self._pool is not None and len(feeds) > 1:
-            hidden = list(self._pool.map(lambda feed: self._ort.run(None, feed)[0], feeds))
-        else:
-            hidden = [self._ort.run(None, feed)[0] for feed in feeds]
         with torch.inference_mode():
-            for i, f, h in zip(rows, features, hidden):
-                out[i] = self._pooled(dict(f), h)[0]
+            if self._pool is not None:
+                self._queries_alone(texts, rows, out)
+            elif rows:
+                self._queries_bucketed(texts, rows, out)
         if long:
             at = sorted(long)
             out[at] = self.encode([texts[i] for i in at])
         return out
+
+    def _queries_bucketed(self, texts: list[str], rows: list[int], out: np.ndarray) -> None:
+        """Rows ``rows`` of ``out``: texts padded to their :data:`QUERY_WIDTHS` bucket, one ONNX
+        Runtime call per bucket."""
+        features = self._preprocess([texts[i] for i in rows])
+        n, width = features["attention_mask"].shape
+        limit = getattr(self.model, "max_seq_length", None) or width
+        lengths = features["attention_mask"].sum(dim=1).numpy()
+        buckets = np.array([next((w for w in QUERY_WIDTHS if w >= n_tok), limit) for n_tok in lengths])
+        buckets = np.minimum(buckets, max(limit, int(lengths.max())))
+        tokenizer = self.model.tokenizer
+        left = getattr(tokenizer, "padding_side", "right") == "left"
+        fill = getattr(tokenizer, "pad_token_id", None) or 0
+        top = int(buckets.max())
+        if width < top:
+            features = {k: _pad_tokens(v, n, width, top - width, left, fill if k == "input_ids" else 0)
+                        for k, v in features.items()}
+            width = top
+        for w in np.unique(buckets):
+            picked = np.flatnonzero(buckets == w)
+            index = torch.from_numpy(picked)
+            batch = {}
+            for key, value in features.items():
+                if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == n:
+                    value = value.index_select(0, index)
+                    if value.ndim >= 2 and value.shape[1] == width:
+                        value = value[:, width - int(w):] if left else value[:, : int(w)]
+                batch[key] = value
+            hidden = self._ort.run(None, {name: batch[name].numpy() for name in self._ort_inputs})[0]
+            out[[rows[j] for j in picked]] = self._pooled(batch, hidden)
+
+    def _queries_alone(self, texts: list[str], rows: list[int], out: np.ndarray) -> None:
+        """Rows ``rows`` of ``out``: each text alone at its own length, ``query_workers`` at a
+        time on one thread each (tokenized here: a fast tokenizer must not be shared between threads)."""
+        features = [self._preprocess([texts[i]]) for i in rows]
+        feeds = [{name: f[name].numpy() for name in self._ort_inputs} for f in features]
+        hidden = list(self._pool.map(lambda feed: self._ort.run(None, feed)[0], feeds))
+        for i, f, h in zip(rows, features, hidden):
+            out[i] = self._pooled(dict(f), h)[0]
 
     def _pooled(self, batch: dict, hidden: np.ndarray) -> np.ndarray:
         """The model's modules after the transformer (pooling, ...) on ONNX Runtime's token
@@ -570,7 +607,7 @@ class Embedder:
             self._ort = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             cosine = self._check_onnx()
             if cosine >= 0.9999:
-                if self._query_workers > 1:
+                if self._query_workers > 0:
                     from concurrent.futures import ThreadPoolExecutor
 
                     self._pool = ThreadPoolExecutor(self._query_workers, thread_name_prefix="spectrag-embed")
