@@ -38,12 +38,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(index: str, port: int, extra: list[str], log) -> subprocess.Popen:
+def start_server(index: str, port: int, extra: list[str], log, start_timeout: float = 300) -> subprocess.Popen:
     import httpx
 
     proc = subprocess.Popen(["spectrag", "serve", index, "--host", "127.0.0.1", "--port", str(port),
                              "--log-level", "info", *extra], stdout=subprocess.DEVNULL, stderr=log, text=True)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + start_timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"the server exited with {proc.returncode}; its log: {log.name}")
@@ -54,7 +54,7 @@ def start_server(index: str, port: int, extra: list[str], log) -> subprocess.Pop
             pass
         time.sleep(0.2)
     proc.kill()
-    raise SystemExit("the server did not come up within 300 s")
+    raise SystemExit(f"the server did not come up within {start_timeout:g} s")
 
 
 def load(url: str, questions: list[str], *, clients: int, requests: int, body: dict) -> dict:
@@ -111,6 +111,8 @@ def main() -> None:
     ap.add_argument("--mode", default="spectral")
     ap.add_argument("--max-wait-ms", type=float, default=5.0)
     ap.add_argument("--variants", default="on,off", help="on (micro-batching), off (one request per call) or both")
+    ap.add_argument("--start-timeout", type=float, default=300, help="seconds a server may take to come up")
+    ap.add_argument("--server-args", default="", help="more arguments for every server, e.g. '--config FILE'")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "serve_cpu"))
     args = ap.parse_args()
     if not QUESTIONS.is_file():
@@ -127,7 +129,7 @@ def main() -> None:
             port = free_port()
             url = f"http://127.0.0.1:{port}"
             log = tempfile.NamedTemporaryFile("w+", prefix="spectrag-serve-", suffix=".log", delete=False)
-            server = start_server(args.index, port, extra, log)
+            server = start_server(args.index, port, [*extra, *args.server_args.split()], log, args.start_timeout)
             try:
                 load(url, questions[::-1], clients=args.clients, requests=args.warmup, body=body)
                 before = httpx.get(url + "/info").json()["stats"]

@@ -815,6 +815,12 @@ class RetrieverConfig(_Checked):
         from measured batch times, re-checked as the load changes (on a machine other
         processes share, one thread can be several times faster than two: see
         bench/results/peers_cpu.md) (default: 0).
+    embed_backend: the runtime that embeds the queries: ``index`` (the index's own
+        ``embed.backend``), ``torch``, ``onnx`` (ONNX Runtime, the ``onnx`` extra: each query
+        padded to a fixed-width bucket, one call per bucket; about half the time of one plain
+        sentence-transformers encode, bench/results/embed_runtime_cpu.md)
+        or ``auto`` (``onnx`` where ONNX Runtime is installed and the device is the CPU, else the
+        index's). Every choice gives a query the same vector alone and in any batch (default: index).
     seed, expand, propagate, bridge, select, baseline_select, activation: the stage settings.
     """
 
@@ -824,6 +830,7 @@ class RetrieverConfig(_Checked):
     device: str = "auto"
     backend: str = opt("auto", choices=("auto", "compiled", "torch"))
     threads: int = opt(0, lo=0, hi=MAX_THREADS)
+    embed_backend: str = opt("index", choices=("index", "auto", "torch", "onnx"))
     seed: SeedConfig = field(default_factory=SeedConfig)
     expand: ExpandConfig = field(default_factory=ExpandConfig)
     propagate: PropagateConfig = field(default_factory=PropagateConfig)

@@ -18,22 +18,22 @@ retrieval are in :mod:`spectrag.generate`.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import overload
 
 import torch
 
-from spectrag.config import MAX_QUERY_CHARS, RetrieverConfig
+from spectrag.config import RetrieverConfig
 from spectrag.contexts import Context, build_contexts
 from spectrag.errors import ConfigError, SpectragError, brief
+from spectrag.limits import _positive, check_k, check_queries, pool_limit  # noqa: F401  (re-exported)
 from spectrag.llm import LLMClient, make_client
 from spectrag.llm.tasks import hyde_passages
 from spectrag.pipeline import PROPAGATION_MODES, BatchResult, QueryBatch, run
 from spectrag.state import QueryState
 from spectrag.store import Index, load_index
 from spectrag.util.threads import ThreadChooser, intra_op_threads
-from spectrag.util.io import check_unicode
 from spectrag.util.where import per_query_where
 
 #: a ``where`` argument: one filter (a dict, or None) for every query, or one per query
@@ -54,57 +54,15 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
-def check_queries(queries: list[str]) -> list[str]:
-    """The queries as a list; :class:`SpectragError` for none, for one that is not a string, is
-    empty or is over ``MAX_QUERY_CHARS`` characters (the server's limit too); numbered from 1,
-    as the command line's ids ``q1``, ``q2``, ... are."""
-    if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
-        raise SpectragError(f"queries must be a string or a list of strings, got {type(queries).__name__} "
-                            f"{brief(queries)}")
-    queries = list(queries)
-    if not queries:
-        raise SpectragError("no queries given")
-    for i, q in enumerate(queries, start=1):
-        name = f"query {i}" + (f" of {len(queries)}" if len(queries) > 1 else "")
-        if not isinstance(q, str):
-            raise SpectragError(f"{name} is not a string (got {type(q).__name__} {brief(q)})")
-        if not q.strip():
-            raise SpectragError(f"{name} is empty; every query needs some text")
-        if len(q) > MAX_QUERY_CHARS:
-            raise SpectragError(f"{name} has {len(q):,} characters; at most {MAX_QUERY_CHARS:,} (a query, not a "
-                                "document: the embedder reads about the first 1,000)")
-        check_unicode(q, name)
-    return queries
+def query_backend(choice: str, device: torch.device) -> str | None:
+    """The embedder backend ``RetrieverConfig.embed_backend`` names (None: the index's own);
+    ``auto`` takes ONNX Runtime on the CPU where it (and onnx, to export) is installed."""
+    if choice == "auto":
+        import importlib.util
 
-
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise SpectragError(f"{name} must be an integer >= 1, got {brief(value)}")
-
-
-def pool_limit(config: RetrieverConfig, mode: str | None = None) -> tuple[int, list[str]]:
-    """The most candidates ``mode`` (default: the config's) ranks per query, and the settings
-    that bound it: the baselines rank their seed list, the other modes the expanded pool."""
-    mode = mode or config.mode
-    sc, cap = config.seed, config.expand.max_candidates
-    depth, names = {"dense": (sc.k_dense, ["seed.k_dense"]), "hyde": (sc.k_dense, ["seed.k_dense"]),
-                    "bm25": (sc.k_bm25, ["seed.k_bm25"]),
-                    "hybrid": (max(sc.k_dense, sc.k_bm25), ["seed.k_dense", "seed.k_bm25"])}.get(mode, (cap, []))
-    return (cap, ["expand.max_candidates"]) if depth >= cap else (depth, names)
-
-
-def check_k(k: int | None, config: RetrieverConfig, mode: str | None = None) -> None:
-    """``k`` is an integer >= 1 that the mode's candidate pool can fill; a larger ``k`` is an
-    error naming the setting to raise, never a silently shorter list (a corpus with fewer
-    chunks than ``k`` still gives them all)."""
-    _positive("k", k)
-    if k is None:
-        return
-    limit, settings = pool_limit(config, mode)
-    if k > limit:
-        raise SpectragError(f"k = {k} is more than mode {mode or config.mode!r} ranks per query "
-                            f"({' / '.join(settings)} = {limit}): ask for at most {limit}, or raise "
-                            f"{' and '.join(settings)} (a TOML table in --config, or RetrieverConfig.replace)")
+        found = all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+        return "onnx" if found and device.type == "cpu" else None
+    return None if choice == "index" else choice
 
 
 class Retriever:
@@ -175,8 +133,9 @@ class Retriever:
             yield build_contexts(self.index, part, result, k, budgeted=k is None or budget is not None)
 
     def embed(self, queries: list[str]) -> torch.Tensor:
-        """Query vectors ``[B, d]`` on the state's device."""
-        return torch.from_numpy(self.index.embed_queries(queries)).to(self.state.device)
+        """Query vectors ``[B, d]`` on the state's device (``config.embed_backend`` embeds them)."""
+        vectors = self.index.embed_queries(queries, backend=query_backend(self.config.embed_backend, self.state.device))
+        return torch.from_numpy(vectors).to(self.state.device)
 
     def encode(self, queries: list[str], qvecs: torch.Tensor | None = None, *, named: bool = True,
                where: Where = None) -> QueryBatch:

@@ -458,7 +458,7 @@ class Index:
             self.kg = load_kg(self.folder, len(self.chunks), dim=dim)
         shown.update()
         shown.close()
-        self._embedder = None
+        self._embedders: dict = {}  # backend -> Embedder, loaded on first use
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -475,21 +475,30 @@ class Index:
 
     @property
     def embedder(self):
-        """The index's embedding model, loaded on first use."""
-        if self._embedder is None:
+        """The index's embedding model (its own ``embed.backend``), loaded on first use."""
+        return self.query_embedder()
+
+    def query_embedder(self, backend: str | None = None):
+        """The embedding model with ``backend`` (``torch`` / ``onnx``; None: the index's own),
+        loaded on first use and kept."""
+        backend = backend or self.config.embed.backend
+        if backend not in self._embedders:
             if self.manifest["embedding"].get("fingerprint") == "supplied":
                 raise SpectragError(
                     f"{self.path}: built from embeddings supplied by the caller; pass query vectors, not strings"
                 )
-            # queries are rarely repeated: skip the content-hash cache on this path
-            embedder = Embedder(replace(self.config.embed, cache_dir=""))
+            # queries are rarely repeated: no content-hash cache of vectors (an ONNX export is still cached)
+            # ONNX Runtime: one query at a time on the configured threads (measured a little faster
+            # than two queries side by side on one thread each: bench/results/embed_runtime_cpu.md)
+            embedder = Embedder(replace(self.config.embed, backend=backend), cache_vectors=False)
             check_model(self.manifest, embedder.fingerprint, embedder.dim, self.path)
-            self._embedder = embedder
-        return self._embedder
+            self._embedders[backend] = embedder
+        return self._embedders[backend]
 
-    def embed_queries(self, queries: list[str]) -> np.ndarray:
-        """Shapes: ``B`` strings -> float32 ``[B, d]``."""
-        return self.embedder.encode(list(queries))
+    def embed_queries(self, queries: list[str], *, backend: str | None = None) -> np.ndarray:
+        """Shapes: ``B`` strings -> float32 ``[B, d]``; each query's vector is the same alone and
+        in any batch (:meth:`spectrag.index.embed.Embedder.encode_queries`)."""
+        return self.query_embedder(backend).encode_queries(list(queries))
 
     def dense_search(self, queries: list[str] | np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """Exact inner-product top-k for query strings or query vectors ``[B, d]``."""

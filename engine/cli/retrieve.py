@@ -9,19 +9,20 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from spectrag.cli.queries import iter_queries
 from spectrag.config import RetrieverConfig
-from spectrag.contexts import Context
 from spectrag.errors import SpectragError, brief
-from spectrag.retriever import Retriever, check_k
-from spectrag.store import load_index
+from spectrag.limits import check_index_folder, check_k
 from spectrag.types import Chunk
 from spectrag.util.console import bar as console_bar
 from spectrag.util.console import progress_on
 from spectrag.util.io import check_unicode
 from spectrag.util.where import check_where
+
+if TYPE_CHECKING:
+    from spectrag.contexts import Context
 
 TEXT_HITS = 5  # hits shown per query by --format text when -k is not given
 
@@ -140,6 +141,11 @@ def run_queries(index_dir: Path, query_file: Path | None, texts: list[str], *, c
     if filter_ is not None and ray is not None:
         raise SpectragError("--where does not run with --ray yet; filter on one machine")
     texts_only = [t for _, t in queries]
+    check_index_folder(index_dir)
+
+    from spectrag.retriever import Retriever  # the model and torch: only once the arguments are checked
+    from spectrag.store import load_index
+
     if ray is None:
         retriever = Retriever(load_index(index_dir), config, llm=llm if config.mode == "hyde" else None)
         table = retriever.index.chunks

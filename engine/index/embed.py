@@ -105,6 +105,7 @@ def model_fingerprint(path: Path) -> str:
 
 
 WIDTH_STEP = 8  # a text is padded to its token count rounded up to this (see Embedder)
+QUERY_WIDTHS = (32, 64, 128, 256)  # ONNX Runtime query buckets (Embedder.encode_queries)
 
 
 def padded_widths(lengths: np.ndarray, limit: int | None) -> np.ndarray:
@@ -212,7 +213,11 @@ class Embedder:
     class BackendUnavailable(ConfigError, ImportError):
         """The optional package an ``embed.backend`` needs is not installed."""
 
-    def __init__(self, config: EmbedConfig | None = None) -> None:
+    def __init__(self, config: EmbedConfig | None = None, *, cache_vectors: bool = True, query_workers: int = 0) -> None:
+        """``cache_vectors=False``: no content-hash cache of vectors (queries are rarely
+        repeated), while the ONNX export is still kept in the cache folder. ``query_workers``
+        (ONNX Runtime only): :meth:`encode_queries` runs that many texts at once, each on one
+        thread (the session then has one intra-op thread); 0: one text at a time on all threads."""
         self.config = config or EmbedConfig()
         self.model_path = resolve_model_path(self.config.model)
         self.device = resolve_device(self.config.device)
@@ -221,7 +226,7 @@ class Embedder:
             cache_dir, setting = str(default_cache_dir()), "embed.cache_dir (default: $SPECTRAG_CACHE_DIR or ~/.cache/spectrag)"
         self._cache_dir = cache_dir
         # opened before the model loads, so an unusable folder is refused at once; keyed once the model is known
-        self.cache = EmbeddingCache(cache_dir, "", setting=setting) if cache_dir else None
+        self.cache = EmbeddingCache(cache_dir, "", setting=setting) if cache_dir and cache_vectors else None
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local folder never needs the hub
         LOGGER.info(f"loading the embedding model {self.config.model} on {self.device}")
         from sentence_transformers import SentenceTransformer
@@ -256,6 +261,8 @@ class Embedder:
         self._warm = False
         self._ort = None
         self._ort_inputs: list[str] = []
+        self._query_workers = query_workers
+        self._pool = None
         self._tmp_dir: str | None = None
         if self.config.backend == "onnx" and self._cpu:
             try:
@@ -275,6 +282,80 @@ class Embedder:
         elif todo:
             self.store(out, todo, hashes, self._encode_uncached([texts[i] for i in todo], show_progress))
         return out
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Query vectors, each a function of its text alone, bit for bit. ``[B]`` -> float32 ``[B, dim]``.
+
+        With ONNX Runtime (``backend = "onnx"``) every text is padded to a fixed width, the
+        smallest of :data:`QUERY_WIDTHS` that holds it (capped at the model's limit), and the
+        texts of one width go through ONE call: ONNX Runtime's vectors move in the last bits
+        with the padding width, but not with the batch size, the companions or the thread count
+        at a fixed width (tests/index/test_embed.py holds this), so a served batch of short
+        queries is one model call. With ``query_workers`` each text instead runs alone at its
+        own length, that many at a time. Texts longer than the model reads, and the torch path,
+        go through :meth:`encode` (its per-width recipe)."""
+        texts = list(texts)
+        if self._ort is None or not texts:
+            return self.encode(texts)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        long = set(self.long_texts(texts)) if self.config.long_texts == "pool" else set()
+        rows = [i for i in range(len(texts)) if i not in long]
+        with torch.inference_mode():
+            if self._pool is not None:
+                self._queries_alone(texts, rows, out)
+            elif rows:
+                self._queries_bucketed(texts, rows, out)
+        if long:
+            at = sorted(long)
+            out[at] = self.encode([texts[i] for i in at])
+        return out
+
+    def _queries_bucketed(self, texts: list[str], rows: list[int], out: np.ndarray) -> None:
+        """Rows ``rows`` of ``out``: texts padded to their :data:`QUERY_WIDTHS` bucket, one ONNX
+        Runtime call per bucket."""
+        features = self._preprocess([texts[i] for i in rows])
+        n, width = features["attention_mask"].shape
+        limit = getattr(self.model, "max_seq_length", None) or width
+        lengths = features["attention_mask"].sum(dim=1).numpy()
+        buckets = np.array([next((w for w in QUERY_WIDTHS if w >= n_tok), limit) for n_tok in lengths])
+        buckets = np.minimum(buckets, max(limit, int(lengths.max())))
+        tokenizer = self.model.tokenizer
+        left = getattr(tokenizer, "padding_side", "right") == "left"
+        fill = getattr(tokenizer, "pad_token_id", None) or 0
+        top = int(buckets.max())
+        if width < top:
+            features = {k: _pad_tokens(v, n, width, top - width, left, fill if k == "input_ids" else 0)
+                        for k, v in features.items()}
+            width = top
+        for w in np.unique(buckets):
+            picked = np.flatnonzero(buckets == w)
+            index = torch.from_numpy(picked)
+            batch = {}
+            for key, value in features.items():
+                if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == n:
+                    value = value.index_select(0, index)
+                    if value.ndim >= 2 and value.shape[1] == width:
+                        value = value[:, width - int(w):] if left else value[:, : int(w)]
+                batch[key] = value
+            hidden = self._ort.run(None, {name: batch[name].numpy() for name in self._ort_inputs})[0]
+            out[[rows[j] for j in picked]] = self._pooled(batch, hidden)
+
+    def _queries_alone(self, texts: list[str], rows: list[int], out: np.ndarray) -> None:
+        """Rows ``rows`` of ``out``: each text alone at its own length, ``query_workers`` at a
+        time on one thread each (tokenized here: a fast tokenizer must not be shared between threads)."""
+        features = [self._preprocess([texts[i]]) for i in rows]
+        feeds = [{name: f[name].numpy() for name in self._ort_inputs} for f in features]
+        hidden = list(self._pool.map(lambda feed: self._ort.run(None, feed)[0], feeds))
+        for i, f, h in zip(rows, features, hidden):
+            out[i] = self._pooled(dict(f), h)[0]
+
+    def _pooled(self, batch: dict, hidden: np.ndarray) -> np.ndarray:
+        """The model's modules after the transformer (pooling, ...) on ONNX Runtime's token
+        vectors ``hidden [n, seq, dim]`` -> normalized float32 ``[n, dim]``."""
+        batch[self._token_output] = torch.from_numpy(hidden)
+        for module in list(self.model)[1:]:
+            batch = module(batch)
+        return torch.nn.functional.normalize(batch["sentence_embedding"].float(), p=2, dim=1).numpy()
 
     def lookup(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int], list[bytes]]:
         """The cached part of :meth:`encode`: ``[len(texts), dim]`` with the cached rows filled,
@@ -480,14 +561,10 @@ class Embedder:
             torch.set_num_threads(threads)
         start = time.perf_counter()
         if self._ort is not None:
-            feed = {name: batch[name].numpy() for name in self._ort_inputs}
-            batch[self._token_output] = torch.from_numpy(self._ort.run(None, feed)[0])
-            for module in list(self.model)[1:]:
-                batch = module(batch)
-            vectors = batch["sentence_embedding"]
+            vectors = self._pooled(batch, self._ort.run(None, {name: batch[name].numpy() for name in self._ort_inputs})[0])
         else:
             vectors = self.model(batch)["sentence_embedding"]
-        vectors = torch.nn.functional.normalize(vectors.float(), p=2, dim=1).numpy()
+            vectors = torch.nn.functional.normalize(vectors.float(), p=2, dim=1).numpy()
         if self._warm and threads:
             self._threads.record(threads, tokens, time.perf_counter() - start)
         self._warm = True  # the first forward pass of a model includes one-off set-up: not timed
@@ -515,15 +592,19 @@ class Embedder:
         self._ort_inputs = [
             k for k in ("input_ids", "attention_mask", "token_type_ids") if isinstance(probe.get(k), torch.Tensor)
         ]
-        if self._cache_dir:
-            folder = Path(self._cache_dir) / "onnx"
-        else:
+        folder = Path(self._cache_dir) / "onnx" if self._cache_dir else None
+        if folder is not None:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError:  # the vectors' cache folder is checked above; this one may only be read-only
+                folder = None
+        if folder is None:
 
             self._tmp_dir = tempfile.mkdtemp(prefix="spectrag-onnx-")
             folder = Path(self._tmp_dir)
         path = folder / f"{self.fingerprint}-{self.dim}.onnx"
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.config.num_threads or torch.get_num_threads()
+        options.intra_op_num_threads = 1 if self._query_workers else (self.config.num_threads or torch.get_num_threads())
         options.inter_op_num_threads = 1
         # threads that sleep instead of spinning keep their speed when other processes share the cores
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -534,6 +615,10 @@ class Embedder:
             self._ort = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             cosine = self._check_onnx()
             if cosine >= 0.9999:
+                if self._query_workers > 0:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    self._pool = ThreadPoolExecutor(self._query_workers, thread_name_prefix="spectrag-embed")
                 return self._ort
             self._ort = None
             path.unlink(missing_ok=True)
@@ -595,6 +680,9 @@ class Embedder:
         return float((want * got).sum(axis=1).min())
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self.cache is not None:
             self.cache.close()
         if self._tmp_dir is not None:

@@ -5,7 +5,8 @@ every tensor); callers only enqueue. The worker takes the first waiting request,
 gathering for at most ``max_wait_ms`` after it arrived, or until ``max_batch`` queries are in
 hand, and scores what it gathered with ONE :meth:`Retriever.score_batch` call per (mode, budget)
 (the pipeline takes one of each per batch; requests differing there are scored side by side in the
-same round). Each caller's future gets its own contexts, with its own ``k`` (the ranking does not
+same round). A second thread builds each scored batch's contexts while the worker scores the
+next batch (the embedding and the engine release the GIL). Each caller's future gets its own contexts, with its own ``k`` (the ranking does not
 depend on the budget, so a top-k request shares any batch of its mode).
 
 ``enabled=False`` scores every request alone (the same worker, no gathering): the reference the
@@ -22,7 +23,7 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from spectrag.config import RetrieverConfig, check_setting
@@ -89,6 +90,8 @@ class MicroBatcher:
         self._closing = False  # no more submits (set by close)
         self._stopped = False  # the worker has seen the close marker
         self._carry: _Request | None = None  # a request that did not fit in the last batch
+        # one thread builds the contexts of a scored batch while the worker scores the next
+        self._finisher = ThreadPoolExecutor(1, thread_name_prefix="spectrag-contexts")
         self._worker = threading.Thread(target=self._loop, name="spectrag-batcher", daemon=True)
         self._worker.start()
 
@@ -139,12 +142,15 @@ class MicroBatcher:
     # -- the worker ---------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        while not (self._stopped and self._carry is None):
-            first, self._carry = self._carry or self._queue.get(), None
-            if first is _STOP:
-                self._stopped = True
-                continue
-            self._score(self._gather(first))
+        try:
+            while not (self._stopped and self._carry is None):
+                first, self._carry = self._carry or self._queue.get(), None
+                if first is _STOP:
+                    self._stopped = True
+                    continue
+                self._score(self._gather(first))
+        finally:
+            self._finisher.shutdown(wait=True)  # the worker ends once every scored batch has its answers
 
     def _gather(self, first: _Request) -> list[_Request]:
         """``first`` and the requests that join it: those already waiting, and those arriving
@@ -182,22 +188,36 @@ class MicroBatcher:
             groups[key].append(req)
         for (mode, budget), reqs in groups.items():
             texts = [q for r in reqs for q in r.queries]
+            index = retriever.index  # the contexts come from the index that scored them
             try:
                 result = retriever.score_batch(texts, mode=mode, budget=budget,
                                                where=[r.where for r in reqs for _ in r.queries])
-                contexts = build_contexts(retriever.index, texts, result, [r.k for r in reqs for _ in r.queries],
-                                          budgeted=[r.budgeted for r in reqs for _ in r.queries])
             except Exception as exc:  # noqa: BLE001  (the callers get the error; the worker goes on)
-                for r in reqs:
-                    r.future.set_exception(exc)
-                self._done(reqs, errors=len(reqs))
+                self._failed(reqs, exc)
                 continue
-            lo = 0
-            for r in reqs:
-                r.future.generation = retriever.index.generation  # the answer names the index generation it came from
-                r.future.set_result(contexts[lo : lo + len(r.queries)])
-                lo += len(r.queries)
-            self._done(reqs, batch_size=len(texts))
+            # the contexts (Python objects, text) are built beside the next batch's embedding and
+            # scoring, which release the GIL (ONNX Runtime, torch, numba)
+            self._finisher.submit(self._finish, reqs, texts, index, result)
+
+    def _failed(self, reqs: list[_Request], exc: Exception) -> None:
+        for r in reqs:
+            r.future.set_exception(exc)
+        self._done(reqs, errors=len(reqs))
+
+    def _finish(self, reqs: list[_Request], texts: list[str], index, result) -> None:
+        """The finisher thread: each request's contexts from its slice of the scored batch."""
+        try:
+            contexts = build_contexts(index, texts, result, [r.k for r in reqs for _ in r.queries],
+                                      budgeted=[r.budgeted for r in reqs for _ in r.queries])
+        except Exception as exc:  # noqa: BLE001
+            self._failed(reqs, exc)
+            return
+        lo = 0
+        for r in reqs:
+            r.future.generation = index.generation  # the answer names the index generation it came from
+            r.future.set_result(contexts[lo : lo + len(r.queries)])
+            lo += len(r.queries)
+        self._done(reqs, batch_size=len(texts))
 
     def _done(self, reqs: list[_Request], *, batch_size: int = 0, errors: int = 0, cancelled: bool = False) -> None:
         with self._lock:

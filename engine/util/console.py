@@ -12,15 +12,17 @@ user sees them only if their logging is set to.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tqdm.auto import tqdm
+if TYPE_CHECKING:  # imported on use: `spectrag --help` and the error paths do not need it
+    from tqdm.auto import tqdm
 
 LOGGER = logging.getLogger("spectrag")
 LEVELS = ("debug", "info", "warning", "error")
@@ -56,67 +58,81 @@ class _Discard:
         pass
 
 
-class LogBar(tqdm):
-    """A tqdm bar that, instead of drawing, logs a line on the ``spectrag`` logger at INFO at most
-    every ``every`` seconds: ``embed: 12,288/50,000 chunks (25%), 210 chunks/s, about 3 min
-    left``; and a last line when it closes if it logged any."""
+@functools.cache
+def log_bar_class() -> type:
+    """:class:`LogBar`, made on first use (tqdm is imported on use: ``spectrag --help`` and the
+    command line's error paths do not need it)."""
+    from tqdm.auto import tqdm
 
-    def __init__(self, *args: Any, every: float | None = None, **kwargs: Any) -> None:
-        self._every = LOG_EVERY_S if every is None else every
-        self._logged_at: float | None = None
-        self._logged_n = 0
-        kwargs.update(file=_Discard(), mininterval=self._every, miniters=1, dynamic_ncols=False)
-        kwargs.pop("ncols", None)
-        super().__init__(*args, **kwargs)
+    class LogBar(tqdm):
+        """A tqdm bar that, instead of drawing, logs a line on the ``spectrag`` logger at INFO at most
+        every ``every`` seconds: ``embed: 12,288/50,000 chunks (25%), 210 chunks/s, about 3 min
+        left``; and a last line when it closes if it logged any."""
 
-    def line(self, final: bool = False) -> str:
-        """The progress line: count (of the total), rate, time left (or taken, ``final``)."""
-        d = self.format_dict
-        n, total, elapsed = d["n"], d["total"], d["elapsed"]
-        unit = str(d.get("unit") or "it").strip()
-        rate = n / elapsed if elapsed > 0 else 0.0  # the mean rate: steadier than tqdm's smoothed one
-        text = f"{d.get('prefix') or 'progress'}: {n:,}" + (f"/{total:,} {unit} ({100 * n / total:.0f}%)" if total else f" {unit}")
-        if d.get("postfix"):
-            text += f" [{str(d['postfix']).lstrip(', ')}]"  # the step now running (the graph stage)
-        if rate >= 1:
-            text += f", {rate:,.1f} {unit}/s"
-        elif rate:
-            text += f", {1 / rate:,.1f} s per {unit}"
-        if final:
-            text += f", {duration(elapsed)} in all"
-        elif total and rate and n < total:
-            text += f", about {duration((total - n) / rate)} left"
-        return text
+        def __init__(self, *args: Any, every: float | None = None, **kwargs: Any) -> None:
+            self._every = LOG_EVERY_S if every is None else every
+            self._logged_at: float | None = None
+            self._logged_n = 0
+            kwargs.update(file=_Discard(), mininterval=self._every, miniters=1, dynamic_ncols=False)
+            kwargs.pop("ncols", None)
+            super().__init__(*args, **kwargs)
 
-    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
-        now = time.monotonic()
-        closing = self.disable or msg == "" or getattr(self, "_closing", False)
-        if closing:
+        def line(self, final: bool = False) -> str:
+            """The progress line: count (of the total), rate, time left (or taken, ``final``)."""
+            d = self.format_dict
+            n, total, elapsed = d["n"], d["total"], d["elapsed"]
+            unit = str(d.get("unit") or "it").strip()
+            rate = n / elapsed if elapsed > 0 else 0.0  # the mean rate: steadier than tqdm's smoothed one
+            text = f"{d.get('prefix') or 'progress'}: {n:,}" + (f"/{total:,} {unit} ({100 * n / total:.0f}%)" if total else f" {unit}")
+            if d.get("postfix"):
+                text += f" [{str(d['postfix']).lstrip(', ')}]"  # the step now running (the graph stage)
+            if rate >= 1:
+                text += f", {rate:,.1f} {unit}/s"
+            elif rate:
+                text += f", {1 / rate:,.1f} s per {unit}"
+            if final:
+                text += f", {duration(elapsed)} in all"
+            elif total and rate and n < total:
+                text += f", about {duration((total - n) / rate)} left"
+            return text
+
+        def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+            now = time.monotonic()
+            closing = self.disable or msg == "" or getattr(self, "_closing", False)
+            if closing:
+                return True
+            if self.n and self.n != self._logged_n and (self._logged_at is None or now - self._logged_at >= self._every * 0.999):
+                # the first line after `every` seconds too: a stage that ends sooner logs nothing
+                if self._logged_at is not None or now - self._start_mono >= self._every:
+                    LOGGER.info(self.line())
+                    self._logged_at, self._logged_n = now, self.n
             return True
-        if self.n and self.n != self._logged_n and (self._logged_at is None or now - self._logged_at >= self._every * 0.999):
-            # the first line after `every` seconds too: a stage that ends sooner logs nothing
-            if self._logged_at is not None or now - self._start_mono >= self._every:
-                LOGGER.info(self.line())
-                self._logged_at, self._logged_n = now, self.n
-        return True
 
-    def refresh(self, nolock: bool = False, lock_args: Any = None) -> bool:
-        return self.display()
+        def refresh(self, nolock: bool = False, lock_args: Any = None) -> bool:
+            return self.display()
 
-    def reset(self, total: float | None = None) -> None:
-        self._start_mono = time.monotonic()
-        super().reset(total)
+        def reset(self, total: float | None = None) -> None:
+            self._start_mono = time.monotonic()
+            super().reset(total)
 
-    def close(self) -> None:
-        if not self.disable and self._logged_at is not None:
-            LOGGER.info(self.line(final=True))
-        self._closing = True
-        super().close()
+        def close(self) -> None:
+            if not self.disable and self._logged_at is not None:
+                LOGGER.info(self.line(final=True))
+            self._closing = True
+            super().close()
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "LogBar":
-        obj = super().__new__(cls, *args, **kwargs)
-        obj._start_mono = time.monotonic()
-        return obj
+        def __new__(cls, *args: Any, **kwargs: Any) -> "LogBar":
+            obj = super().__new__(cls, *args, **kwargs)
+            obj._start_mono = time.monotonic()
+            return obj
+
+    return LogBar
+
+
+def __getattr__(name: str) -> Any:  # ``from spectrag.util.console import LogBar``
+    if name == "LogBar":
+        return log_bar_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def duration(seconds: float) -> str:
@@ -147,7 +163,9 @@ def bar(iterable: Any = None, *, show: bool | None = None, **kwargs: Any) -> tqd
     show = _SHOW.get() if show is None else show
     disable = kwargs.pop("disable", False) or not show
     if not disable and not _terminal(kwargs["file"]):
-        return LogBar(iterable, **kwargs)
+        return log_bar_class()(iterable, **kwargs)
+    from tqdm.auto import tqdm
+
     return tqdm(iterable, disable=disable, **kwargs)
 
 
