@@ -36,11 +36,11 @@ def with_metadata(index):
     its query embeddings memoized (the model's forward pass would dominate these tests)."""
     embed, memo = index.embed_queries, {}
 
-    def embed_queries(queries: list[str]) -> np.ndarray:
-        todo = [q for q in dict.fromkeys(queries) if q not in memo]
+    def embed_queries(queries: list[str], backend: str | None = None) -> np.ndarray:
+        todo = [q for q in dict.fromkeys(queries) if (backend, q) not in memo]
         if todo:
-            memo.update(zip(todo, embed(todo)))
-        return np.stack([memo[q] for q in queries])
+            memo.update(zip([(backend, q) for q in todo], embed(todo, backend=backend)))
+        return np.stack([memo[backend, q] for q in queries])
 
     index.embed_queries = embed_queries
     docs = list(dict.fromkeys(c.doc_id for c in index.chunks))

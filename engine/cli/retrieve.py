@@ -19,7 +19,6 @@ from spectrag.types import Chunk
 from spectrag.util.console import bar as console_bar
 from spectrag.util.console import progress_on
 from spectrag.util.io import check_unicode
-from spectrag.util.where import check_where
 
 if TYPE_CHECKING:
     from spectrag.contexts import Context
@@ -101,6 +100,8 @@ def parse_where(text: str | None) -> dict | None:
         value = json.loads(text)
     except ValueError as exc:
         raise SpectragError(f"--where is not JSON ({exc}): {brief(text)}") from None
+    from spectrag.util.where import check_where  # numpy: only once a filter is given
+
     return check_where(value, label="--where")
 
 

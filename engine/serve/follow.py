@@ -43,8 +43,9 @@ def _share_model(old: Any, new: Any) -> None:
     """Give ``new`` the query embedder ``old`` has loaded when both embed with the same model and
     settings (an edit never changes them): a reload then does not load the model again."""
     same = old.manifest["embedding"] == new.manifest["embedding"] and old.config.embed == new.config.embed
-    if same and getattr(old, "_embedder", None) is not None and getattr(new, "_embedder", None) is None:
-        new._embedder = old._embedder
+    if same:  # one embedder per query runtime (Index.query_embedder): the loaded ones go along
+        for backend, embedder in getattr(old, "_embedders", {}).items():
+            new._embedders.setdefault(backend, embedder)
 
 
 class IndexFollower:

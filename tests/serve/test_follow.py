@@ -45,9 +45,9 @@ def test_reload_serves_the_new_generation_and_releases_the_old(edited_copy, tmp_
         top = sorted(_docs(first))[0]
         delete_documents(edited_copy, [top])
         assert client.post("/v1/retrieve", json={"query": QUERY, "k": 5}).json()["generation"] == gen  # not yet
-        model = app.state.batcher.retriever.index._embedder
+        model = app.state.batcher.retriever.index.query_embedder()
         done = client.post("/v1/reload").json()
-        assert app.state.batcher.retriever.index._embedder is model is not None  # the model is not loaded again
+        assert app.state.batcher.retriever.index.query_embedder() is model is not None  # the model is not loaded again
         assert done == {"generation": str(int(gen) + 1), "previous": gen, "reloaded": True}
         after = client.post("/v1/retrieve", json={"query": QUERY, "k": 50})
         assert after.json()["generation"] == done["generation"] and top not in _docs(after)
