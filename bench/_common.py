@@ -188,6 +188,18 @@ def finish_record(record: dict) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
+def save_record(out, record: dict, markdown) -> str:
+    """Write ``record`` as ``out``.json and its ``markdown(record)`` as ``out``.md; returns the text."""
+    import json
+    from pathlib import Path
+
+    out = Path(out)
+    out.with_suffix(".json").write_text(json.dumps(record, indent=2, default=float))
+    text = markdown(record)
+    out.with_suffix(".md").write_text(text)
+    return text
+
+
 def sync(device=None) -> None:
     """Wait for the device's queued kernels (CUDA); nothing on the CPU."""
     if device is not None and str(device).startswith("cuda"):

@@ -38,7 +38,6 @@ import _common  # noqa: E402
 _common.ensure_spectrag()
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -292,10 +291,7 @@ def main() -> None:
     record["sets"] = [run_set(name, not args.no_openie, budgets, args.cache_dir, args.rows == "context")
                       for name in args.sets.split(",")]
     _common.finish_record(record)
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(record, indent=2, default=float))
-    out.with_suffix(".md").write_text(markdown(record))
-    log(markdown(record))
+    log(_common.save_record(args.out, record, markdown))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ _common.ensure_spectrag()
 
 import argparse  # noqa: E402
 import importlib.util  # noqa: E402
-import json  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -265,10 +264,7 @@ def main() -> None:
                       flush=True)
             record["indexes"].append(res)
     _common.finish_record(record)
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(record, indent=2, default=float))
-    out.with_suffix(".md").write_text(markdown(record))
-    print(markdown(record))
+    print(_common.save_record(args.out, record, markdown))
 
 
 if __name__ == "__main__":

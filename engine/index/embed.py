@@ -117,6 +117,20 @@ def padded_widths(lengths: np.ndarray, limit: int | None) -> np.ndarray:
     return np.minimum(out, limit) if limit else out
 
 
+def _rows_at_width(features: dict, rows: np.ndarray, n: int, width: int, keep: int, left: bool) -> dict:
+    """The tokenizer's ``features`` (``[n, width]`` tensors) of ``rows`` only, cut to ``keep``
+    token positions (the padding side's end dropped): one model call's inputs."""
+    index = torch.from_numpy(np.asarray(rows))
+    batch = {}
+    for key, value in features.items():
+        if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == n:
+            value = value.index_select(0, index)
+            if value.ndim >= 2 and value.shape[1] == width:
+                value = value[:, width - keep :] if left else value[:, :keep]
+        batch[key] = value
+    return batch
+
+
 def _pad_tokens(value, n: int, width: int, pad: int, left: bool, fill: int = 0):
     """``value`` (a ``[n, width]`` token feature) padded by ``pad`` columns of ``fill`` (other features as they are)."""
     if not (isinstance(value, torch.Tensor) and value.ndim == 2 and value.shape == (n, width)):
@@ -329,14 +343,7 @@ class Embedder:
             width = top
         for w in np.unique(buckets):
             picked = np.flatnonzero(buckets == w)
-            index = torch.from_numpy(picked)
-            batch = {}
-            for key, value in features.items():
-                if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == n:
-                    value = value.index_select(0, index)
-                    if value.ndim >= 2 and value.shape[1] == width:
-                        value = value[:, width - int(w):] if left else value[:, : int(w)]
-                batch[key] = value
+            batch = _rows_at_width(features, picked, n, width, int(w), left)
             hidden = self._ort.run(None, {name: batch[name].numpy() for name in self._ort_inputs})[0]
             out[[rows[j] for j in picked]] = self._pooled(batch, hidden)
 
@@ -542,14 +549,7 @@ class Embedder:
             same = int(np.searchsorted(-widths[order[start:]], -longest, side="right"))  # rows of this width
             rows = order[start : start + min(size, same)]
             start += len(rows)
-            index = torch.from_numpy(rows)
-            batch = {}
-            for key, value in features.items():
-                if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == n:
-                    value = value.index_select(0, index)
-                    if value.ndim >= 2 and value.shape[1] == width:
-                        value = value[:, width - longest :] if left else value[:, :longest]
-                batch[key] = value
+            batch = _rows_at_width(features, rows, n, width, longest, left)
             yield rows, batch, len(rows) * longest
 
     def _forward(self, batch: dict, tokens: int) -> np.ndarray:
