@@ -95,6 +95,7 @@ def main() -> None:
     if "device" in inspect.signature(signals.semantic_edges).parameters:
         done = n
         W = signals.semantic_edges(x.cpu().numpy(), K, device=str(dev))
+        W = W.maximum(W.T).tocsr()  # each node's kNN list is one-sided; the build symmetrizes at fusion
         how = f"semantic_edges(device={dev.type!r})"
     else:
         W, done = knn_by_topk(x, K, budget_s=args.knn_budget_s)
