@@ -49,7 +49,7 @@ def build(n: int):
     corpus = ROOT / "bench" / "indexes" / f"filters-corpus-{n}"
     path = ROOT / "bench" / "indexes" / f"filters-{n}"
     make_synthetic.ensure(corpus, n, n_queries=256)
-    if not (path / "manifest.json").exists():
+    if not any((path / name).exists() for name in ("CURRENT", "manifest.json")):  # built already (generations or flat)
         t0 = time.perf_counter()
         build_index(corpus / "corpus.jsonl", path, IndexConfig(embed=EmbedConfig(cache_dir="")), fmt="jsonl",
                     embeddings=np.load(corpus / "embeddings.npy"), overwrite=True)

@@ -98,7 +98,7 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.perf_counter()
     prepared = Path(args.prepared)
-    if not (prepared / "index" / "manifest.json").exists():
+    if not any((prepared / "index" / name).exists() for name in ("CURRENT", "manifest.json")):  # generations or flat
         print(f"[skip] real index: {prepared}/index is absent: run `python bench/gpu_prepare.py` on the CPU machine "
               "and carry bench/.gpu")
         return
