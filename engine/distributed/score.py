@@ -16,7 +16,8 @@ from spectrag.config import RetrieverConfig
 from spectrag.contexts import Context, build_contexts
 from spectrag.distributed.cluster import quiet_data_context, require_ray
 from spectrag.errors import SpectragError
-from spectrag.retriever import Retriever, check_k, check_queries
+from spectrag.limits import check_k, check_queries
+from spectrag.retriever import Retriever
 from spectrag.store import load_index, read_manifest
 
 

@@ -38,7 +38,8 @@ from typing import Any
 from spectrag import __version__
 from spectrag.config import MAX_BUDGET, MAX_QUERY_CHARS, MODES
 from spectrag.errors import SpectragError
-from spectrag.retriever import Retriever, pool_limit
+from spectrag.limits import pool_limit
+from spectrag.retriever import Retriever
 from spectrag.serve.batcher import Busy, Closing, MicroBatcher
 from spectrag.serve.body import BodyLimit
 

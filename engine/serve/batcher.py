@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from spectrag.config import RetrieverConfig, check_setting
 from spectrag.contexts import build_contexts
 from spectrag.errors import SpectragError
-from spectrag.retriever import Retriever, check_k, check_queries
+from spectrag.limits import check_k, check_queries
+from spectrag.retriever import Retriever
 from spectrag.util.where import check_where
 
 _STOP = object()  # queued by close(): after it, nothing more arrives
