@@ -359,13 +359,13 @@ def budget_select(
     device = scores.device
     work = _work_dtype(device)
     valid = inp.mask
+    s = inp.scores.to(work)  # (B, P)
     if cfg.stop_floor > 0 and B and P:  # (0) the evidence cut: what falls below it is no candidate
-        valid = valid & (inp.scores.to(work) >= evidence_cut(inp.scores.to(work), valid, cfg.stop_floor))
+        valid = valid & (s >= evidence_cut(s, valid, cfg.stop_floor))
     n_valid_max = int(valid.sum(1).max()) if B and P else 0
     if n_valid_max == 0:
         return _empty_result(B, P, device, work)
 
-    s = inp.scores.to(work)  # (B, P)
     tok = inp.tokens  # (B, P) int64
     neg_inf = torch.tensor(-math.inf, dtype=work, device=device)
     rows = torch.arange(B, device=device)

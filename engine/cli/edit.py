@@ -71,8 +71,11 @@ def edit_line(index) -> str:
     if r.documents_removed - r.documents_replaced:
         parts.append(f"deleted {count(r.documents_removed - r.documents_replaced, 'document')}")
     if r.chunks or r.chunks_removed:
-        parts[-1 if parts else 0:] = [(parts[-1] + " " if parts else "") +
-                                      f"({count(r.chunks, 'chunk')} added, {r.chunks_removed:,} removed)"]
+        note = f"({count(r.chunks, 'chunk')} added, {r.chunks_removed:,} removed)"
+        if parts:
+            parts[-1] += " " + note
+        else:
+            parts.append(note)
     if r.documents_unchanged:
         parts.append(f"{count(r.documents_unchanged, 'document')} unchanged")
     if r.operation == "compact" or r.compacted:
