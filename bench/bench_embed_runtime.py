@@ -1,8 +1,9 @@
 """Benchmark: query embedding of a served batch, per runtime, against one plain encode.
 
 Question: how long do 8 queries take to embed through ``Index.embed_queries`` (the retriever's
-path) with ``backend = "torch"`` (the per-width recipe) and ``"onnx"`` (each query alone in ONNX
-Runtime), against ONE plain ``SentenceTransformer.encode`` of the same 8 in the same process?
+path) with ``backend = "torch"`` (the per-width recipe) and ``"onnx"`` (the default on the CPU:
+queries padded to fixed-width buckets in ONNX Runtime; also with the previous release's coarser
+buckets, and each query alone two at a time), against ONE plain ``SentenceTransformer.encode`` of the same 8 in the same process?
 Each query's vector must be the same alone and in a batch: checked bit for bit here (alone, in
 its batch of 8, in a batch of 64) for every runtime, and the cosine to the plain encode is given.
 
@@ -11,7 +12,7 @@ questions, each timed as the median of ``--repeats`` calls), so a busy machine s
 reported: the median over batches of each variant's ms and of its ratio to the plain encode.
 
 Usage: ``python bench/bench_embed_runtime.py --index DIR [--batches 20] [--size 8]``
-(ONNX Runtime from the ``onnx`` extra; without it only torch is measured).
+(without ONNX Runtime only torch is measured).
 """
 
 from __future__ import annotations
@@ -71,11 +72,17 @@ def main() -> None:
             print(f"{backend}: skipped ({exc})")
             continue
         variants[f"embed_queries, backend={backend}"] = lambda t, b=backend: index.embed_queries(t, backend=b)
-    if "onnx" in loaded:  # the alternative: two queries side by side, one ONNX Runtime thread each
+    if "onnx" in loaded:
         from dataclasses import replace
 
-        from spectrag.index.embed import Embedder
+        from spectrag.index.embed import Embedder, query_embedder
 
+        # the buckets of the previous release (32, 64, 128, 256 wordpieces), for the same-run comparison
+        coarse = query_embedder(replace(index.config.embed, backend="onnx"))
+        if hasattr(coarse, "encoder"):
+            coarse.encoder.widths = (32, 64, 128, 256)
+            variants["embed_queries, onnx, buckets 32/64/128/256"] = coarse.encode_queries
+        # the alternative: two queries side by side, one ONNX Runtime thread each
         side = Embedder(replace(index.config.embed, backend="onnx"), cache_vectors=False, query_workers=2)
         variants["Embedder.encode_queries, onnx, 2 queries side by side x 1 thread"] = side.encode_queries
 

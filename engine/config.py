@@ -816,11 +816,14 @@ class RetrieverConfig(_Checked):
         processes share, one thread can be several times faster than two: see
         bench/results/peers_cpu.md) (default: 0).
     embed_backend: the runtime that embeds the queries: ``index`` (the index's own
-        ``embed.backend``), ``torch``, ``onnx`` (ONNX Runtime, the ``onnx`` extra: each query
-        padded to a fixed-width bucket, one call per bucket; about half the time of one plain
-        sentence-transformers encode, bench/results/embed_runtime_cpu.md)
-        or ``auto`` (``onnx`` where ONNX Runtime is installed and the device is the CPU, else the
-        index's). Every choice gives a query the same vector alone and in any batch (default: index).
+        ``embed.backend``), ``torch``, ``onnx`` (ONNX Runtime: each query padded to a
+        fixed-width bucket, one call per bucket; about half the time of one plain
+        sentence-transformers encode, bench/results/embed_runtime_cpu.md, and once the export
+        is cached no sentence-transformers import, so a first query starts in a fraction of the
+        time, bench/results/startup_cpu.md) or ``auto`` (``onnx`` where ONNX Runtime and onnx
+        are installed, as they are with spectrag, and the device is the CPU; else the index's).
+        The torch encoder is the reference; the vectors agree to a cosine of 0.9999999. Every
+        choice gives a query the same vector alone and in any batch (default: auto).
     seed, expand, propagate, bridge, select, baseline_select, activation: the stage settings.
     """
 
@@ -830,7 +833,7 @@ class RetrieverConfig(_Checked):
     device: str = "auto"
     backend: str = opt("auto", choices=("auto", "compiled", "torch"))
     threads: int = opt(0, lo=0, hi=MAX_THREADS)
-    embed_backend: str = opt("index", choices=("index", "auto", "torch", "onnx"))
+    embed_backend: str = opt("auto", choices=("index", "auto", "torch", "onnx"))
     seed: SeedConfig = field(default_factory=SeedConfig)
     expand: ExpandConfig = field(default_factory=ExpandConfig)
     propagate: PropagateConfig = field(default_factory=PropagateConfig)

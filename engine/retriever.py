@@ -17,6 +17,7 @@ retrieval are in :mod:`spectrag.generate`.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -54,14 +55,19 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
+@functools.cache
+def _onnx_installed() -> bool:
+    """ONNX Runtime (and onnx, to export the model once) importable; looked up once."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+
+
 def query_backend(choice: str, device: torch.device) -> str | None:
     """The embedder backend ``RetrieverConfig.embed_backend`` names (None: the index's own);
     ``auto`` takes ONNX Runtime on the CPU where it (and onnx, to export) is installed."""
     if choice == "auto":
-        import importlib.util
-
-        found = all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
-        return "onnx" if found and device.type == "cpu" else None
+        return "onnx" if device.type == "cpu" and _onnx_installed() else None
     return None if choice == "index" else choice
 
 

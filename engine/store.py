@@ -52,7 +52,7 @@ from spectrag.generations import FLAT, POINTER, Generation, collect, new_generat
 from spectrag.graph.build import load_graph
 from spectrag.graph.relational import relational_graph
 from spectrag.index.dense import DenseIndex
-from spectrag.index.embed import Embedder
+from spectrag.index.embed import query_embedder
 from spectrag.index.lexical import TOKEN_FILES, BM25Index
 from spectrag.kg.store import load_kg
 from spectrag.manifest import CHUNKS, EMBEDDINGS, FORMAT, FORMAT_VERSION, MANIFEST, check_listing, check_manifest
@@ -490,7 +490,7 @@ class Index:
             # queries are rarely repeated: no content-hash cache of vectors (an ONNX export is still cached)
             # ONNX Runtime: one query at a time on the configured threads (measured a little faster
             # than two queries side by side on one thread each: bench/results/embed_runtime_cpu.md)
-            embedder = Embedder(replace(self.config.embed, backend=backend), cache_vectors=False)
+            embedder = query_embedder(replace(self.config.embed, backend=backend))
             check_model(self.manifest, embedder.fingerprint, embedder.dim, self.path)
             self._embedders[backend] = embedder
         return self._embedders[backend]

@@ -34,6 +34,7 @@ from spectrag.config import DEFAULT_MODEL, EmbedConfig
 from spectrag.errors import ConfigError, brief
 from spectrag.util.console import LOGGER, third_party_quiet
 from spectrag.util.io import default_cache_dir, printable_path
+from spectrag.index.query_onnx import LightQueryEmbedder, OnnxQueryEncoder, model_plan, session_for, write_verified
 from spectrag.util.threads import ThreadChooser
 
 
@@ -60,6 +61,36 @@ def resolve_model_path(model: str) -> Path:
     if not (path / "modules.json").exists() and not (path / "config.json").exists():
         raise ConfigError(f"embed.model {model!r}: folder has no modules.json or config.json")
     return path
+
+
+def onnx_export_path(folder: Path, fingerprint: str, dim: int) -> Path:
+    """Where the ONNX export of the model with ``fingerprint`` lives in the cache ``folder``."""
+    return folder / f"{fingerprint}-{dim}.onnx"
+
+
+def query_embedder(config: EmbedConfig):
+    """The embedder of query strings for ``config``, with no cache of vectors (queries are
+    rarely repeated). With ``backend = "onnx"`` on the CPU and an export already verified
+    against torch: a :class:`~spectrag.index.query_onnx.LightQueryEmbedder`, which starts
+    without importing sentence-transformers (about 3 s of a cold first query) and gives the
+    same bits; else an :class:`Embedder` (which exports and verifies, for the next start)."""
+
+    def full():
+        return Embedder(config, cache_vectors=False)
+
+    if config.backend != "onnx" or resolve_device(config.device) != "cpu":
+        return full()
+    path = resolve_model_path(config.model)
+    plan = model_plan(path)
+    cache_dir = str(default_cache_dir()) if config.cache_dir is None else config.cache_dir
+    if plan is None or not cache_dir:
+        return full()
+    fingerprint = model_fingerprint(path)
+    export = onnx_export_path(Path(cache_dir) / "onnx", fingerprint, plan["dim"])
+    encoder = OnnxQueryEncoder.open(path, export, config.num_threads or torch.get_num_threads())
+    if encoder is None:
+        return full()
+    return LightQueryEmbedder(encoder, fingerprint, config.long_texts == "pool", full)
 
 
 def resolve_device(device: str) -> str:
@@ -105,7 +136,6 @@ def model_fingerprint(path: Path) -> str:
 
 
 WIDTH_STEP = 8  # a text is padded to its token count rounded up to this (see Embedder)
-QUERY_WIDTHS = (32, 64, 128, 256)  # ONNX Runtime query buckets (Embedder.encode_queries)
 
 
 def padded_widths(lengths: np.ndarray, limit: int | None) -> np.ndarray:
@@ -274,6 +304,7 @@ class Embedder:
                                               min_units=self._MIN_TIMED_TOKENS)
         self._warm = False
         self._ort = None
+        self._light: OnnxQueryEncoder | None = None  # the ONNX query path (spectrag.index.query_onnx)
         self._ort_inputs: list[str] = []
         self._query_workers = query_workers
         self._pool = None
@@ -301,51 +332,28 @@ class Embedder:
         """Query vectors, each a function of its text alone, bit for bit. ``[B]`` -> float32 ``[B, dim]``.
 
         With ONNX Runtime (``backend = "onnx"``) every text is padded to a fixed width, the
-        smallest of :data:`QUERY_WIDTHS` that holds it (capped at the model's limit), and the
-        texts of one width go through ONE call: ONNX Runtime's vectors move in the last bits
-        with the padding width, but not with the batch size, the companions or the thread count
-        at a fixed width (tests/index/test_embed.py holds this), so a served batch of short
-        queries is one model call. With ``query_workers`` each text instead runs alone at its
-        own length, that many at a time. Texts longer than the model reads, and the torch path,
-        go through :meth:`encode` (its per-width recipe)."""
+        smallest of :data:`spectrag.index.query_onnx.QUERY_WIDTHS` that holds it, and the texts
+        of one width go through ONE call (:class:`~spectrag.index.query_onnx.OnnxQueryEncoder`:
+        ONNX Runtime's vectors do not move with the batch size, the companions or the thread
+        count at a fixed width, tests/index/test_embed.py holds this), so a served batch of
+        short queries is one or a few model calls. With ``query_workers`` each text instead runs
+        alone at its own length, that many at a time. Texts longer than the model reads, the
+        torch path and models of other shapes go through :meth:`encode` (its per-width recipe)."""
         texts = list(texts)
-        if self._ort is None or not texts:
+        if self._ort is None or not texts or (self._light is None and self._pool is None):
             return self.encode(texts)
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        long = set(self.long_texts(texts)) if self.config.long_texts == "pool" else set()
-        rows = [i for i in range(len(texts)) if i not in long]
-        with torch.inference_mode():
-            if self._pool is not None:
-                self._queries_alone(texts, rows, out)
-            elif rows:
-                self._queries_bucketed(texts, rows, out)
+        if self._pool is None:
+            out, long = self._light.encode(texts)
+            long = long if self.config.long_texts == "pool" else []
+        else:
+            out = np.empty((len(texts), self.dim), dtype=np.float32)
+            long = self.long_texts(texts) if self.config.long_texts == "pool" else []
+            with torch.inference_mode():
+                self._queries_alone(texts, [i for i in range(len(texts)) if i not in set(long)], out)
         if long:
             at = sorted(long)
             out[at] = self.encode([texts[i] for i in at])
         return out
-
-    def _queries_bucketed(self, texts: list[str], rows: list[int], out: np.ndarray) -> None:
-        """Rows ``rows`` of ``out``: texts padded to their :data:`QUERY_WIDTHS` bucket, one ONNX
-        Runtime call per bucket."""
-        features = self._preprocess([texts[i] for i in rows])
-        n, width = features["attention_mask"].shape
-        limit = getattr(self.model, "max_seq_length", None) or width
-        lengths = features["attention_mask"].sum(dim=1).numpy()
-        buckets = np.array([next((w for w in QUERY_WIDTHS if w >= n_tok), limit) for n_tok in lengths])
-        buckets = np.minimum(buckets, max(limit, int(lengths.max())))
-        tokenizer = self.model.tokenizer
-        left = getattr(tokenizer, "padding_side", "right") == "left"
-        fill = getattr(tokenizer, "pad_token_id", None) or 0
-        top = int(buckets.max())
-        if width < top:
-            features = {k: _pad_tokens(v, n, width, top - width, left, fill if k == "input_ids" else 0)
-                        for k, v in features.items()}
-            width = top
-        for w in np.unique(buckets):
-            picked = np.flatnonzero(buckets == w)
-            batch = _rows_at_width(features, picked, n, width, int(w), left)
-            hidden = self._ort.run(None, {name: batch[name].numpy() for name in self._ort_inputs})[0]
-            out[[rows[j] for j in picked]] = self._pooled(batch, hidden)
 
     def _queries_alone(self, texts: list[str], rows: list[int], out: np.ndarray) -> None:
         """Rows ``rows`` of ``out``: each text alone at its own length, ``query_workers`` at a
@@ -575,7 +583,7 @@ class Embedder:
         """ONNX Runtime session on the model's transformer, exported once and verified."""
 
         try:
-            import onnxruntime as ort
+            import onnxruntime  # noqa: F401  (present, or the error below)
         except ImportError:
             raise self.BackendUnavailable(
                 "embed.backend = 'onnx' needs ONNX Runtime (and onnx to export the model): "
@@ -602,19 +610,21 @@ class Embedder:
 
             self._tmp_dir = tempfile.mkdtemp(prefix="spectrag-onnx-")
             folder = Path(self._tmp_dir)
-        path = folder / f"{self.fingerprint}-{self.dim}.onnx"
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1 if self._query_workers else (self.config.num_threads or torch.get_num_threads())
-        options.inter_op_num_threads = 1
-        # threads that sleep instead of spinning keep their speed when other processes share the cores
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        path = onnx_export_path(folder, self.fingerprint, self.dim)
+        threads = 1 if self._query_workers else (self.config.num_threads or torch.get_num_threads())
         fresh = not path.exists()
         while True:
             if fresh:
                 self._export_onnx(first.auto_model, probe, path)
-            self._ort = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            self._ort = session_for(path, threads)
             cosine = self._check_onnx()
             if cosine >= 0.9999:
+                plan = model_plan(self.model_path)
+                self._light = OnnxQueryEncoder(self.model_path, self._ort, plan) if plan else None
+                try:
+                    write_verified(path, cosine)  # the next start's queries need no sentence-transformers
+                except OSError:
+                    pass  # a read-only cache folder: every start checks again
                 if self._query_workers > 0:
                     from concurrent.futures import ThreadPoolExecutor
 

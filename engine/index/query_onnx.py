@@ -1,0 +1,198 @@
+"""Query vectors from ONNX Runtime without sentence-transformers: tokenizer, transformer, pooling.
+
+Ours because importing sentence-transformers (it pulls in transformers and scikit-learn) takes
+about 3 s on a 2-core machine, while a query needs only the model's ``tokenizer.json`` (read by
+``tokenizers``, the library under transformers' fast tokenizers), the transformer exported once
+to ONNX (:meth:`spectrag.index.embed.Embedder._onnx_session`) and the mean or CLS pooling its
+``1_Pooling/config.json`` names. Models of any other shape, and exports not yet verified
+against torch, go through :class:`spectrag.index.embed.Embedder`; the vectors are the same bits
+either way (tests/index/test_query_onnx.py holds this).
+
+Each text is padded to a fixed width, the smallest of :data:`QUERY_WIDTHS` that holds it, and
+the texts of one width go through one ONNX Runtime call: its vectors move in the last bits with
+the padding width, never with the batch, so a query's vector is a function of its text alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+QUERY_WIDTHS = (16, 24, 32, 48, 64, 128, 256)  # padded widths of query texts (bench/bench_embed_runtime.py)
+_SUPPORTED_POOLING = ("pooling_mode_mean_tokens", "pooling_mode_cls_token")
+_PIECE_MARGIN = 4  # as Embedder._PIECE_MARGIN: a text longer than a window less this is pooled in pieces
+
+
+def verified_marker(onnx_path: Path) -> Path:
+    """The file an export's successful check against torch writes beside it."""
+    return onnx_path.with_name(onnx_path.name + ".verified.json")
+
+
+def write_verified(onnx_path: Path, cosine: float) -> None:
+    """Record that ``onnx_path`` matched torch (min cosine ``cosine``) under this ONNX Runtime."""
+    import onnxruntime
+
+    marker = verified_marker(onnx_path)
+    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"onnxruntime": onnxruntime.__version__, "min_cosine": cosine}))
+    os.replace(tmp, marker)
+
+
+def model_plan(model_path: Path) -> dict | None:
+    """What :class:`OnnxQueryEncoder` needs from a sentence-transformers folder, or None when
+    the model is of another shape (then the full encoder runs it): a text transformer at the
+    folder's root with a ``tokenizer.json``, then one mean or CLS pooling, then at most a
+    normalization."""
+    try:
+        modules = json.loads((model_path / "modules.json").read_text())
+        kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+        if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]) or modules[0]["path"]:
+            return None
+        pooling = json.loads((model_path / modules[1]["path"] / "config.json").read_text())
+        modes = [k for k, v in pooling.items() if k.startswith("pooling_mode_") and v]
+        config = json.loads((model_path / "sentence_bert_config.json").read_text())
+        tokenizer_config = json.loads((model_path / "tokenizer_config.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    if len(modes) != 1 or modes[0] not in _SUPPORTED_POOLING or config.get("do_lower_case"):
+        return None
+    if not (model_path / "tokenizer.json").is_file() or tokenizer_config.get("padding_side", "right") != "right":
+        return None
+    limit = int(config.get("max_seq_length") or 0)
+    model_max = tokenizer_config.get("model_max_length")
+    if isinstance(model_max, int) and 0 < model_max < 1_000_000:
+        limit = min(limit, model_max) if limit else model_max
+    if limit <= 0:
+        return None
+    return {"pooling": modes[0], "max_tokens": limit, "dim": int(pooling["word_embedding_dimension"]),
+            "normalize": len(kinds) == 3}
+
+
+class OnnxQueryEncoder:
+    """``encode(texts: [B] str) -> float32 [B, dim]``, rows L2-normalized, each row a function
+    of its text alone. ``long``: positions of texts longer than one window of the model (the
+    caller embeds those with the full encoder when ``long_texts = "pool"``)."""
+
+    def __init__(self, model_path: Path, session, plan: dict) -> None:
+        from tokenizers import Tokenizer
+
+        self.session = session
+        self.inputs = [i.name for i in session.get_inputs()]
+        self.dim = plan["dim"]
+        self.max_tokens = plan["max_tokens"]
+        self.mean = plan["pooling"] == "pooling_mode_mean_tokens"
+        self.normalize = plan["normalize"]
+        self.widths = QUERY_WIDTHS  # an instance's, so a benchmark can compare other buckets
+        self.tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
+        self.pad_id = int((self.tokenizer.padding or {}).get("pad_id", 0))
+        self.tokenizer.no_padding()  # padded here, to the text's fixed width
+        self.tokenizer.enable_truncation(self.max_tokens)
+        self.room = self.max_tokens - self.tokenizer.num_special_tokens_to_add(False) - _PIECE_MARGIN
+
+    @classmethod
+    def open(cls, model_path: Path, onnx_path: Path, threads: int) -> OnnxQueryEncoder | None:
+        """The encoder on a verified export (None when there is none yet, it was verified under
+        another ONNX Runtime, or the model is of a shape only the full encoder runs)."""
+        plan = model_plan(model_path)
+        if plan is None or not onnx_path.is_file():
+            return None
+        try:
+            import onnxruntime as ort
+
+            marker = json.loads(verified_marker(onnx_path).read_text())
+        except (ImportError, OSError, ValueError):
+            return None
+        if marker.get("onnxruntime") != ort.__version__:
+            return None
+        return cls(model_path, session_for(onnx_path, threads), plan)
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+        """``[B]`` texts -> (float32 ``[B, dim]``, positions of the long texts: their rows hold
+        the first window's vector)."""
+        # sentence-transformers strips each text before tokenizing
+        encodings = self.tokenizer.encode_batch([str(t).strip() for t in texts])
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        special = self.tokenizer.num_special_tokens_to_add(False)
+        lengths = np.array([len(e.ids) for e in encodings], dtype=np.int64)
+        long = [i for i, e in enumerate(encodings) if e.overflowing or len(e.ids) - special > self.room]
+        widths = np.array([next((w for w in self.widths if w >= n), self.max_tokens) for n in lengths])
+        widths = np.minimum(widths, self.max_tokens)
+        for width in np.unique(widths):
+            rows = np.flatnonzero(widths == width)
+            ids = np.full((len(rows), int(width)), self.pad_id, dtype=np.int64)
+            mask = np.zeros((len(rows), int(width)), dtype=np.int64)
+            types = np.zeros((len(rows), int(width)), dtype=np.int64)
+            for j, i in enumerate(rows):
+                e = encodings[i]
+                ids[j, : len(e.ids)] = e.ids
+                mask[j, : len(e.ids)] = e.attention_mask
+                types[j, : len(e.ids)] = e.type_ids
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            hidden = self.session.run(None, {name: feed[name] for name in self.inputs})[0]
+            out[rows] = self.pool(hidden, mask)
+        return out, long
+
+    def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """sentence-transformers' pooling and normalization, the same torch operations (so the
+        same bits): ``hidden [n, w, dim]``, ``mask [n, w]`` -> float32 ``[n, dim]``."""
+        tokens = torch.from_numpy(hidden)
+        with torch.inference_mode():
+            if self.mean:
+                weights = torch.from_numpy(mask).unsqueeze(-1).expand(tokens.size()).to(tokens.dtype)
+                summed = torch.sum(tokens * weights, 1)
+                pooled = summed / torch.clamp(weights.sum(1), min=1e-9)
+            else:
+                pooled = tokens[:, 0]
+            if self.normalize:  # the model's Normalize module
+                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+            return torch.nn.functional.normalize(pooled.float(), p=2, dim=1).numpy()
+
+
+def session_for(onnx_path: Path, threads: int):
+    """An ONNX Runtime CPU session on ``threads`` intra-op threads that sleep rather than spin
+    (they keep their speed when other processes share the cores)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+
+
+class LightQueryEmbedder:
+    """What :meth:`spectrag.store.Index.query_embedder` gives for ``backend = "onnx"`` once the
+    export is verified: :meth:`encode_queries` as :class:`spectrag.index.embed.Embedder`'s
+    (the same bits), without loading sentence-transformers unless a text is longer than the
+    model reads (``long_texts = "pool"``) or :meth:`encode` is called."""
+
+    def __init__(self, encoder: OnnxQueryEncoder, fingerprint: str, pool_long: bool, full) -> None:
+        """``pool_long``: texts longer than the model reads are pooled over windows by the full
+        encoder; ``full``: makes that :class:`~spectrag.index.embed.Embedder` when one is needed."""
+        self.encoder, self.fingerprint, self.dim = encoder, fingerprint, encoder.dim
+        self._pool_long, self._make_full, self._full = pool_long, full, None
+
+    def full(self):
+        if self._full is None:
+            self._full = self._make_full()
+        return self._full
+
+    def encode_queries(self, texts) -> np.ndarray:
+        """``[B]`` strings -> float32 ``[B, dim]``, each row the same alone and in any batch."""
+        texts = list(texts)
+        out, long = self.encoder.encode(texts)
+        if long and self._pool_long:
+            out[long] = self.full().encode([texts[i] for i in long])
+        return out
+
+    def encode(self, texts, **kwargs) -> np.ndarray:
+        """Document vectors: the full encoder's (:meth:`Embedder.encode`)."""
+        return self.full().encode(texts, **kwargs)
+
+    def close(self) -> None:
+        if self._full is not None:
+            self._full.close()

@@ -1,0 +1,157 @@
+"""The light ONNX query path (spectrag.index.query_onnx): the same token ids and the same vector
+bits as the full encoder's ONNX path, a query's vector the same alone and in any batch, and a
+cold start that never imports sentence-transformers once the export is verified."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import require_embedder, require_modules
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from spectrag.config import EmbedConfig  # noqa: E402
+from spectrag.index.embed import Embedder, query_embedder, resolve_model_path  # noqa: E402
+from spectrag.index.query_onnx import QUERY_WIDTHS, LightQueryEmbedder, model_plan, verified_marker  # noqa: E402
+
+WORDS = ("which railway company kept the line from Vessmark to Skarholt open during the winter "
+         "of 1907 and who founded it").split()
+# 16 to ~300 wordpieces, odd whitespace and scripts, and texts around the model's 256-token window
+TEXTS = ([" ".join(WORDS[: 3 + (5 * i) % 19]) for i in range(14)]
+         + ["  leading and trailing spaces  ", "tab\tand\nnewline", "Ünïcødé façade, naïve 東京の橋 😀", "a", "?",
+            "word " * 249, "word " * 251, "word " * 400])
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    require_embedder()
+    require_modules({"onnxruntime": "onnxruntime", "onnx": "onnx"}, "the ONNX query path")
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+@pytest.fixture(scope="module")
+def full(cache):
+    """The full encoder on ONNX Runtime; creating it exports the model and marks it verified."""
+    e = Embedder(EmbedConfig(cache_dir=str(cache), device="cpu", backend="onnx", num_threads=2), cache_vectors=False)
+    yield e
+    e.close()
+
+
+def light(cache, **kw) -> LightQueryEmbedder:
+    got = query_embedder(EmbedConfig(cache_dir=str(cache), device="cpu", backend="onnx", **kw))
+    assert isinstance(got, LightQueryEmbedder), "a verified export must give the light path"
+    return got
+
+
+def test_the_export_is_marked_verified_under_this_runtime(full, cache):
+    import onnxruntime
+
+    (export,) = (cache / "onnx").glob("*.onnx")
+    marker = json.loads(verified_marker(export).read_text())
+    assert marker["onnxruntime"] == onnxruntime.__version__ and marker["min_cosine"] >= 0.9999
+
+
+def test_token_ids_equal_the_full_encoders(full, cache):
+    """The tokenizers library with the model's settings (stripping, truncation at 256, the
+    [CLS]/[SEP] template) gives sentence-transformers' ids for every text."""
+    encoder = light(cache).encoder
+    features = full._preprocess(TEXTS)
+    for i, encoding in enumerate(encoder.tokenizer.encode_batch([t.strip() for t in TEXTS])):
+        n = int(features["attention_mask"][i].sum())
+        assert features["input_ids"][i][:n].tolist() == encoding.ids, repr(TEXTS[i][:40])
+
+
+@pytest.mark.parametrize("long_texts", ["pool", "truncate"])
+def test_vectors_are_the_full_encoders_bits_alone_and_in_any_batch(cache, full, long_texts):
+    e = light(cache, long_texts=long_texts)
+    ref = Embedder(EmbedConfig(cache_dir=str(cache), device="cpu", backend="onnx", long_texts=long_texts),
+                   cache_vectors=False)
+    try:
+        want = ref.encode_queries(TEXTS)
+        np.testing.assert_array_equal(e.encode_queries(TEXTS), want)
+        alone = np.stack([e.encode_queries([t])[0] for t in TEXTS])
+        np.testing.assert_array_equal(alone, want)
+        np.testing.assert_array_equal(e.encode_queries(TEXTS[::-1] + TEXTS[:3])[: len(TEXTS)], want[::-1])
+        # long texts: the pooled windows only with "pool", and then through the full encoder
+        assert (e._full is not None) == (long_texts == "pool")
+    finally:
+        e.close()
+        ref.close()
+
+
+def test_vectors_agree_with_the_torch_reference(cache, full):
+    torch_vectors = Embedder(EmbedConfig(cache_dir="", device="cpu"), cache_vectors=False).encode_queries(TEXTS)
+    got = light(cache).encode_queries(TEXTS)
+    assert float((got * torch_vectors).sum(axis=1).min()) >= 0.99999
+
+
+def test_widths_are_fixed_per_text(cache, full):
+    """The padded width is a function of the text's length alone: the buckets, in order."""
+    assert list(QUERY_WIDTHS) == sorted(QUERY_WIDTHS) and QUERY_WIDTHS[-1] >= light(cache).encoder.max_tokens
+
+
+def test_an_unverified_or_foreign_export_takes_the_full_path(cache, full, tmp_path):
+    folder = tmp_path / "c"
+    shutil.copytree(cache, folder)
+    (export,) = (folder / "onnx").glob("*.onnx")
+    marker = verified_marker(export)
+    marker.write_text(json.dumps({"onnxruntime": "0.0.1", "min_cosine": 1.0}))
+    config = EmbedConfig(cache_dir=str(folder), device="cpu", backend="onnx")
+    first = query_embedder(config)
+    try:
+        assert isinstance(first, Embedder)  # checked again against torch, and marked for this runtime
+        assert isinstance(query_embedder(config), LightQueryEmbedder)
+    finally:
+        first.close()
+    marker.unlink()
+    again = query_embedder(config)
+    assert isinstance(again, Embedder)
+    again.close()
+
+
+@pytest.mark.parametrize("change", ["lowercase", "max_pooling", "no_tokenizer_json", "extra_module"])
+def test_models_of_other_shapes_are_left_to_the_full_encoder(tmp_path, change):
+    require_embedder()
+    folder = tmp_path / "model"
+    shutil.copytree(resolve_model_path(EmbedConfig().model), folder)
+    if change == "lowercase":
+        (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": True}))
+    elif change == "max_pooling":
+        config = json.loads((folder / "1_Pooling" / "config.json").read_text())
+        config.update(pooling_mode_mean_tokens=False, pooling_mode_max_tokens=True)
+        (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    elif change == "no_tokenizer_json":
+        (folder / "tokenizer.json").unlink()
+    else:
+        modules = json.loads((folder / "modules.json").read_text())
+        modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"})
+        (folder / "modules.json").write_text(json.dumps(modules))
+    assert model_plan(folder) is None
+    assert model_plan(resolve_model_path(EmbedConfig().model)) is not None
+
+
+def test_a_cold_first_query_never_imports_sentence_transformers(cache, full, tmp_path):
+    """With the export verified, a fresh Python embeds queries with tokenizers and ONNX Runtime
+    alone, and gets the same bits."""
+    want = light(cache).encode_queries(TEXTS[:6])
+    np.save(tmp_path / "want.npy", want)
+    code = (
+        "import sys, json, numpy as np\n"
+        "from spectrag.config import EmbedConfig\n"
+        "from spectrag.index.embed import query_embedder\n"
+        f"e = query_embedder(EmbedConfig(cache_dir={str(cache)!r}, device='cpu', backend='onnx'))\n"
+        f"got = e.encode_queries({TEXTS[:6]!r})\n"
+        f"assert np.array_equal(got, np.load({str(tmp_path / 'want.npy')!r}))\n"
+        "print(json.dumps(sorted(m for m in ('sentence_transformers', 'transformers', 'sklearn') if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
