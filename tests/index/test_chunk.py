@@ -187,20 +187,26 @@ ADVERSARIAL = {  # the audit's two quadratic cases and their neighbours, about 1
 @pytest.mark.parametrize("name", list(ADVERSARIAL))
 def test_pathological_markdown_chunks_in_linear_time(name):
     """Each 100 KB case takes at most ten times as long as 100 KB of ordinary prose (plus
-    0.5 s): the quadratic patterns took 29.6 s (a line of '# ') and 2.3 s (unclosed fences)."""
+    0.5 s): the quadratic patterns took 29.6 s (a line of '# ') and 2.3 s (unclosed fences).
+    Each time is the best of three, interleaved, so a busy machine does not fail it."""
     import time
 
     config = ChunkConfig(chunk_size=256, overlap=64)
     prose = "\n\n".join(d.text for d in load_documents(sample_corpus()))
     prose = (prose * (100_000 // len(prose) + 1))[:100_000]
-    chunk_document(Document("p.md", "P", prose, markup="markdown"), config)  # warm the tokenizer
-    t0 = time.perf_counter()
-    chunk_document(Document("p.md", "P", prose, markup="markdown"), config)
-    reference = time.perf_counter() - t0
+    plain = Document("p.md", "P", prose, markup="markdown")
     doc = Document("a.md", "A", ADVERSARIAL[name], markup="markdown")
-    t0 = time.perf_counter()
-    chunks = chunk_document(doc, config)
-    took = time.perf_counter() - t0
+    chunk_document(plain, config)  # warm the tokenizer
+    reference, took = float("inf"), float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        chunk_document(plain, config)
+        reference = min(reference, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        chunks = chunk_document(doc, config)
+        took = min(took, time.perf_counter() - t0)
+        if took <= 10 * reference + 0.5:
+            break
     assert took <= 10 * reference + 0.5, f"{name}: {took:.2f} s against {reference:.2f} s for prose"
     covered = bytearray(len(doc.text))
     for c in chunks:
