@@ -18,6 +18,11 @@ ones for "after". Per dev set (MuSiQue, 2wiki-dev), at one thread:
 
     python bench/bench_spectral_speed.py                  # base: the merge base with main
     python bench/bench_spectral_speed.py --base 6d72958 --rounds 7
+    python bench/bench_spectral_speed.py --before-config propagate__ppr_method=power \
+        --sets musique,2wiki,docs --out bench/results/ppr_chebyshev_cpu   # a setting, not a commit
+
+With ``--before-config KEY=VALUE`` "before" is this checkout with one setting changed
+(``RetrieverConfig.replace`` keyword paths; the value read as Python, else as a string).
 
 Results: bench/results/spectral_speed_cpu.md / .json.
 """
@@ -91,6 +96,39 @@ class Variants:
         finally:
             for mod, attr, new, _ in self.swaps:
                 setattr(mod, attr, new)
+
+
+class ConfigVariant:
+    """"Before" as this checkout with some settings changed: every ``pipeline.run`` call of a
+    Retriever made inside :meth:`before` gets them."""
+
+    def __init__(self, changes: dict) -> None:
+        self.changes = changes
+        self.modules: list[str] = []
+
+    @contextmanager
+    def before(self):
+        import spectrag.retriever as retriever_module
+
+        run = retriever_module.run
+        retriever_module.run = lambda state, batch, config, **kw: run(state, batch, config.replace(**self.changes), **kw)
+        try:
+            yield
+        finally:
+            retriever_module.run = run
+
+
+def parse_changes(items: list[str]) -> dict:
+    import ast
+
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
 
 
 def rows(result) -> list[dict]:
@@ -190,9 +228,14 @@ def _nothing():
 
 
 def markdown(record: dict) -> str:
-    lines = _common.results_header("Spectral against hybrid and the per-query peer at one thread: "
-                                   f"the kernels of {record['base']} (before) and of this checkout (after)", record)
-    lines += [f"Kernel modules that differ: {', '.join(record['modules']) or 'none'}.", ""]
+    if record.get("before_config"):
+        what = ", ".join(f"{k} = {v!r}" for k, v in record["before_config"].items())
+        title = f"this checkout with {what} (before) and with its defaults (after)"
+    else:
+        title = f"the kernels of {record['base']} (before) and of this checkout (after)"
+    lines = _common.results_header(f"Spectral against hybrid and the per-query peer at one thread: {title}", record)
+    if not record.get("before_config"):
+        lines += [f"Kernel modules that differ: {', '.join(record['modules']) or 'none'}.", ""]
     for res in record["indexes"]:
         lines += [f"## {res['name']} ({res['chunks']:,} chunks)", ""]
         lines += ["| budget | B | clock | spectral before q/s | spectral after q/s | hybrid q/s (before / after) | "
@@ -223,6 +266,8 @@ def markdown(record: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", default=None, help="commit of the 'before' kernels (default: merge base with main)")
+    ap.add_argument("--before-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="'before' is this checkout with this setting (repeatable) instead of a commit's kernels")
     ap.add_argument("--sets", default="musique,2wiki")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=5)
@@ -234,11 +279,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "spectral_speed_cpu"))
     args = ap.parse_args()
     torch.set_num_threads(1)
+    changes = parse_changes(args.before_config)
     base = args.base or git("merge-base", "HEAD", "main").strip()
     record = _common.new_record(f"medians of {args.rounds} interleaved rounds after a warm-up of each variant")
     record["base"], record["indexes"] = git("rev-parse", "--short", base).strip(), []
+    record["before_config"] = changes
     with tempfile.TemporaryDirectory() as folder:
-        variants = Variants(base, Path(folder))
+        variants = ConfigVariant(changes) if changes else Variants(base, Path(folder))
         record["modules"] = variants.modules
         for name in args.sets.split(","):
             got = dataset_index(name)

@@ -626,6 +626,10 @@ class PropagateConfig(_Checked):
     t: diffusion time of the heat kernel (default: 1.0).
     damping: PPR damping (default: 0.85).
     tol: PPR convergence tolerance, L1 change per node (default: 1e-8).
+    ppr_method: how PPR on the candidate subgraphs is solved: ``power`` (networkx's power
+        iteration) or ``chebyshev`` (the Chebyshev semi-iterative method: the same fixed point,
+        to the same tolerance, in fewer products; bench/results/ppr_chebyshev_cpu.md) (default:
+        chebyshev).
     blocks: how the induced subgraphs are applied: ``sparse`` (one block-diagonal CSR: the
         edges only), ``dense`` (``[B, P, P]`` blocks and ``bmm``) or ``auto``: sparse on the
         CPU, dense on a GPU (default: auto).
@@ -639,6 +643,7 @@ class PropagateConfig(_Checked):
     t: float = opt(1.0, lo=0, hi=100, lo_open=True)
     damping: float = opt(0.85, lo=0, hi=1, lo_open=True, hi_open=True)
     tol: float = opt(1e-8, lo=0, hi=1, lo_open=True)
+    ppr_method: str = opt("chebyshev", choices=("power", "chebyshev"))
     blocks: str = opt("auto", choices=("auto", "sparse", "dense"))
     scope: str = opt("pool", choices=("pool", "graph"))
 

@@ -270,7 +270,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         dense = pc.blocks == "dense" or (pc.blocks == "auto" and state.device.type != "cpu")
         walk = state.ppr_solver(pc.damping) if pc.scope == "graph" and mode != "heat" else None
         proximity = pool_proximity(mode, blocks, candidates, top, weight, relevance, mask, state.coords,
-                                   t=pc.t, damping=pc.damping, tol=pc.tol, dense=dense, walk=walk)
+                                   t=pc.t, damping=pc.damping, tol=pc.tol, dense=dense, walk=walk,
+                                   ppr_method=pc.ppr_method)
         activation = sa.proximity(candidates) if sa is not None else None  # combined: the chunk activation
         if activation is not None:  # (ppr + spectral + activation) / 3
             proximity = (2 * proximity + activation) / 3

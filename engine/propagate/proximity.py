@@ -51,8 +51,10 @@ def heat_proximity(blocks: BlockGraph | PoolGraphs, relevance: torch.Tensor, mas
 
 
 def ppr_proximity(blocks: BlockGraph | PoolGraphs, restart: torch.Tensor, mask: torch.Tensor, *,
-                  damping: float = 0.85, tol: float = 1e-8, dense: bool = False) -> torch.Tensor:
+                  damping: float = 0.85, tol: float = 1e-8, dense: bool = False,
+                  method: str = "power") -> torch.Tensor:
     """Shapes: ``B`` blocks, restart/mask ``[B, P]`` (restart > 0 on seeds) -> ``[B, P]``.
+    ``method``: ``power`` or ``chebyshev`` (:func:`spectrag.kernels.pagerank.personalized_pagerank_blocks`).
 
     Iterated in float64: ``tol = 1e-8`` is the L1 change per node (networkx's test, which the
     reference uses), below float32's rounding of a unit-mass vector of a few hundred nodes.
@@ -62,12 +64,14 @@ def ppr_proximity(blocks: BlockGraph | PoolGraphs, restart: torch.Tensor, mask: 
     restart = torch.where(empty[:, None] & mask, torch.ones_like(restart), restart)  # no seed: uniform
     restart = torch.where(mask, restart, torch.zeros_like(restart)).double()
     if isinstance(blocks, PoolGraphs):
-        scores = personalized_pagerank_pools(blocks, restart, damping=damping, tol=tol, max_iter=200).scores
+        scores = personalized_pagerank_pools(blocks, restart, damping=damping, tol=tol, max_iter=200,
+                                             method=method).scores
     elif dense:
         scores = personalized_pagerank_dense_batched(blocks.dense().double(), restart, mask=mask, damping=damping,
-                                                     tol=tol, max_iter=200).scores
+                                                     tol=tol, max_iter=200, method=method).scores
     else:
-        scores = personalized_pagerank_blocks(blocks, restart, mask=mask, damping=damping, tol=tol, max_iter=200).scores
+        scores = personalized_pagerank_blocks(blocks, restart, mask=mask, damping=damping, tol=tol, max_iter=200,
+                                              method=method).scores
     return _scale(scores.to(torch.float32), mask)
 
 
@@ -139,18 +143,20 @@ def pool_proximity(
     tol: float = 1e-8,
     dense: bool = False,
     walk: RandomWalkOperator | PageRankMatrix | None = None,
+    ppr_method: str = "power",
 ) -> torch.Tensor:
     """The proximity of a graph mode: ``heat``, ``ppr``, or ``spectral`` / ``combined`` (the
     mean of PPR and spectral proximity). Shapes: ``[B, P, P]`` blocks, ``[B, P]`` pools,
     ``[B, S]`` seeds -> ``[B, P]`` in [0, 1]. With ``walk`` (the whole graph's walk operator),
-    PPR runs over the whole graph (:func:`graph_ppr_proximity`) instead of the blocks."""
+    PPR runs over the whole graph (:func:`graph_ppr_proximity`) instead of the blocks;
+    ``ppr_method``: how PPR on the blocks is solved (:func:`ppr_proximity`)."""
     if mode == "heat":
         return heat_proximity(blocks, relevance, mask, t, dense=dense)
     if walk is not None:
         ppr = graph_ppr_proximity(walk, candidates, seeds, seed_weights, mask, damping=damping, tol=tol)
     else:
         restart = seed_restart(candidates, seeds, seed_weights, compiled=isinstance(blocks, PoolGraphs))
-        ppr = ppr_proximity(blocks, restart, mask, damping=damping, tol=tol, dense=dense)
+        ppr = ppr_proximity(blocks, restart, mask, damping=damping, tol=tol, dense=dense, method=ppr_method)
     if mode == "ppr":
         return ppr
     spec = spectral_proximity(coords, candidates, seeds, mask, compiled=isinstance(blocks, PoolGraphs))

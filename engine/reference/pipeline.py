@@ -21,7 +21,8 @@ relevance    ``cos(q, c)`` in float64; with ``seed.lexical_weight`` ``w`` (graph
              cosines and the BM25 row's values over the pool standardized (``statistics.fmean``
              and ``pstdev``) and averaged, ``mu_d + sd_d (z_d + w z_b) / (1 + w)``
 subgraph     a ``networkx.Graph`` on the pool with the ``W`` edges between pool members
-ppr          ``networkx.pagerank(G, alpha=damping, personalization=seed weights, tol=1e-8)``
+ppr          ``networkx.pagerank(G, alpha=damping, personalization=seed weights, tol=1e-12)``: the
+             fixed point, which the pipeline reaches to its ``propagate.tol`` by either solver
 heat         ``scipy.linalg.expm(-t L) r+`` with ``L`` the normalized Laplacian of the subgraph
 spectral     numpy loop over the seeds: max cosine of row-normalized spectral coordinates
 bridge       dict of dicts of the relational signals (``graph["signals"]`` without semantic,
@@ -42,7 +43,9 @@ networkx where one exists):
   ``networkx.pagerank`` (``dangling=None``) hands a dangling node's mass back according to the
   personalization vector, starts from the uniform vector ``1/n`` and stops when the L1 change
   is below ``n * tol``; :func:`spectrag.kernels.pagerank.personalized_pagerank_dense_batched` documents
-  exactly that model, so networkx is used unchanged (``max_iter=200`` as in the pipeline).
+  exactly that model, so networkx is used unchanged (``max_iter=200`` as in the pipeline); its
+  ``tol`` is tighter than the pipeline's, since the pipeline's default solver (Chebyshev) takes
+  another path to the same fixed point, and only the fixed point is common to both.
 * **Normalized Laplacian of an isolated node.** The pipeline's ``block_laplacian`` is
   ``I - D^-1/2 W D^-1/2`` with ``D^-1/2 = 0`` on degree-0 nodes, i.e. ``L[i, i] = 1`` for an
   isolated node, so its heat decays by ``exp(-t)``. ``networkx.normalized_laplacian_matrix``
@@ -73,7 +76,7 @@ except ImportError:  # a test dependency, not the engine's
 from spectrag.reference.select import budget_select_reference
 
 GRAPH_MODES = ("heat", "ppr", "spectral")
-PPR_TOL = 1e-8  # spectrag.propagate.proximity.ppr_proximity's default, which the pipeline uses
+PPR_TOL = 1e-12  # networkx run to the fixed point (the pipeline reaches it to its own propagate.tol)
 PPR_MAX_ITER = 200
 
 

@@ -11,17 +11,25 @@ import torch
 
 from spectrag.kernels.compiled.blocks import PoolGraphs
 from spectrag.kernels.compiled.runtime import jit, parallel_rows
-from spectrag.kernels.pagerank import PageRankNotConverged, PageRankResult, check_params, check_restart
+from spectrag.kernels.pagerank import (
+    PageRankNotConverged,
+    PageRankResult,
+    chebyshev_weights,
+    check_method,
+    check_params,
+    check_restart,
+)
 
 
-def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, tol, max_iter, scores, iters,
-                   residual, converged, status):
+def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, tol, max_iter, chebyshev, omegas,
+                   scores, iters, residual, converged, status):
     n = indptr.shape[0] - 1
     width = candidates.shape[1]
     slot_of = np.full(n, -1, np.int64)  # node -> its compact index in the pool (real members only)
     real = np.empty(width, np.int64)  # compact index -> pool position
     x = np.empty(width, np.float64)
     xn = np.empty(width, np.float64)
+    yp = np.empty(width, np.float64)  # Chebyshev: the iterate before x
     p = np.empty(width, np.float64)
     inv = np.empty(width, np.float64)
     dangling = np.empty(width, np.bool_)
@@ -64,33 +72,65 @@ def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, 
         start[nb] = nnz
         for e in range(nnz):
             local_w[e] = local_w[e] * inv[local_col[e]]  # A[i, j] / d_j (A symmetric)
-        first = 1.0 / max(nb, 1)
-        lost = 0.0  # the mass on dangling nodes, returned along the restart vector
-        for r in range(nb):
-            p[r] = restart[b, real[r]] / total
-            x[r] = first
-            if dangling[r]:
-                lost += first
         threshold = nb * tol
         done = False
         it = 0
         err = np.inf
-        while it < max_iter and not done:
-            it += 1
-            scale = lost * damping + (1.0 - damping)
-            err = 0.0
-            lost = 0.0
+        if chebyshev:  # y = d P^T y + p, x = y / sum(y) (kernels.pagerank._chebyshev_blocks)
             for r in range(nb):
-                acc = 0.0
-                for e in range(start[r], start[r + 1]):
-                    acc += local_w[e] * x[local_col[e]]
-                value = acc * damping + p[r] * scale
-                err += abs(value - x[r])
-                xn[r] = value
+                p[r] = restart[b, real[r]] / total
+                x[r] = p[r]  # y_k
+                yp[r] = p[r]  # y_{k-1}
+            while it < max_iter and not done:
+                it += 1
+                err = 0.0
+                mass = 0.0
+                for r in range(nb):
+                    acc = 0.0
+                    for e in range(start[r], start[r + 1]):
+                        acc += local_w[e] * x[local_col[e]]
+                    value = acc * damping + p[r]
+                    err += abs(value - x[r])
+                    mass += x[r]
+                    xn[r] = value
+                err = err / mass
+                done = err < threshold
+                if done or it == max_iter:  # the last power step, normalized, clipped at 0
+                    total_g = 0.0
+                    for r in range(nb):
+                        xn[r] = max(xn[r], 0.0)
+                        total_g += xn[r]
+                    for r in range(nb):
+                        x[r] = xn[r] / total_g
+                    break
+                omega = omegas[it - 1]
+                for r in range(nb):  # y_{k+1} = omega (g - y_{k-1}) + y_{k-1}, written over y_{k-1}
+                    yp[r] = xn[r] if it == 1 else (xn[r] - yp[r]) * omega + yp[r]
+                x, yp = yp, x
+        else:
+            first = 1.0 / max(nb, 1)
+            lost = 0.0  # the mass on dangling nodes, returned along the restart vector
+            for r in range(nb):
+                p[r] = restart[b, real[r]] / total
+                x[r] = first
                 if dangling[r]:
-                    lost += value
-            x, xn = xn, x
-            done = err < threshold
+                    lost += first
+            while it < max_iter and not done:
+                it += 1
+                scale = lost * damping + (1.0 - damping)
+                err = 0.0
+                lost = 0.0
+                for r in range(nb):
+                    acc = 0.0
+                    for e in range(start[r], start[r + 1]):
+                        acc += local_w[e] * x[local_col[e]]
+                    value = acc * damping + p[r] * scale
+                    err += abs(value - x[r])
+                    xn[r] = value
+                    if dangling[r]:
+                        lost += value
+                x, xn = xn, x
+                done = err < threshold
         for i in range(width):
             scores[b, i] = 0.0
         for r in range(nb):
@@ -132,12 +172,14 @@ def seed_restart_compiled(candidates: np.ndarray, seeds: np.ndarray, weights: np
 
 
 def personalized_pagerank_pools(pools: PoolGraphs, X: torch.Tensor, *, damping: float = 0.85, tol: float = 1e-8,
-                                max_iter: int = 100, raise_on_failure: bool = True,
+                                max_iter: int = 100, raise_on_failure: bool = True, method: str = "power",
                                 threads: int | None = None) -> PageRankResult:
     """:func:`spectrag.kernels.pagerank.personalized_pagerank_blocks` of every pool's induced
     subgraph (a symmetric graph), compiled. Shapes: restart ``X [B, P]`` (>= 0, positive mass on
-    a real node of every row; padding ignored) -> :class:`PageRankResult`, ``scores [B, P]`` float64."""
+    a real node of every row; padding ignored) -> :class:`PageRankResult`, ``scores [B, P]`` float64.
+    ``method``: ``power`` or ``chebyshev``, as there."""
     damping, tol, max_iter = check_params(damping, tol, max_iter)
+    omegas = np.asarray(chebyshev_weights(damping, max_iter) if check_method(method) == "chebyshev" else [0.0])
     batch, width = pools.batch, pools.width
     if tuple(X.shape) != (batch, width):
         raise ValueError(f"X must be [{batch}, {width}], got {tuple(X.shape)}")
@@ -148,7 +190,8 @@ def personalized_pagerank_pools(pools: PoolGraphs, X: torch.Tensor, *, damping: 
     iters, residual = np.empty(batch, np.int64), np.empty(batch, np.float64)
     converged, status = np.empty(batch, np.bool_), np.zeros(batch, np.int8)
     parallel_rows(_ppr_pool_rows, batch, pools.candidates, np.ascontiguousarray(restart.numpy()), pools.indptr,
-                  pools.indices, pools.data, damping, tol, max_iter, scores, iters, residual, converged, status,
+                  pools.indices, pools.data, damping, tol, max_iter, method == "chebyshev",
+                  omegas, scores, iters, residual, converged, status,
                   threads=threads)
     if status.any():  # checked on the edges read, not the whole graph every batch
         raise ValueError("blocks must have finite, non-negative edge weights")

@@ -124,17 +124,18 @@ def test_pool_graphs_materialize_the_torch_blocks(seed):
         assert torch.equal(getattr(got, name), getattr(blocks, name)), name
 
 
+@pytest.mark.parametrize("method", ["power", "chebyshev"])
 @pytest.mark.parametrize("seed", range(4))
-def test_ppr_pools_equal_torch_blocks(seed):
+def test_ppr_pools_equal_torch_blocks(seed, method):
     pools, blocks, restart, cand = random_pools(seed)
     mask = cand >= 0
-    want = personalized_pagerank_blocks(blocks, restart, mask=mask, tol=1e-8, max_iter=200)
-    got = personalized_pagerank_pools(pools, restart, tol=1e-8, max_iter=200)
+    want = personalized_pagerank_blocks(blocks, restart, mask=mask, tol=1e-8, max_iter=200, method=method)
+    got = personalized_pagerank_pools(pools, restart, tol=1e-8, max_iter=200, method=method)
     torch.testing.assert_close(got.scores, want.scores, rtol=1e-9, atol=1e-15)
     assert torch.equal(got.column_iters, want.column_iters)  # each pool stops where it would alone
     assert got.converged and torch.all(got.column_converged)
     with pytest.raises(PageRankNotConverged, match="did not converge in max_iter=2"):
-        personalized_pagerank_pools(pools, restart, tol=1e-12, max_iter=2)
+        personalized_pagerank_pools(pools, restart, tol=1e-12, max_iter=2, method=method)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -336,6 +336,90 @@ def test_dense_batched_non_convergence_and_bad_inputs(device):
         personalized_pagerank_dense_batched(At, Xt, mask=mt, damping=1.0)
 
 
+# --- the Chebyshev solver (method="chebyshev"): the same fixed point in fewer products ---------
+
+
+def symmetric_padded_blocks(sizes, P, seed):
+    """Undirected weighted blocks (isolated nodes included: dangling), garbage in the padding."""
+    rng = np.random.default_rng(seed)
+    B = len(sizes)
+    A = rng.random((B, P, P)) * 3 - 1
+    X = rng.random((B, P)) * 2 - 1
+    mask = np.zeros((B, P), dtype=bool)
+    for b, nb in enumerate(sizes):
+        w = rng.random((nb, nb)) * (rng.random((nb, nb)) < 0.15)
+        w = np.maximum(w, w.T)
+        w[: nb // 5] = 0.0  # isolated nodes, some of them seeds
+        w[:, : nb // 5] = 0.0
+        A[b, :nb, :nb] = w
+        X[b, :nb] = rng.random(nb) * (rng.random(nb) < 0.2)
+        X[b, nb - 1] += 1.0  # no zero restart
+        mask[b, :nb] = True
+    return A, X, mask
+
+
+def test_chebyshev_weights():
+    from spectrag.kernels.pagerank import chebyshev_weights
+
+    w = chebyshev_weights(0.85, 60)
+    assert w[0] == 1.0 and w[1] == pytest.approx(1 / (1 - 0.85**2 / 2))
+    limit = 2 / (1 + np.sqrt(1 - 0.85**2))  # the optimal over-relaxation the weights tend to
+    assert w[-1] == pytest.approx(limit, rel=1e-12) and all(1 <= v < 2 for v in w)
+
+
+@pytest.mark.parametrize("spmm", ["dense", "sparse"])
+def test_chebyshev_reaches_the_power_iteration_fixed_point(device, spmm):
+    """Both methods against the exact solve of networkx's model (dangling mass back along the
+    restart) on symmetric blocks: the error bound of the shared test (L1 change below
+    ``n_b tol``, so the L1 error is below ``n_b tol / (1 - d)``), and fewer products."""
+    sizes, P, tol = [40, 17, 33, 5], 40, 1e-8
+    A, X, mask = symmetric_padded_blocks(sizes, P, seed=3)
+    At, Xt, mt = on(device, A, X, mask)
+    runs = {m: to_cpu(personalized_pagerank_dense_batched(At, Xt, mask=mt, tol=tol, method=m, spmm=spmm))
+            for m in ("power", "chebyshev")}
+    for b, nb in enumerate(sizes):
+        want = exact_ppr(A[b, :nb, :nb], X[b, :nb], 0.85)
+        for method, res in runs.items():
+            got = res.scores[b].numpy()
+            assert np.abs(got[:nb] - want).sum() <= nb * tol / 0.15, (method, b)
+            assert np.all(got[nb:] == 0) and np.all(got >= 0)
+    assert runs["chebyshev"].converged
+    assert runs["chebyshev"].column_iters.sum() < runs["power"].column_iters.sum()
+
+
+def test_chebyshev_batch_invariant_and_blocks_agree(device):
+    """A block's result is the same alone as in its batch (one weight sequence for every
+    column, each frozen at its own convergence), and the sparse-block kernel agrees."""
+    from spectrag.kernels.blocks import BlockGraph
+    from spectrag.kernels.pagerank import personalized_pagerank_blocks
+
+    A, X, mask = symmetric_padded_blocks([30, 12, 25], 30, seed=8)
+    A = np.where(mask[:, :, None] & mask[:, None, :], A, 0.0)
+    X = np.where(mask, X, 0.0)
+    At, Xt, mt = on(device, A, X, mask)
+    batch = to_cpu(personalized_pagerank_dense_batched(At, Xt, mask=mt, method="chebyshev"))
+    blocks = to_cpu(personalized_pagerank_blocks(BlockGraph.from_dense(At), Xt, mask=mt, method="chebyshev"))
+    torch.testing.assert_close(blocks.scores, batch.scores, rtol=1e-12, atol=1e-15)
+    assert torch.equal(blocks.column_iters, batch.column_iters)
+    for b in range(3):
+        alone = to_cpu(personalized_pagerank_dense_batched(At[b:b + 1], Xt[b:b + 1], mask=mt[b:b + 1],
+                                                           method="chebyshev"))
+        torch.testing.assert_close(alone.scores[0], batch.scores[b], rtol=1e-12, atol=1e-15)
+        assert alone.column_iters[0] == batch.column_iters[b]
+
+
+def test_chebyshev_non_convergence_and_bad_method(device):
+    A, X, mask = symmetric_padded_blocks([10, 6], 10, seed=4)
+    At, Xt, mt = on(device, A, X, mask)
+    with pytest.raises(PageRankNotConverged):
+        personalized_pagerank_dense_batched(At, Xt, mask=mt, max_iter=2, method="chebyshev")
+    res = personalized_pagerank_dense_batched(At, Xt, mask=mt, max_iter=2, method="chebyshev", raise_on_failure=False)
+    assert not res.converged and res.n_iter == 2
+    torch.testing.assert_close(res.scores.sum(dim=1).cpu(), torch.ones(2, dtype=torch.float64))  # the last step, normalized
+    with pytest.raises(ValueError, match="method must be one of"):
+        personalized_pagerank_dense_batched(At, Xt, mask=mt, method="jacobi")
+
+
 # --- the PPR matrix of a small graph ------------------------------------------------------------
 
 
