@@ -58,15 +58,17 @@ def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, 
             v = candidates[b, real[r]]
             total += restart[b, real[r]]
             for e in range(indptr[v], indptr[v + 1]):
+                # written whatever j is, kept (the count moves on) only inside the pool: about
+                # half of a row's entries are, so a branch on it would be mispredicted half the time
                 j = slot_of[indices[e]]
-                if j >= 0:
-                    w = np.float64(np.float32(data[e]))
-                    if not (w >= 0.0 and w < np.inf):
-                        status[b] = 1
-                    local_col[nnz] = j
-                    local_w[nnz] = w
-                    deg += w
-                    nnz += 1
+                inside = j >= 0
+                w = np.float64(np.float32(data[e]))
+                if not (w >= 0.0 and w < np.inf) and inside:
+                    status[b] = 1
+                local_col[nnz] = j
+                local_w[nnz] = w
+                deg += w if inside else 0.0
+                nnz += inside
             dangling[r] = deg == 0.0
             inv[r] = 1.0 / deg if deg > 0.0 else 0.0
         start[nb] = nnz
