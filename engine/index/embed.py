@@ -38,6 +38,33 @@ from spectrag.index.query_onnx import LightQueryEmbedder, OnnxQueryEncoder, mode
 from spectrag.util.threads import ThreadChooser
 
 
+_ROW_INVARIANCE_CHECKED = False
+
+
+def check_row_invariance(model: torch.nn.Module) -> bool:
+    """Whether this process's CPU matmul gives a row the same bits whatever the row count, for
+    the shapes of ``model``'s linear layers (the embeddings' batch invariance rests on it; MKL
+    keeps it when ``MKL_CBWR`` was set before its first call, as ``import spectrag`` does). Warns
+    once a process when it does not hold. A few small products, well under a millisecond."""
+    global _ROW_INVARIANCE_CHECKED
+    shapes = sorted({(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)})
+    gen = torch.Generator().manual_seed(0)
+    ok = True
+    with torch.no_grad():
+        for k_in, k_out in shapes[:4]:
+            w, x = torch.randn(k_out, k_in, generator=gen), torch.randn(48, k_in, generator=gen)
+            for rows in (8, 16):
+                alone = x[:rows] @ w.T
+                ok &= all(torch.equal((x[: rows * k] @ w.T)[:rows], alone) for k in (2, 3))
+    if not ok and not _ROW_INVARIANCE_CHECKED:
+        warnings.warn("this process's CPU matrix products depend on the batch's row count (MKL ran before spectrag "
+                      "was imported?): embeddings may differ in the last bits with their batch; set "
+                      "MKL_CBWR=AUTO,STRICT in the environment, or import spectrag before running torch",
+                      RuntimeWarning, stacklevel=3)
+    _ROW_INVARIANCE_CHECKED = True
+    return ok
+
+
 def resolve_model_path(model: str) -> Path:
     """Folder of the sentence-transformers model named by ``model``.
 
@@ -288,6 +315,8 @@ class Embedder:
         self.model.eval()
         if self.device.startswith("cuda"):
             self.model.half()
+        else:
+            check_row_invariance(self.model)
         self.dim = int(self.model.get_embedding_dimension())
         self.max_input_tokens = _max_input_tokens(self.model)
         self.last_long = 0  # texts of the last encode() longer than the model reads (pooled or truncated)
