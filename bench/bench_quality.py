@@ -74,6 +74,7 @@ ROWS = [
     ("- proximity in ranking and selection (alpha 0, b 0)", "spectral", {"propagate.alpha": 0.0, "select.b": 0.0},
      None),
     ("- evidence cut (stop_floor 0: the budget filled)", "spectral", {"select.stop_floor": 0.0}, None),
+    ("- bridged chunks past the cut (bridge.past_cut off)", "spectral", {"bridge.past_cut": False}, None),
     ("everything of issue 28 off (same index)", "spectral", ISSUE28, None),
     ("sweep: w = 0.25", "spectral", {"seed.lexical_weight": 0.25}, None),
     ("sweep: w = 1.0", "spectral", {"seed.lexical_weight": 1.0}, None),
@@ -88,6 +89,7 @@ ROWS = [
 ]
 # the rows whose budgeted context is tabled at every budget (context_table)
 CONTEXT_ROWS = ("dense", "bm25", "hybrid", "spectral (default)", "- evidence cut (stop_floor 0: the budget filled)",
+                "- bridged chunks past the cut (bridge.past_cut off)",
                 "sweep: stop_floor = 0.35", "sweep: stop_floor = 0.55",
                 "- proximity in ranking and selection (alpha 0, b 0)", "heat", "ppr")
 CHUNK_1200 = {"chunk.chunk_size": 1200, "chunk.overlap": 100}

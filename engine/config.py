@@ -674,6 +674,11 @@ class BridgeConfig(_Checked):
         documents of specific titles (``seed.named_specificity``), for the documents they cite
         (:func:`spectrag.rescore.bridge.graph_evidence`) (default: True).
     cited_lam: the cited target's share of its own relevance, as ``lam`` (default: 0.5).
+    past_cut: the chunks bridging raised above their own relevance (the named documents'
+        representatives it starts from, the chunks they or the best candidates' citations vouch
+        for) pass the selection's evidence cut (``select.stop_floor``) whatever their score: a
+        second hop that no query term names scores low by nature, and the cut dropped it from
+        multi-hop contexts (bench/results/quality_context_2wiki.md) (default: True).
     """
 
     SECTION = "bridge"
@@ -689,6 +694,7 @@ class BridgeConfig(_Checked):
     named_best_chunk: bool = True
     cited: bool = True
     cited_lam: float = opt(0.5, lo=0, hi=1)
+    past_cut: bool = True
 
 
 @dataclass(frozen=True)

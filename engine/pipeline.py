@@ -258,6 +258,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
             lexical = lexical_scores(state.bm25, batch.terms, candidates, compiled=compiled)[0]
         relevance = calibrated_relevance(relevance, lexical, mask, weight=sc.lexical_weight)
     proximity = torch.zeros_like(relevance)
+    keep = None  # [B, P] bool: candidates past the evidence cut whatever their score
     if mode in PROPAGATION_MODES:
         pc, bc = config.propagate, config.bridge
         bridging = bc.rounds > 0 and state.relations is not None
@@ -285,6 +286,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         if bridging:
             bridged = graph_evidence(relation_blocks[0], relation_blocks[1] if len(relation_blocks) > 1 else None,
                                      relevance, candidates, named_mask, docs, bc)
+            if bc.past_cut:  # what bridging raised is evidence the selection's cut must not drop
+                keep = bridged > relevance
             stage("bridge")
         scores = (1 - pc.alpha) * bridged + pc.alpha * proximity
         if activation is not None and config.activation.beta > 0:  # combined: the activation as its own term
@@ -305,8 +308,10 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     scores = scores.masked_fill(~mask, float("-inf"))
     stage("score")
     select = config.baseline_select if mode in BASELINE_MODES else config.select
+    if keep is not None and empty is not None:
+        keep = keep & ~empty[:, None]
     sel = select_context(scores, proximity, candidates, state.embeddings, state.tokens, state.clusters,
-                         state.doc_codes, select, budget=budget, stubs=state.stubs, compiled=compiled)
+                         state.doc_codes, select, budget=budget, stubs=state.stubs, keep=keep, compiled=compiled)
     stage("select")
     seed_ids = None if mode == "activation" else top if mode in PROPAGATION_MODES else seeds[:, : ec.max_candidates]
     return BatchResult(mode, candidates, scores, relevance, proximity, sel.order, sel.phase, sel.used_tokens,

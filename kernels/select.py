@@ -8,7 +8,7 @@ the Python loop runs over steps, never over queries.
 Per query, with relevance ``s``, proximity ``Prox``, token lengths ``l`` and budget ``B_tok``:
 
 0. **evidence cut** (``stop_floor > 0``): only the candidates with
-   ``s_i >= m + stop_floor * (max_j s_j - m)``, ``m`` the median of the query's real scores (the
+   ``s_i >= m + stop_floor * (max_j s_j - m)`` (or marked ``keep``), ``m`` the median of the query's real scores (the
    lower middle one for an even count), may enter the context at all: the selection stops when
    what is left stands out from the pool by less than that share of the best chunk's lead, and
    leaves the rest of the budget unused rather than pad it with pages nobody asked for
@@ -297,6 +297,7 @@ def budget_select(
     backfill: bool = True,
     backfill_floor: float = 0.0,
     stop_floor: float = 0.0,
+    keep: Optional[torch.Tensor] = None,
 ) -> SelectResult:
     r"""Greedy token-budgeted context selection for ``B`` queries at once.
 
@@ -340,6 +341,8 @@ def budget_select(
         stop_floor: the evidence cut, in ``[0, 1]``: no phase takes a candidate with
             ``s < m + stop_floor * (max s - m)``, ``m`` the median real score (0: no cut; see
             :func:`evidence_cut`) (default: 0).
+        keep: ``[B, P]`` bool, candidates that pass the evidence cut whatever their score
+            (the chunks bridging raised: second-hop evidence scores low by nature) (default: none).
 
     The defaults are neutral (the budget filled in score order); the engine's values are in
     :class:`spectrag.config.SelectConfig`.
@@ -361,7 +364,10 @@ def budget_select(
     valid = inp.mask
     s = inp.scores.to(work)  # (B, P)
     if cfg.stop_floor > 0 and B and P:  # (0) the evidence cut: what falls below it is no candidate
-        valid = valid & (s >= evidence_cut(s, valid, cfg.stop_floor))
+        passed = s >= evidence_cut(s, valid, cfg.stop_floor)
+        if keep is not None:
+            passed = passed | check_keep(keep, scores)
+        valid = valid & passed
     n_valid_max = int(valid.sum(1).max()) if B and P else 0
     if n_valid_max == 0:
         return _empty_result(B, P, device, work)
@@ -518,6 +524,15 @@ def budget_select(
         utility=utility[:, :K].contiguous(),
         n_steps=n_core + int((n_tail + n_back).max()),
     )
+
+
+def check_keep(keep: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """``keep`` as a bool ``[B, P]`` tensor on the scores' device, or a ValueError naming it."""
+    if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool or tuple(keep.shape) != tuple(scores.shape) \
+            or keep.device != scores.device:
+        raise ValueError(f"keep must be a bool {list(scores.shape)} tensor on {scores.device}, got "
+                         f"{getattr(keep, 'dtype', type(keep).__name__)} {list(getattr(keep, 'shape', []))}")
+    return keep
 
 
 def evidence_cut(s: torch.Tensor, valid: torch.Tensor, floor: float) -> torch.Tensor:

@@ -470,6 +470,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
 
     out = {"mode": mode}
     priority: dict[int, float] = {}
+    past_cut: set[int] = set()  # bridge.past_cut: the chunks bridging raised pass the evidence cut
     if mode in GRAPH_MODES:
         if not ref.has_graph:
             raise ValueError(f"mode {mode!r} needs the chunk graph")
@@ -518,6 +519,8 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             cited = bridge(ref, pool, relevance, cfg, start, None, citation_dicts(index, ref, cfg.seed.named_specificity),
                            cfg.bridge.cited_lam)
             bridged = {c: max(bridged[c], cited[c]) for c in pool}
+        if cfg.bridge.past_cut and cfg.bridge.rounds > 0 and ref.relations:  # past the selection's evidence cut
+            past_cut = {c for c in pool if bridged[c] > relevance[c]}
         scores = {c: (1 - cfg.propagate.alpha) * bridged[c] + cfg.propagate.alpha * proximity[c] for c in pool}
         if named_pool:
             scores = protect(scores, relevance, named_pool, cfg.bridge.named_floor)
@@ -540,6 +543,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             torch.tensor([[ref.clusters[c] for c in pool]], dtype=torch.int64),
             torch.tensor([[ref.doc_codes[c] for c in pool]], dtype=torch.int64),
             budget=int(budget),
+            keep=torch.tensor([[c in past_cut for c in pool]], dtype=torch.bool),
             **asdict(select),
         )
         order = [p for p in sel.order[0].tolist() if p >= 0]

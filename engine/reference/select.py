@@ -46,6 +46,7 @@ def budget_select_reference(
     backfill: bool = True,
     backfill_floor: float = 0.0,
     stop_floor: float = 0.0,
+    keep: Optional[torch.Tensor] = None,
 ) -> SelectResult:
     """The same selection as :func:`budget_select`, one query at a time in plain Python.
 
@@ -69,7 +70,8 @@ def budget_select_reference(
             ranked = sorted((s[i] for i in ids), reverse=True)
             median = ranked[len(ranked) // 2]
             cut = median + cfg.stop_floor * (ranked[0] - median)
-            ids = [i for i in ids if s[i] >= cut]
+            kept = keep[q].tolist() if keep is not None else [False] * P
+            ids = [i for i in ids if s[i] >= cut or kept[i]]
         p = inp.prox[q].tolist()
         ln = inp.tokens[q].tolist()
         cl = inp.clusters[q].tolist()

@@ -38,12 +38,14 @@ def select_context(
     *,
     budget: int | torch.Tensor,
     stubs: torch.Tensor | None = None,
+    keep: torch.Tensor | None = None,
     compiled: bool = False,
 ) -> SelectResult:
     """Selection over each query's pool. Shapes: ``scores/proximity/candidates [B, P]`` (ids
     -1 padded, scores -inf there), ``chunk_embeddings [n, d]``, ``tokens/clusters/doc_codes
     [n]`` (every chunk's), ``stubs [n]`` bool (chunks never selected, :func:`stub_chunks`;
-    they keep their place in the ranking) -> :class:`SelectResult` with positions into the pool.
+    they keep their place in the ranking), ``keep [B, P]`` bool (candidates past the evidence
+    cut whatever their score) -> :class:`SelectResult` with positions into the pool.
     ``compiled``: a CPU batch by the compiled kernel, one query at a time (the torch kernel is
     its reference)."""
     mask = candidates >= 0
@@ -54,5 +56,5 @@ def select_context(
     args = (finite, proximity, tokens[ids].masked_fill(~mask, 1), mask, chunk_embeddings, ids, clusters[ids],
             doc_codes[ids])
     if compiled:
-        return budget_select_compiled(*args, budget=budget, params=SelectParams(**asdict(config)))
-    return budget_select(*args[:5], *args[6:], budget=budget, ids=ids, **asdict(config))
+        return budget_select_compiled(*args, budget=budget, params=SelectParams(**asdict(config)), keep=keep)
+    return budget_select(*args[:5], *args[6:], budget=budget, ids=ids, keep=keep, **asdict(config))

@@ -13,7 +13,7 @@ import torch
 
 from spectrag.kernels.compiled.runtime import jit, parallel_rows
 from spectrag.kernels.select import (PHASE_BACKFILL, PHASE_CORE, PHASE_PAD, PHASE_TAIL, SelectParams, SelectResult,
-                                     check_inputs)
+                                     check_inputs, check_keep)
 
 
 def _cosine(table, a, c):
@@ -35,7 +35,7 @@ def _drop_shared_gains(b, pos, kw, k_pos, clusters, docs, c_term, d_term):
 
 
 def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs, budget, core_size, a, bw, c, d, lam,
-                 rho, precision_floor, backfill, backfill_floor, stop_floor, order, phase, utility, counts, steps,
+                 rho, precision_floor, backfill, backfill_floor, stop_floor, keep, order, phase, utility, counts, steps,
                  reals, used, status):
     width = scores.shape[1]
     neg = -np.inf
@@ -74,7 +74,7 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
             cut = median + stop_floor * (top - median)
             n_valid = 0
             for i in range(width):
-                real[i] = real[i] and s[i] >= cut
+                real[i] = real[i] and (s[i] >= cut or keep[b, i])
                 keyed[i] = s[i] if real[i] else neg
                 n_valid += real[i]
             by_score[:] = np.argsort(-keyed, kind="mergesort")
@@ -190,11 +190,12 @@ _select_rows = jit(_select_rows)
 
 def budget_select_compiled(scores: torch.Tensor, prox: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor,
                            table: torch.Tensor, ids: torch.Tensor, clusters: torch.Tensor, docs: torch.Tensor, *,
-                           budget: int | torch.Tensor, params: SelectParams,
+                           budget: int | torch.Tensor, params: SelectParams, keep: torch.Tensor | None = None,
                            threads: int | None = None) -> SelectResult:
     """:func:`spectrag.kernels.select.budget_select` with the ``[n, d]`` table and ``ids`` on
     the CPU, compiled; the inputs are checked as there. Shapes as there."""
     inp = check_inputs(scores, prox, tokens, mask, table, ids, clusters, docs, budget)
+    keep = np.zeros(scores.shape, np.bool_) if keep is None else check_keep(keep, scores).numpy()
     batch, width = scores.shape
     order = np.empty((batch, width), np.int64)
     phase = np.empty((batch, width), np.int8)
@@ -211,7 +212,8 @@ def budget_select_compiled(scores: torch.Tensor, prox: torch.Tensor, tokens: tor
                   arr(inp.tokens, np.int64), arr(inp.mask, np.bool_), table.numpy(), arr(ids, np.int64),
                   arr(inp.clusters, np.int64), arr(inp.docs, np.int64), arr(inp.budget, np.int64), int(p.core_size),
                   float(p.a), float(p.b), float(p.c), float(p.d), float(p.lam), float(p.rho),
-                  float(p.precision_floor), bool(p.backfill), float(p.backfill_floor), float(p.stop_floor), order,
+                  float(p.precision_floor), bool(p.backfill), float(p.backfill_floor), float(p.stop_floor),
+                  np.ascontiguousarray(keep), order,
                   phase, utility, counts, steps, reals, used, status, threads=threads)
     if status.any():
         raise ValueError("embeddings must be finite at the candidates' rows (the [n, d] table with ids)")

@@ -171,10 +171,11 @@ def test_select_equals_torch(ties):
         b, p, d = case["embeddings"].shape
         table = case["embeddings"].reshape(b * p, d).float()
         ids = torch.arange(b * p).reshape(b, p)
+        keep = torch.from_numpy(rng.random((b, p)) < 0.2) if trial % 2 else None  # past the evidence cut
         args = [case[k] for k in ("scores", "prox", "tokens", "mask")]
-        want = budget_select(*args, table, case["clusters"], case["docs"], budget=budget, ids=ids, **cfg)
+        want = budget_select(*args, table, case["clusters"], case["docs"], budget=budget, ids=ids, keep=keep, **cfg)
         got = budget_select_compiled(*args, table, ids, case["clusters"], case["docs"], budget=budget,
-                                     params=SelectParams(**cfg))
+                                     params=SelectParams(**cfg), keep=keep)
         assert torch.equal(got.order, want.order), (trial, cfg)
         assert torch.equal(got.phase, want.phase) and torch.equal(got.selected, want.selected)
         assert torch.equal(got.used_tokens, want.used_tokens) and got.n_steps == want.n_steps

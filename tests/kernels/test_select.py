@@ -431,6 +431,36 @@ def test_evidence_cut_stops_before_the_budget(device):
     assert r.order[0].tolist() == [1] and r.phase.tolist() == [[0]]
 
 
+def test_kept_candidates_pass_the_evidence_cut(device):
+    """``keep`` (the chunks bridging raised) lets a candidate below the cut into the context,
+    after those above it (it is the lowest), and changes nothing without a cut; the reference
+    agrees."""
+    s = torch.tensor([[0.5, 1.0, 0.125, 0.75, 0.375, 0.875, 0.25]], dtype=torch.float64)
+    case = dict(scores=s, prox=torch.zeros_like(s), tokens=torch.full((1, 7), 10),
+                mask=torch.ones(1, 7, dtype=torch.bool), embeddings=torch.eye(7, dtype=torch.float64)[None],
+                clusters=torch.arange(7)[None], docs=torch.arange(7)[None])
+    keep = torch.tensor([[False, False, True, False, False, False, False]])
+    cfg = params(budget=1000, core_size=2, precision_floor=0.0, backfill_floor=0.0, stop_floor=0.5)
+    r = run(device, case, **cfg, keep=keep)
+    assert r.order[0].tolist() == [1, 5, 3, 2] and r.used_tokens.tolist() == [40]
+    assert_same(r, budget_select_reference(**case, **cfg, keep=keep))
+    open_cfg = {**cfg, "stop_floor": 0.0}
+    assert_same(run(device, case, **open_cfg, keep=keep), run(device, case, **open_cfg))
+    with pytest.raises(ValueError, match="keep must be a bool"):
+        run(device, case, **cfg, keep=keep.int())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_keep_on_random_cases_equals_reference(seed, device):
+    rng = np.random.default_rng(40 + seed)
+    case = make_case(seed, 9, 33, pad=0.3, n_clusters=3, n_docs=4)
+    keep = torch.from_numpy(rng.random((9, 33)) < 0.2)
+    cfg = params(budget=300, core_size=3, stop_floor=0.6)
+    r = run(device, case, **cfg, keep=keep)
+    assert_same(r, budget_select_reference(**case, **cfg, keep=keep))
+    assert not torch.equal(r.selected, run(device, case, **cfg).selected)  # keep matters here
+
+
 def test_evidence_cut_is_scale_free(device):
     # an increasing affine map of the scores keeps the same candidates (relevance-only utility)
     case = make_case(31, 8, 40, d=5, tokens=(5, 50), garbage=False)
