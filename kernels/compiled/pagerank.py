@@ -21,6 +21,17 @@ from spectrag.kernels.pagerank import (
 )
 
 
+def _walk_row(r, start, local_col, local_w, x):
+    """Row ``r`` of ``P^T x`` on a pool's local CSR, its terms added in the graph's column order."""
+    acc = 0.0
+    for e in range(start[r], start[r + 1]):
+        acc += local_w[e] * x[local_col[e]]
+    return acc
+
+
+_walk_row = jit(_walk_row, inline=True)
+
+
 def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, tol, max_iter, chebyshev, omegas,
                    scores, iters, residual, converged, status):
     n = indptr.shape[0] - 1
@@ -88,10 +99,7 @@ def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, 
                 err = 0.0
                 mass = 0.0
                 for r in range(nb):
-                    acc = 0.0
-                    for e in range(start[r], start[r + 1]):
-                        acc += local_w[e] * x[local_col[e]]
-                    value = acc * damping + p[r]
+                    value = _walk_row(r, start, local_col, local_w, x) * damping + p[r]
                     err += abs(value - x[r])
                     mass += x[r]
                     xn[r] = value
@@ -123,10 +131,7 @@ def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, 
                 err = 0.0
                 lost = 0.0
                 for r in range(nb):
-                    acc = 0.0
-                    for e in range(start[r], start[r + 1]):
-                        acc += local_w[e] * x[local_col[e]]
-                    value = acc * damping + p[r] * scale
+                    value = _walk_row(r, start, local_col, local_w, x) * damping + p[r] * scale
                     err += abs(value - x[r])
                     xn[r] = value
                     if dangling[r]:

@@ -27,18 +27,20 @@ def require() -> None:
                           "(or set backend = 'torch' to use the torch kernels)")
 
 
-def jit(fn: Callable, *, reassociate: bool = False) -> Callable:
+def jit(fn: Callable, *, reassociate: bool = False, inline: bool = False) -> Callable:
     """``numba.njit`` with the options every kernel uses: compiled once and cached on disk (the
     first call of a process then loads machine code instead of compiling), the GIL released
     so that pool threads run at once, IEEE arithmetic in program order (results match the torch
     path's float32 operations). ``reassociate``: the compiler may reorder and fuse a float64
     sum (SIMD; 4-6x faster dot products); only for sums that are rounded to float32 or compared
-    afterwards, where an order's ~1e-16 difference does not show."""
+    afterwards, where an order's ~1e-16 difference does not show. ``inline``: compiled into
+    each caller (a small helper of a hot loop: a call would cost more than its work)."""
     require()
     import numba
 
     fastmath = {"reassoc", "contract"} if reassociate else False
-    return numba.njit(cache=True, nogil=True, fastmath=fastmath, error_model="numpy")(fn)
+    return numba.njit(cache=True, nogil=True, fastmath=fastmath, error_model="numpy",
+                      inline="always" if inline else "never")(fn)
 
 
 @lru_cache(maxsize=None)
