@@ -30,13 +30,6 @@ import sys as _sys
 # before torch is imported; an explicit OMP_WAIT_POLICY is kept.
 if "torch" not in _sys.modules:
     _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# MKL's sgemm on AVX-512 CPUs takes other code paths (other summation orders) for other row
-# counts, so a text's embedding depended on its batch (README "Batch invariance"); in its strict
-# reproducibility mode every row count gets the same path, at ~4% of the GEMMs' time
-# (bench/results/embed_invariance_cpu.md). MKL reads this at its first call: an explicit
-# MKL_CBWR is kept, and a process that ran MKL before importing spectrag gets a warning from the
-# embedder (spectrag.index.embed.check_row_invariance).
-_os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 del _os, _sys
 
 from spectrag.config import (  # noqa: E402

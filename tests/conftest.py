@@ -30,6 +30,10 @@ import pytest
 if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not Path("/dev/nvidia0").exists():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The test process runs matrix products long before it makes its first embedder, so MKL's
+# strict mode (spectrag.index.embed.reproducible_products) is asked for here, before any of them.
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
 import torch  # noqa: E402  (after TRITON_INTERPRET is settled)
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -41,10 +41,21 @@ from spectrag.util.threads import ThreadChooser
 _ROW_INVARIANCE_CHECKED = False
 
 
+def reproducible_products() -> None:
+    """Ask MKL for its strict reproducibility mode (``MKL_CBWR=AUTO,STRICT``) unless the
+    environment names a mode: on AVX-512 CPUs its default products take other summation orders
+    for other row counts, so a text's vector depended on its batch (18 of 63 test vectors at 2
+    threads; strict: 0, the same embedding speed: bench/results/embed_invariance_cpu.md). MKL
+    reads the setting at its first product, so this runs as an embedder is made, before its
+    model's first product; only processes that embed pay strict mode's cost on small products
+    (a server that embeds queries with ONNX Runtime keeps MKL's faster paths: the same file)."""
+    os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
+
 def check_row_invariance(model: torch.nn.Module) -> bool:
     """Whether this process's CPU matmul gives a row the same bits whatever the row count, for
     the shapes of ``model``'s linear layers (the embeddings' batch invariance rests on it; MKL
-    keeps it when ``MKL_CBWR`` was set before its first call, as ``import spectrag`` does). Warns
+    keeps it when ``MKL_CBWR`` was set before its first call: :func:`reproducible_products`). Warns
     once a process when it does not hold. A few small products, well under a millisecond."""
     global _ROW_INVARIANCE_CHECKED
     shapes = sorted({(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)})
@@ -57,9 +68,9 @@ def check_row_invariance(model: torch.nn.Module) -> bool:
                 alone = x[:rows] @ w.T
                 ok &= all(torch.equal((x[: rows * k] @ w.T)[:rows], alone) for k in (2, 3))
     if not ok and not _ROW_INVARIANCE_CHECKED:
-        warnings.warn("this process's CPU matrix products depend on the batch's row count (MKL ran before spectrag "
-                      "was imported?): embeddings may differ in the last bits with their batch; set "
-                      "MKL_CBWR=AUTO,STRICT in the environment, or import spectrag before running torch",
+        warnings.warn("this process's CPU matrix products depend on the batch's row count (MKL ran before the "
+                      "first embedder was made): embeddings may differ in the last bits with their batch; set "
+                      "MKL_CBWR=AUTO,STRICT in the environment",
                       RuntimeWarning, stacklevel=3)
     _ROW_INVARIANCE_CHECKED = True
     return ok
@@ -290,6 +301,7 @@ class Embedder:
         (ONNX Runtime only): :meth:`encode_queries` runs that many texts at once, each on one
         thread (the session then has one intra-op thread); 0: one text at a time on all threads."""
         self.config = config or EmbedConfig()
+        reproducible_products()
         self.model_path = resolve_model_path(self.config.model)
         self.device = resolve_device(self.config.device)
         cache_dir, setting = self.config.cache_dir, "embed.cache_dir"

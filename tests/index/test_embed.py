@@ -223,22 +223,25 @@ CHILD_MKL = """
 import os, sys
 import torch
 import spectrag
-from spectrag.index.embed import check_row_invariance
+from spectrag.index.embed import check_row_invariance, reproducible_products
+before = os.environ.get("MKL_CBWR")
+reproducible_products()  # as an Embedder does first
 model = torch.nn.Sequential(torch.nn.Linear(384, 1536), torch.nn.Linear(1536, 384))
-print(os.environ.get("MKL_CBWR"), check_row_invariance(model))
+print(before, os.environ.get("MKL_CBWR"), check_row_invariance(model))
 """
 
 
 @pytest.mark.parametrize("given", [None, "AUTO,STRICT"])
-def test_import_makes_matrix_rows_independent_of_their_batch(given):
-    """``import spectrag`` (before the process's first product) puts MKL in its strict mode, under
-    which a row's product has the same bits whatever the row count: on AVX-512 CPUs the default
-    paths differ with it (bench/results/embed_invariance_cpu.md), which broke the embeddings'
-    batch invariance. An explicit ``MKL_CBWR`` is kept."""
+def test_embedders_make_matrix_rows_independent_of_their_batch(given):
+    """An embedder asks for MKL's strict mode before the process's first product (``import
+    spectrag`` alone does not: a server keeps MKL's faster paths), under which a row's product
+    has the same bits whatever the row count: on AVX-512 CPUs the default paths differ with it
+    (bench/results/embed_invariance_cpu.md), which broke the embeddings' batch invariance. An
+    explicit ``MKL_CBWR`` is kept."""
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
     if given is not None:
         env["MKL_CBWR"] = given
     out = subprocess.run([sys.executable, "-c", CHILD_MKL], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["AUTO,STRICT", "True"]
+    assert out.stdout.split() == [str(given), "AUTO,STRICT", "True"]
