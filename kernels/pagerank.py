@@ -490,6 +490,18 @@ def check_method(method: str) -> str:
 CHECK_EVERY = 4
 
 
+def _block_result(scores: torch.Tensor, residual: torch.Tensor, col_iters: torch.Tensor, active: torch.Tensor,
+                  n_iter: int, squeeze: bool) -> PageRankResult:
+    """The block iterations' result: ``scores [B, P, C]``, per-column ``[B, C]`` tensors (the
+    ``C`` axis dropped when ``squeeze``)."""
+    def cut(t: torch.Tensor, dim: int) -> torch.Tensor:
+        return t.squeeze(dim) if squeeze else t
+
+    return PageRankResult(scores=cut(scores, 2), n_iter=int(col_iters.max()) if col_iters.numel() else n_iter,
+                          converged=not bool(active.any()), residual=cut(residual, 1),
+                          column_converged=cut(~active, 1), column_iters=cut(col_iters, 1))
+
+
 def _iterate_blocks(walk, dangling: torch.Tensor, m: torch.Tensor, X3: torch.Tensor, squeeze: bool,
                     damping: float, tol: float, max_iter: int) -> PageRankResult:
     """The power iteration of every block at once (networkx's model, see the module docstring):
@@ -519,15 +531,7 @@ def _iterate_blocks(walk, dangling: torch.Tensor, m: torch.Tensor, X3: torch.Ten
         if it % CHECK_EVERY == 0 and not bool(active.any()):
             break
 
-    converged = not bool(active.any())
-    return PageRankResult(
-        scores=x.squeeze(2) if squeeze else x,
-        n_iter=int(col_iters.max()) if col_iters.numel() else n_iter,
-        converged=converged,
-        residual=residual.squeeze(1) if squeeze else residual,
-        column_converged=(~active).squeeze(1) if squeeze else ~active,
-        column_iters=col_iters.squeeze(1) if squeeze else col_iters,
-    )
+    return _block_result(x, residual, col_iters, active, n_iter, squeeze)
 
 
 def _chebyshev_blocks(walk, m: torch.Tensor, X3: torch.Tensor, squeeze: bool, damping: float, tol: float,
@@ -566,15 +570,7 @@ def _chebyshev_blocks(walk, m: torch.Tensor, X3: torch.Tensor, squeeze: bool, da
         if it % CHECK_EVERY == 0 and not bool(active.any()):
             break
 
-    converged = not bool(active.any())
-    return PageRankResult(
-        scores=out.squeeze(2) if squeeze else out,
-        n_iter=int(col_iters.max()) if col_iters.numel() else n_iter,
-        converged=converged,
-        residual=residual.squeeze(1) if squeeze else residual,
-        column_converged=(~active).squeeze(1) if squeeze else ~active,
-        column_iters=col_iters.squeeze(1) if squeeze else col_iters,
-    )
+    return _block_result(out, residual, col_iters, active, n_iter, squeeze)
 
 
 def personalized_pagerank_blocks(
