@@ -308,8 +308,6 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     scores = scores.masked_fill(~mask, float("-inf"))
     stage("score")
     select = config.baseline_select if mode in BASELINE_MODES else config.select
-    if keep is not None and empty is not None:
-        keep = keep & ~empty[:, None]
     sel = select_context(scores, proximity, candidates, state.embeddings, state.tokens, state.clusters,
                          state.doc_codes, select, budget=budget, stubs=state.stubs, keep=keep, compiled=compiled)
     stage("select")

@@ -25,6 +25,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -38,41 +39,45 @@ from spectrag.index.query_onnx import LightQueryEmbedder, OnnxQueryEncoder, mode
 from spectrag.util.threads import ThreadChooser
 
 
-_ROW_INVARIANCE_CHECKED = False
-
-
 def reproducible_products() -> None:
     """Ask MKL for its strict reproducibility mode (``MKL_CBWR=AUTO,STRICT``) unless the
     environment names a mode: on AVX-512 CPUs its default products take other summation orders
     for other row counts, so a text's vector depended on its batch (18 of 63 test vectors at 2
-    threads; strict: 0, the same embedding speed: bench/results/embed_invariance_cpu.md). MKL
-    reads the setting at its first product, so this runs as an embedder is made, before its
+    threads; strict: 0, at up to a tenth more embedding time: bench/results/embed_invariance_cpu.md).
+    MKL reads the setting at its first product, so this runs as an embedder is made, before its
     model's first product; only processes that embed pay strict mode's cost on small products
     (a server that embeds queries with ONNX Runtime keeps MKL's faster paths: the same file)."""
     os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 
-def check_row_invariance(model: torch.nn.Module) -> bool:
-    """Whether this process's CPU matmul gives a row the same bits whatever the row count, for
-    the shapes of ``model``'s linear layers (the embeddings' batch invariance rests on it; MKL
-    keeps it when ``MKL_CBWR`` was set before its first call: :func:`reproducible_products`). Warns
-    once a process when it does not hold. A few small products, well under a millisecond."""
-    global _ROW_INVARIANCE_CHECKED
-    shapes = sorted({(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)})
+@lru_cache(maxsize=None)
+def _rows_invariant(shapes: tuple[tuple[int, int], ...]) -> bool:
+    """Whether a row's product with each ``(in, out)`` weight shape has the same bits in 8 and 16
+    rows as in 2 and 3 times as many (MKL's mode is fixed for the process: probed once)."""
     gen = torch.Generator().manual_seed(0)
-    ok = True
     with torch.no_grad():
-        for k_in, k_out in shapes[:4]:
+        for k_in, k_out in shapes:
             w, x = torch.randn(k_out, k_in, generator=gen), torch.randn(48, k_in, generator=gen)
             for rows in (8, 16):
                 alone = x[:rows] @ w.T
-                ok &= all(torch.equal((x[: rows * k] @ w.T)[:rows], alone) for k in (2, 3))
-    if not ok and not _ROW_INVARIANCE_CHECKED:
+                if not all(torch.equal((x[: rows * k] @ w.T)[:rows], alone) for k in (2, 3)):
+                    return False
+    return True
+
+
+def check_row_invariance(model: torch.nn.Module) -> bool:
+    """Whether this process's CPU matmul gives a row the same bits whatever the row count, for
+    the shapes of ``model``'s linear layers (the embeddings' batch invariance rests on it; MKL
+    keeps it when ``MKL_CBWR`` was set before its first call: :func:`reproducible_products`).
+    Warns when it does not hold (once: the warnings module's default). A few small products,
+    well under a millisecond, once a process."""
+    shapes = sorted({(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)})
+    ok = _rows_invariant(tuple(shapes[:4]))
+    if not ok:
         warnings.warn("this process's CPU matrix products depend on the batch's row count (MKL ran before the "
                       "first embedder was made): embeddings may differ in the last bits with their batch; set "
                       "MKL_CBWR=AUTO,STRICT in the environment",
                       RuntimeWarning, stacklevel=3)
-    _ROW_INVARIANCE_CHECKED = True
     return ok
 
 

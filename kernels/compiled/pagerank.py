@@ -89,9 +89,10 @@ def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, 
         done = False
         it = 0
         err = np.inf
+        for r in range(nb):
+            p[r] = restart[b, real[r]] / total
         if chebyshev:  # y = d P^T y + p, x = y / sum(y) (kernels.pagerank._chebyshev_blocks)
             for r in range(nb):
-                p[r] = restart[b, real[r]] / total
                 x[r] = p[r]  # y_k
                 yp[r] = p[r]  # y_{k-1}
             while it < max_iter and not done:
@@ -121,7 +122,6 @@ def _ppr_pool_rows(lo, hi, candidates, restart, indptr, indices, data, damping, 
             first = 1.0 / max(nb, 1)
             lost = 0.0  # the mass on dangling nodes, returned along the restart vector
             for r in range(nb):
-                p[r] = restart[b, real[r]] / total
                 x[r] = first
                 if dangling[r]:
                     lost += first
@@ -186,7 +186,8 @@ def personalized_pagerank_pools(pools: PoolGraphs, X: torch.Tensor, *, damping: 
     a real node of every row; padding ignored) -> :class:`PageRankResult`, ``scores [B, P]`` float64.
     ``method``: ``power`` or ``chebyshev``, as there."""
     damping, tol, max_iter = check_params(damping, tol, max_iter)
-    omegas = np.asarray(chebyshev_weights(damping, max_iter) if check_method(method) == "chebyshev" else [0.0])
+    chebyshev = check_method(method) == "chebyshev"
+    omegas = np.asarray(chebyshev_weights(damping, max_iter) if chebyshev else [0.0])
     batch, width = pools.batch, pools.width
     if tuple(X.shape) != (batch, width):
         raise ValueError(f"X must be [{batch}, {width}], got {tuple(X.shape)}")
@@ -197,8 +198,7 @@ def personalized_pagerank_pools(pools: PoolGraphs, X: torch.Tensor, *, damping: 
     iters, residual = np.empty(batch, np.int64), np.empty(batch, np.float64)
     converged, status = np.empty(batch, np.bool_), np.zeros(batch, np.int8)
     parallel_rows(_ppr_pool_rows, batch, pools.candidates, np.ascontiguousarray(restart.numpy()), pools.indptr,
-                  pools.indices, pools.data, damping, tol, max_iter, method == "chebyshev",
-                  omegas, scores, iters, residual, converged, status,
+                  pools.indices, pools.data, damping, tol, max_iter, chebyshev, omegas, scores, iters, residual, converged, status,
                   threads=threads)
     if status.any():  # checked on the edges read, not the whole graph every batch
         raise ValueError("blocks must have finite, non-negative edge weights")
