@@ -72,12 +72,16 @@ def _select_rows(lo, hi, scores, prox, tokens, mask, table, ids, clusters, docs,
         if stop_floor > 0.0 and n_valid > 0:  # (0) the evidence cut (evidence_cut): the rest is no candidate
             median = keyed[by_score[n_valid // 2]]
             cut = median + stop_floor * (top - median)
-            n_valid = 0
             for i in range(width):
                 real[i] = real[i] and (s[i] >= cut or keep[b, i])
-                keyed[i] = s[i] if real[i] else neg
-                n_valid += real[i]
-            by_score[:] = np.argsort(-keyed, kind="mergesort")
+            # the candidates left in score order: the stable sort of a subset is the subset of
+            # the stable sort (only the first n_valid entries of by_score are read below)
+            kept = 0
+            for j in range(n_valid):
+                if real[by_score[j]]:
+                    by_score[kept] = by_score[j]
+                    kept += 1
+            n_valid = kept
         n_core = min(core_size, n_valid)
         floor = precision_floor * top
         for i in range(width):
