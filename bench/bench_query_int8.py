@@ -1,0 +1,142 @@
+"""Benchmark: int8 query vectors. Does ONNX Runtime's dynamic int8 quantization of the query
+encoder keep retrieval quality, and what does it save?
+
+The verified float32 ONNX export of the index's model (the default query runtime) is quantized
+with ``onnxruntime.quantization.quantize_dynamic`` (int8 weights per output channel, MatMul
+nodes; activations quantized per call), into a temporary folder. Dynamic quantization scales a
+call's activations by that call's own range, so a query is embedded alone (one call each) to
+keep its vector a function of its text. Reported per dev set: the cosine of the int8 vectors to
+the default ones, and R@2 / R@5 / MRR of ``dense``, ``hybrid`` and ``spectral`` with either
+vectors (paired bootstrap intervals of the change); then the time to embed batches of 8
+questions: the default runtime (one call per padded width) against int8 one call per query.
+
+Usage: ``python bench/bench_query_int8.py [--sets docs,musique,2wiki,sample] [--threads 2]``
+"""
+
+from __future__ import annotations
+
+import _common  # noqa: F401  (before numpy / torch: thread pinning)
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from _common import ROOT, finish_record, md_table, new_record, results_header, write_results  # noqa: E402
+from bench_quality import METRICS, Bench  # noqa: E402
+from spectrag.config import EmbedConfig  # noqa: E402
+from spectrag.eval.metrics import paired_bootstrap_ci  # noqa: E402
+from spectrag.index.embed import model_fingerprint, onnx_export_path, resolve_model_path  # noqa: E402
+from spectrag.index.query_onnx import OnnxQueryEncoder, model_plan, session_for  # noqa: E402
+from spectrag.util.io import default_cache_dir  # noqa: E402
+
+MODES = ("dense", "hybrid", "spectral")
+
+
+def quantized(export: Path, folder: Path) -> Path:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out = folder / "query-int8.onnx"
+    quantize_dynamic(str(export), str(out), weight_type=QuantType.QInt8, per_channel=True,
+                     op_types_to_quantize=["MatMul"])
+    return out
+
+
+def one_by_one(encoder: OnnxQueryEncoder, texts: list[str]) -> np.ndarray:
+    return np.concatenate([encoder.encode([t])[0] for t in texts])
+
+
+def quality(bench: Bench, name: str, int8: OnnxQueryEncoder) -> tuple[list[dict], dict]:
+    default = bench.qvecs.clone()
+    vectors = {"default": default, "int8": torch.from_numpy(one_by_one(int8, bench.texts))}
+    cos = (vectors["default"] * vectors["int8"]).sum(1)
+    rows = []
+    for mode in MODES:
+        per = {}
+        for label, q in vectors.items():
+            bench.qvecs = q
+            per[label] = bench.scorer.per_question(bench.run(mode, {}, None))
+        valid = bench.scorer.gold.n_gold > 0
+        row = {"set": name, "mode": mode}
+        for m in ("R@2", "R@5", "MRR"):
+            col = METRICS.index(m)
+            a, b = (100 * float(per[v][valid, col].mean()) for v in vectors)
+            lo, hi = paired_bootstrap_ci((per["int8"] - per["default"])[valid, col])
+            row[m] = f"{a:.1f} -> {b:.1f} ({b - a:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}])"
+        rows.append(row)
+        print(row, flush=True)
+    bench.qvecs = default
+    return rows, {"set": name, "questions": len(bench.texts), "cos_min": float(cos.min()),
+                  "cos_median": float(cos.median()), "texts": bench.texts}
+
+
+def speed(texts: list[str], default: OnnxQueryEncoder, int8: OnnxQueryEncoder, batches: int, repeats: int) -> dict:
+    groups = [texts[i : i + 8] for i in range(0, 8 * batches, 8)]
+    variants = {"default (one call per padded width)": lambda b: default.encode(b)[0],
+                "int8, one call per query": lambda b: one_by_one(int8, b)}
+    for fn in variants.values():
+        fn(groups[0])
+    per = {k: [] for k in variants}
+    for group in groups:  # interleaved batch by batch
+        for key, fn in variants.items():
+            times = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                fn(group)
+                times.append(time.perf_counter() - t)
+            per[key].append(statistics.median(times))
+    return {k: 1000 * statistics.median(v) for k, v in per.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sets", default="docs,musique,2wiki,sample")
+    ap.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
+    ap.add_argument("--batches", type=int, default=12)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "query_int8_cpu"))
+    args = ap.parse_args()
+    record = new_record(f"quality: one pass per set, mode and vectors; speed: per batch of 8 the median of "
+                        f"{args.repeats} calls after one untimed call, variants interleaved, the median over "
+                        f"{args.batches} batches", packages=("onnxruntime",))
+    config = EmbedConfig()
+    model = resolve_model_path(config.model)
+    plan = model_plan(model)
+    export = onnx_export_path(Path(default_cache_dir()) / "onnx", model_fingerprint(model), plan["dim"])
+    rows, sets, int8 = [], [], None
+    with tempfile.TemporaryDirectory() as folder:
+        for name in args.sets.split(","):
+            bench = Bench(name, True, None)  # its query vectors: the default runtime (exported at first use)
+            if int8 is None:
+                int8_path = quantized(export, Path(folder))
+                int8 = OnnxQueryEncoder(model, session_for(int8_path, 1), plan)  # quality: vectors only
+            got, info = quality(bench, name, int8)
+            rows += got
+            sets.append(info)
+        int8 = OnnxQueryEncoder(model, session_for(int8_path, args.threads), plan)
+        default = OnnxQueryEncoder(model, session_for(export, args.threads), plan)
+        texts = [t for s in sets for t in s["texts"]]
+        timing = speed(texts, default, int8, args.batches, args.repeats)
+    record.update(rows=rows, sets=[{k: v for k, v in s.items() if k != "texts"} for s in sets], speed_ms=timing,
+                  threads=args.threads)
+    finish_record(record)
+    lines = results_header("int8 query vectors (ONNX Runtime dynamic quantization) against the default", record)
+    lines += ["Cosine of each question's int8 vector to its default one: " + "; ".join(
+        f"{s['set']} ({s['questions']} questions) min {s['cos_min']:.4f}, median {s['cos_median']:.4f}" for s in sets),
+        "", "Quality, default -> int8 (change, 95% paired bootstrap interval):", ""]
+    lines += md_table(rows, [("set", "set", ""), ("mode", "mode", ""), ("R@2", "R@2", ""), ("R@5", "R@5", ""),
+                             ("MRR", "MRR", "")])
+    base = timing["default (one call per padded width)"]
+    lines += ["", f"Embedding batches of 8 questions, ONNX Runtime on {args.threads} intra-op threads:", ""]
+    lines += md_table([{"variant": k, "ms": v, "ratio": v / base} for k, v in timing.items()],
+                      [("variant", "variant", ""), ("ms per batch", "ms", ".1f"), ("ratio", "ratio", ".3f")])
+    write_results(args.out, lines, record)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
