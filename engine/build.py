@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import platform
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from spectrag.config import DEFAULT_MODEL, CorpusConfig, IndexConfig, LLMConfig
+from spectrag.config import DEFAULT_MODEL, CorpusConfig, EmbedConfig, IndexConfig, LLMConfig
 from spectrag.errors import ConfigError, CorpusError, IndexFormatError
 from spectrag.graph.build import build_graph, file_questions, save_graph
 from spectrag.graph.questions import embed_questions
@@ -114,11 +115,30 @@ def stage_recorder(report: BuildReport, on_stage: Callable[[str], None] | None =
     return stage
 
 
-def embedding_text(chunk: Chunk, include_title: bool) -> str:
-    """What the embedder and BM25 see: the chunk, prefixed by its title unless it starts with it."""
-    if include_title and chunk.title and not chunk.text.lstrip("# ").startswith(chunk.title):
-        return f"{chunk.title}\n{chunk.text}"
-    return chunk.text
+def _plain(heading: str) -> str:
+    """A heading's words, casefolded, without markup (``:mod:`x` -- y`` and ``x -- y`` alike)."""
+    return " ".join(re.sub(r"\W+", " ", re.sub(r":\w+:", " ", heading)).casefold().split())
+
+
+def embedding_text(chunk: Chunk, embed: EmbedConfig) -> str:
+    """What the embedder and BM25 see: the chunk, prefixed by its title (``include_title``) and
+    the headings of the sections it lies in (``include_headings``): ``Title > Section >
+    Subsection``, less a heading that only repeats the title and the heading the chunk opens
+    with. A chunk from the middle of a long page otherwise has none of the words that say what
+    it is about; a chunk without sections (a Wikipedia passage) gets its title alone."""
+    path = [chunk.title] if embed.include_title and chunk.title else []
+    if embed.include_headings:
+        title = _plain(chunk.title)
+        path += [h for h in chunk.section if _plain(h) and _plain(h) != title]
+    if path and chunk.text.lstrip("# ").startswith(path[-1]):
+        path.pop()  # the chunk opens with that heading already
+    return f"{' > '.join(path)}\n{chunk.text}" if path else chunk.text
+
+
+def embedded_text_form(embed: EmbedConfig) -> str:
+    """The manifest's words for what :func:`embedding_text` gives."""
+    prefix = " > ".join(["title"] * embed.include_title + ["section headings"] * embed.include_headings)
+    return f"{prefix} + newline + chunk" if prefix else "chunk"
 
 
 @dataclass(frozen=True)
@@ -322,7 +342,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
             client.close()
         stage("llm")
 
-    texts = [embedding_text(c, config.embed.include_title) for c in chunks]
+    texts = [embedding_text(c, config.embed) for c in chunks]
     bm25 = BM25Index.build(texts, config.bm25)  # before embedding: a corpus BM25 cannot index fails in seconds
     stage("bm25")
     embedder = None
@@ -397,7 +417,7 @@ def _build(source: Path, out_dir: Path, config: IndexConfig, *, fmt: str, overwr
                     "dim": dim,
                     "dtype": "float32",
                     "normalized": True,
-                    "text": "title + newline + chunk" if config.embed.include_title else "chunk",
+                    "text": embedded_text_form(config.embed),
                     **input_facts,
                     **({"languages": ENGLISH_ONLY} if embedder and config.embed.model == DEFAULT_MODEL else {}),
                 },

@@ -343,6 +343,11 @@ class EmbedConfig(_Checked):
         (default: ``$SPECTRAG_CACHE_DIR`` or ``~/.cache/spectrag``).
     include_title: embed ``title + newline + text`` when the chunk text does not already start
         with its title (default: True).
+    include_headings: also embed (and index for BM25) the headings of the sections a chunk lies
+        in, ``Title > Section > Subsection``, less the one it opens with: a chunk from the middle
+        of a long page otherwise has none of the words that say what it is about; chunks without
+        sections (Wikipedia passages) are unchanged. An index built before this setting existed
+        keeps its chunks' text without headings (default: True).
     max_batch_tokens: on the CPU, texts are sorted by token count and grouped so that a batch
         holds at most this many padded tokens (and at most ``batch_size`` texts); 0 turns this
         off: fixed ``batch_size`` batches (default: 2048).
@@ -362,6 +367,7 @@ class EmbedConfig(_Checked):
     device: str = "auto"
     cache_dir: str | None = None
     include_title: bool = True
+    include_headings: bool = True
     max_batch_tokens: int = opt(2048, lo=0, hi=1 << 24)
     num_threads: int = opt(0, lo=0, hi=MAX_THREADS)
     backend: str = opt("torch", choices=("torch", "onnx"))
@@ -679,6 +685,11 @@ class BridgeConfig(_Checked):
         for) pass the selection's evidence cut (``select.stop_floor``) whatever their score: a
         second hop that no query term names scores low by nature, and the cut dropped it from
         multi-hop contexts (bench/results/quality_context_2wiki.md) (default: True).
+    page_support: ``beta``: every candidate chunk of a document gains ``beta`` times how far the
+        document's second-best candidate's relevance stands above the pool's mean: a page with
+        two passages that stand out is more likely about the question than one with a single
+        incidental paragraph (:mod:`spectrag.rescore.pages`); a document with one candidate gets
+        nothing; 0 turns it off; chosen on docs-dev, bench/results/quality.md (default: 0.1).
     """
 
     SECTION = "bridge"
@@ -695,6 +706,7 @@ class BridgeConfig(_Checked):
     cited: bool = True
     cited_lam: float = opt(0.5, lo=0, hi=1)
     past_cut: bool = True
+    page_support: float = opt(0.1, lo=0, hi=MAX_WEIGHT)
 
 
 @dataclass(frozen=True)

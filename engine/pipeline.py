@@ -8,6 +8,7 @@ the benchmarks, the GPU check) goes through.
     relevance  r = dense + BM25, z-scored over the pool          [B, P]      spectrag.rescore.relevance, seed.lexical
     propagate  p = heat | PPR | spectral                         [B, P]      spectrag.propagate
     rescore    x = r + what named / cited documents vouch for    [B, P]      spectrag.rescore.bridge
+               + what a document's second chunk says for it      [B, P]      spectrag.rescore.pages (ranking only)
                s2 = (1 - alpha) x + alpha p                      (Algorithm 1, line 7)
     select     token-budgeted greedy selection                   [B, K_sel]  spectrag.select
 
@@ -40,6 +41,7 @@ from spectrag.kernels.gather import gathered_dot
 from spectrag.propagate.activation import ActivationBatch, activate
 from spectrag.propagate.proximity import pool_proximity
 from spectrag.rescore.bridge import graph_evidence, named_best_chunks, protect_named
+from spectrag.rescore.pages import page_support
 from spectrag.rescore.relevance import calibrated_relevance
 from spectrag.seed.lexical import lexical_scores
 from spectrag.seed.seed import restrict_named, seed
@@ -90,7 +92,7 @@ class BatchResult:
 
     mode: str
     candidates: torch.Tensor  # chunk ids, -1 padded
-    scores: torch.Tensor  # final score used for ranking and selection
+    scores: torch.Tensor  # the ranking's final score (the selection's is the same without page support)
     relevance: torch.Tensor
     proximity: torch.Tensor
     selected: torch.Tensor  # positions into candidates, in selection order, -1 padded
@@ -288,12 +290,20 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
                                      relevance, candidates, named_mask, docs, bc)
             if bc.past_cut:  # what bridging raised is evidence the selection's cut must not drop
                 keep = bridged > relevance
-            stage("bridge")
-        scores = (1 - pc.alpha) * bridged + pc.alpha * proximity
-        if activation is not None and config.activation.beta > 0:  # combined: the activation as its own term
-            scores = scores + config.activation.beta * activation
-        if protect:
-            scores = protect_named(scores, relevance, named_mask, candidates, floor=bc.named_floor)
+        support = page_support(relevance, docs, mask, bc.page_support, compiled=compiled) if bc.page_support > 0 else None
+        stage("bridge")
+
+        def final(x: torch.Tensor) -> torch.Tensor:  # s2 = (1 - alpha) x + alpha p, named documents on top
+            s = (1 - pc.alpha) * x + pc.alpha * proximity
+            if activation is not None and config.activation.beta > 0:  # combined: the activation as its own term
+                s = s + config.activation.beta * activation
+            return protect_named(s, relevance, named_mask, candidates, floor=bc.named_floor) if protect else s
+
+        scores = final(bridged)
+        # page support orders the ranking only: the selection's evidence cut is relative to the
+        # best chunk, which the support lifts with its whole page, and it dropped second pages
+        # from the context (bench/results/quality.md)
+        ranked = scores if support is None else final(bridged + support.to(bridged.dtype))
     elif mode == "activation":
         proximity = sa.proximity(candidates)
         alpha = config.activation.alpha
@@ -302,15 +312,18 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         scores = relevance
     else:  # bm25 / hybrid rank by their own list order: a decreasing score over positions
         scores = torch.where(mask, seed_scores[:, : candidates.shape[1]], torch.zeros_like(relevance))
+    if mode not in PROPAGATION_MODES:
+        ranked = scores
     if empty is not None:  # the stand-ins go: an empty pool ranks and selects nothing
         candidates = candidates.masked_fill(empty[:, None], -1)
         mask = candidates >= 0
     scores = scores.masked_fill(~mask, float("-inf"))
+    ranked = ranked.masked_fill(~mask, float("-inf"))
     stage("score")
     select = config.baseline_select if mode in BASELINE_MODES else config.select
     sel = select_context(scores, proximity, candidates, state.embeddings, state.tokens, state.clusters,
                          state.doc_codes, select, budget=budget, stubs=state.stubs, keep=keep, compiled=compiled)
     stage("select")
     seed_ids = None if mode == "activation" else top if mode in PROPAGATION_MODES else seeds[:, : ec.max_candidates]
-    return BatchResult(mode, candidates, scores, relevance, proximity, sel.order, sel.phase, sel.used_tokens,
+    return BatchResult(mode, candidates, ranked, relevance, proximity, sel.order, sel.phase, sel.used_tokens,
                        torch.full((len(batch),), budget), stage.seconds, sa, seed_ids)

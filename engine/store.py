@@ -421,7 +421,7 @@ class Index:
         if generation is not None:  # the generation stays ours until release() or the object goes
             weakref.finalize(self, generation.release)
         self.manifest = manifest
-        self.config = IndexConfig.from_dict(manifest["config"], source=str(self.folder / MANIFEST))
+        self.config = IndexConfig.from_dict(_as_built(manifest["config"]), source=str(self.folder / MANIFEST))
         files = manifest["files"]  # only listed files are read (read_manifest checked them)
         n, dim = manifest["counts"]["chunks"], manifest["embedding"]["dim"]
         shown = bar(total=4, desc="loading index", unit=" parts", postfix="chunks")  # a stage of 10^6 chunks takes seconds
@@ -508,6 +508,16 @@ class Index:
     def bm25_search(self, queries: list[str], k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """BM25 top-k; slots beyond the matching chunks hold id -1."""
         return self.bm25.search(list(queries), k)
+
+
+def _as_built(config: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's index configuration with the settings it predates at the values its index
+    was built with: an index written before ``embed.include_headings`` embedded no headings
+    (an edit must embed its new chunks the same way)."""
+    embed = config.get("embed") if isinstance(config, dict) else None
+    if isinstance(embed, dict) and "include_headings" not in embed:
+        return {**config, "embed": {**embed, "include_headings": False}}
+    return config
 
 
 def check_model(manifest: dict[str, Any], fingerprint: str, dim: int, where: Path) -> None:

@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from spectrag import build_index, load_index
+from spectrag.build import embedding_text
 from spectrag.config import EmbedConfig, IndexConfig
 from spectrag.errors import ConfigError, CorpusError, SpectragError
 from spectrag.index.lexical import BM25Index
 from spectrag.store import MANIFEST
+from spectrag.types import Chunk
 
 
 def test_sample_index_counts_and_manifest(sample_index):
@@ -184,3 +186,25 @@ def test_a_broken_model_folder_is_a_config_error(tmp_path, index_config):
     config = dataclasses.replace(index_config, embed=EmbedConfig(model=str(model), cache_dir=""))
     with pytest.raises(ConfigError, match="is not a loadable sentence-transformers model"):
         build_index(tmp_path / "c.txt", tmp_path / "out", config)
+
+
+def _chunk(text: str, title: str, section: tuple[str, ...]) -> Chunk:
+    return Chunk(doc_id="d", title=title, section=section, url="", text=text, n_tokens=3, start=0, end=len(text))
+
+
+@pytest.mark.parametrize("chunk, headings, want", [
+    # a chunk in a subsection: the page title, then every heading above it
+    (_chunk("Run it nightly.", "Celery", ("Periodic Tasks", "Entries")), True,
+     "Celery > Periodic Tasks > Entries\nRun it nightly."),
+    (_chunk("Run it nightly.", "Celery", ("Periodic Tasks", "Entries")), False, "Celery\nRun it nightly."),
+    # the heading the chunk opens with is not repeated, nor one that only repeats the title
+    (_chunk("Entries\nRun it nightly.", "Celery", ("Periodic Tasks", "Entries")), True,
+     "Celery > Periodic Tasks\nEntries\nRun it nightly."),
+    (_chunk("Some text.", "The :mod:`celery` app", ("The celery app", "Usage")), True,
+     "The :mod:`celery` app > Usage\nSome text."),
+    # a passage without sections keeps the old form, and a title it opens with is not repeated
+    (_chunk("It is a city.", "Paris", ()), True, "Paris\nIt is a city."),
+    (_chunk("Paris is the capital.", "Paris", ()), True, "Paris is the capital."),
+])
+def test_embedding_text_carries_the_section_headings(chunk, headings, want):
+    assert embedding_text(chunk, EmbedConfig(include_headings=headings)) == want

@@ -54,6 +54,15 @@ def test_truncated_and_missing_files_are_detected(index_copy, sample_index):
         load_index(index_copy, verify=False)
 
 
+def test_an_index_from_before_section_headings_keeps_its_text_form(index_copy, sample_index):
+    # its chunks were embedded without headings: an edit must embed new ones the same way
+    assert sample_index.config.embed.include_headings
+    manifest = json.loads((index_copy / MANIFEST).read_text())
+    del manifest["config"]["embed"]["include_headings"]
+    reseal(index_copy, manifest)
+    assert load_index(index_copy).config.embed.include_headings is False
+
+
 def test_version_and_manifest_problems(index_copy, tmp_path):
     manifest = json.loads((index_copy / MANIFEST).read_text())
     manifest["format_version"] = 99

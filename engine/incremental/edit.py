@@ -124,12 +124,11 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
     if not exact and compact_above is not None and changed > compact_above * len(chunks):
         exact = report.compacted = True
     remap = np.where(keep, np.cumsum(keep) - 1, -1)
-    include_title = config.embed.include_title
-    new_texts = [embedding_text(c, include_title) for c in new_chunks]
+    new_texts = [embedding_text(c, config.embed) for c in new_chunks]
     model = old.manifest["embedding"].get("fingerprint") != "supplied"
     embedder = LazyEmbedder(old) if model else None
     try:
-        reusable = {embedding_text(old.chunks[i], include_title): int(i) for i in removed.tolist()}
+        reusable = {embedding_text(old.chunks[i], config.embed): int(i) for i in removed.tolist()}
         fresh, report.vectors_reused = new_vectors(old, new_texts, supplied, reusable, embedder, progress=progress)
         vectors = np.ascontiguousarray(np.concatenate([np.asarray(old.embeddings)[keep], fresh]), dtype=np.float32)
         stage("embed")
@@ -139,7 +138,7 @@ def apply_edit(old: Index, manifest_bytes: bytes, *, keep: np.ndarray, new_chunk
         if old.bm25.tokens is not None:  # only the new chunks are tokenized
             bm25 = BM25Index.update(old.bm25, keep, new_texts, config.bm25)
         else:  # an index written before token ids were stored
-            bm25 = BM25Index.build([embedding_text(c, include_title) for c in chunks], config.bm25)
+            bm25 = BM25Index.build([embedding_text(c, config.embed) for c in chunks], config.bm25)
         stage("bm25")
         graph = questions = None
         encode = embedder.encode if embedder is not None else None

@@ -390,6 +390,19 @@ def bridge(ref: ReferenceIndex, pool: list[int], relevance: dict[int, float], cf
     return x
 
 
+def page_support(pool: list[int], relevance: dict[int, float], doc_codes, beta: float) -> dict[int, float]:
+    """Each candidate's share of its document's second-best relevance above the pool's mean,
+    times ``beta`` (0 for a document with one candidate) (spectrag.rescore.pages)."""
+    if not pool:
+        return {}
+    mean = sum(relevance[c] for c in pool) / len(pool)
+    by_doc: dict[int, list[float]] = {}
+    for c in pool:
+        by_doc.setdefault(int(doc_codes[c]), []).append(relevance[c])
+    second = {d: sorted(v, reverse=True)[1] for d, v in by_doc.items() if len(v) > 1}
+    return {c: beta * max(0.0, second[int(doc_codes[c])] - mean) if int(doc_codes[c]) in second else 0.0 for c in pool}
+
+
 def citation_dicts(index, ref: ReferenceIndex, bar: float) -> dict[int, dict[int, float]]:
     """The citation signal's edges between chunks whose documents' titles both have specificity
     at least ``bar`` (spectrag.graph.relational.specific_citations), both directions."""
@@ -521,15 +534,25 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             bridged = {c: max(bridged[c], cited[c]) for c in pool}
         if cfg.bridge.past_cut and cfg.bridge.rounds > 0 and ref.relations:  # past the selection's evidence cut
             past_cut = {c for c in pool if bridged[c] > relevance[c]}
-        scores = {c: (1 - cfg.propagate.alpha) * bridged[c] + cfg.propagate.alpha * proximity[c] for c in pool}
-        if named_pool:
-            scores = protect(scores, relevance, named_pool, cfg.bridge.named_floor)
+
+        def final(x: dict[int, float]) -> dict[int, float]:
+            s = {c: (1 - cfg.propagate.alpha) * x[c] + cfg.propagate.alpha * proximity[c] for c in pool}
+            return protect(s, relevance, named_pool, cfg.bridge.named_floor) if named_pool else s
+
+        scores = final(bridged)  # the selection's; page support orders the ranking only
+        ranked = scores
+        if cfg.bridge.page_support > 0:
+            support = page_support(pool, relevance, ref.doc_codes, cfg.bridge.page_support)
+            ranked = final({c: float(np.float32(bridged[c]) + np.float32(support[c])) for c in pool})
     elif mode in ("dense", "hyde"):
         scores = dict(relevance)
     else:  # bm25 / hybrid: the list's own scores
         scores = {c: s for c, s in zip(pool, seed_scores)}
+    if mode not in GRAPH_MODES:
+        ranked = scores
     scores = {c: float(np.float32(v)) for c, v in scores.items()}
-    ranking = sorted(pool, key=lambda c: (-scores[c], c))
+    ranked = {c: float(np.float32(v)) for c, v in ranked.items()}
+    ranking = sorted(pool, key=lambda c: (-ranked[c], c))
 
     # selection, on the pool in pool order
     select = cfg.select if mode in GRAPH_MODES else cfg.baseline_select  # baselines: score order
@@ -556,7 +579,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
         priority={c: priority[c] for c in pool} if priority else {},
         relevance=relevance,
         proximity=proximity,
-        scores=scores,
+        scores=ranked,  # the ranking's (the selection's: without page support)
         ranking=ranking,
         selected=[pool[p] for p in order],
         phases=phases,

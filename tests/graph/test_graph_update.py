@@ -50,7 +50,7 @@ def edit():
     remap = np.where(keep, np.cumsum(keep) - 1, -1)
     docs = lambda cs: list(dict.fromkeys((c.doc_id, c.title, c.url) for c in cs))  # noqa: E731
     g = GraphEdit(remap, docs([c for c, k in zip(old_chunks, keep) if not k]), docs(new_chunks))
-    bm25 = BM25Index.build([embedding_text(c, True) for c in chunks], CONFIG.bm25)
+    bm25 = BM25Index.build([embedding_text(c, CONFIG.embed) for c in chunks], CONFIG.bm25)
     return old_chunks, chunks, g, bm25
 
 
