@@ -75,6 +75,7 @@ ROWS = [
      None),
     ("- evidence cut (stop_floor 0: the budget filled)", "spectral", {"select.stop_floor": 0.0}, None),
     ("- bridged chunks past the cut (bridge.past_cut off)", "spectral", {"bridge.past_cut": False}, None),
+    ("- page support (bridge.page_support 0)", "spectral", {"bridge.page_support": 0.0}, None),
     ("everything of issue 28 off (same index)", "spectral", ISSUE28, None),
     ("sweep: w = 0.25", "spectral", {"seed.lexical_weight": 0.25}, None),
     ("sweep: w = 1.0", "spectral", {"seed.lexical_weight": 1.0}, None),
@@ -84,6 +85,8 @@ ROWS = [
     ("sweep: cited_lam = 0.7", "spectral", {"bridge.cited_lam": 0.7}, None),
     ("sweep: stop_floor = 0.35", "spectral", {"select.stop_floor": 0.35}, None),
     ("sweep: stop_floor = 0.55", "spectral", {"select.stop_floor": 0.55}, None),
+    ("sweep: page_support = 0.05", "spectral", {"bridge.page_support": 0.05}, None),
+    ("sweep: page_support = 0.2", "spectral", {"bridge.page_support": 0.2}, None),
     ("heat", "heat", {}, None), ("ppr", "ppr", {}, None),
     ("activation", "activation", {}, None), ("combined", "combined", {}, None),
 ]
@@ -94,6 +97,8 @@ CONTEXT_ROWS = ("dense", "bm25", "hybrid", "spectral (default)", "- evidence cut
                 "- proximity in ranking and selection (alpha 0, b 0)", "heat", "ppr")
 CHUNK_1200 = {"chunk.chunk_size": 1200, "chunk.overlap": 100}
 INDEX_ROWS = [  # (label, index overrides, sets): each on its own index; baselines and spectral there
+    ("no section headings in the embedded text (embed.include_headings off)", {"embed.include_headings": False},
+     ("docs", "sample")),
     ("chunks 1,200 / 100 (earlier default), long chunks pooled", CHUNK_1200, ("musique", "2wiki", "docs", "sample")),
     ("chunks 1,200 / 100, cut at 256 wordpieces (the earlier index)", {**CHUNK_1200, "embed.long_texts": "truncate"},
      ("docs", "sample")),
