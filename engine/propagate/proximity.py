@@ -52,7 +52,7 @@ def heat_proximity(blocks: BlockGraph | PoolGraphs, relevance: torch.Tensor, mas
 
 def ppr_proximity(blocks: BlockGraph | PoolGraphs, restart: torch.Tensor, mask: torch.Tensor, *,
                   damping: float = 0.85, tol: float = 1e-8, dense: bool = False,
-                  method: str = "power") -> torch.Tensor:
+                  method: str = "chebyshev") -> torch.Tensor:
     """Shapes: ``B`` blocks, restart/mask ``[B, P]`` (restart > 0 on seeds) -> ``[B, P]``.
     ``method``: ``power`` or ``chebyshev`` (:func:`spectrag.kernels.pagerank.personalized_pagerank_blocks`).
 
@@ -143,7 +143,7 @@ def pool_proximity(
     tol: float = 1e-8,
     dense: bool = False,
     walk: RandomWalkOperator | PageRankMatrix | None = None,
-    ppr_method: str = "power",
+    ppr_method: str = "chebyshev",
 ) -> torch.Tensor:
     """The proximity of a graph mode: ``heat``, ``ppr``, or ``spectral`` / ``combined`` (the
     mean of PPR and spectral proximity). Shapes: ``[B, P, P]`` blocks, ``[B, P]`` pools,
