@@ -29,8 +29,8 @@ bridge       dict of dicts of the relational signals (``graph["signals"]`` witho
              ``sum alpha_r w_r / sum alpha_r``); per round, a loop over the top-``m`` candidates
              (with ``bridge.anchors = "named"``, the top-``m`` named ones) and their relational
              neighbours in the pool
-score        ``s2 = (1 - alpha) x + alpha p`` (``x`` bridged relevance); ranking by ``s2``
-             (ties: smaller chunk id)
+score        ``s2 = (1 - alpha) x + alpha p`` (``x`` bridged relevance); ranking by ``s2`` with
+             page support added to ``x`` (``bridge.page_support``; ties: smaller chunk id)
 select       :func:`spectrag.kernels.select.budget_select_reference` on the pool in pool order,
              stub chunks (under ``chunk.min_tokens`` in a document of several chunks) masked
 ============ ===================================================================================
@@ -447,7 +447,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
         ``n_seeds`` expansion seeds with weights ``rrf / rrf_top``); ``candidates`` (chunk ids in
         pool order); ``priority`` (expansion priority per candidate, graph modes);
         ``relevance``, ``proximity``, ``scores`` (dicts chunk id -> float; ``scores`` are the
-        float32-rounded ``s2`` used for ranking and selection); ``ranking`` (candidates by
+        float32-rounded ``s2`` of the ranking; the selection's lacks page support); ``ranking`` (candidates by
         descending score, ties by smaller id); ``selected`` (chunk ids in selection order);
         ``phases`` (0 core, 1 tail, 2 backfill); ``used_tokens``.
     """
