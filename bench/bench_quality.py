@@ -76,6 +76,8 @@ ROWS = [
     ("- evidence cut (stop_floor 0: the budget filled)", "spectral", {"select.stop_floor": 0.0}, None),
     ("- bridged chunks past the cut (bridge.past_cut off)", "spectral", {"bridge.past_cut": False}, None),
     ("- page support (bridge.page_support 0)", "spectral", {"bridge.page_support": 0.0}, None),
+    ("- bridged chunks judged by the question beyond its names (bridge.target_lexical_weight 0)", "spectral",
+     {"bridge.target_lexical_weight": 0.0}, None),
     ("everything of issue 28 off (same index)", "spectral", ISSUE28, None),
     ("sweep: w = 0.25", "spectral", {"seed.lexical_weight": 0.25}, None),
     ("sweep: w = 1.0", "spectral", {"seed.lexical_weight": 1.0}, None),
@@ -87,6 +89,8 @@ ROWS = [
     ("sweep: stop_floor = 0.55", "spectral", {"select.stop_floor": 0.55}, None),
     ("sweep: page_support = 0.05", "spectral", {"bridge.page_support": 0.05}, None),
     ("sweep: page_support = 0.2", "spectral", {"bridge.page_support": 0.2}, None),
+    ("sweep: target_lexical_weight = 1.0", "spectral", {"bridge.target_lexical_weight": 1.0}, None),
+    ("sweep: target_lexical_weight = 4.0", "spectral", {"bridge.target_lexical_weight": 4.0}, None),
     ("heat", "heat", {}, None), ("ppr", "ppr", {}, None),
     ("activation", "activation", {}, None), ("combined", "combined", {}, None),
 ]

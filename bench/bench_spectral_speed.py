@@ -99,8 +99,8 @@ class Variants:
 
 
 class ConfigVariant:
-    """"Before" as this checkout with some settings changed: every ``pipeline.run`` call of a
-    Retriever made inside :meth:`before` gets them."""
+    """"Before" as this checkout with some settings changed: every ``Retriever.score_batch``
+    call made inside :meth:`before` runs with them (the query encoding as well as the pipeline)."""
 
     def __init__(self, changes: dict) -> None:
         self.changes = changes
@@ -108,14 +108,24 @@ class ConfigVariant:
 
     @contextmanager
     def before(self):
-        import spectrag.retriever as retriever_module
+        from spectrag.retriever import Retriever
 
-        run = retriever_module.run
-        retriever_module.run = lambda state, batch, config, **kw: run(state, batch, config.replace(**self.changes), **kw)
+        score_batch = Retriever.score_batch
+        changes = self.changes
+
+        def changed(retriever, *args, **kw):
+            config = retriever.config
+            retriever.config = config.replace(**changes)
+            try:
+                return score_batch(retriever, *args, **kw)
+            finally:
+                retriever.config = config
+
+        Retriever.score_batch = changed
         try:
             yield
         finally:
-            retriever_module.run = run
+            Retriever.score_batch = score_batch
 
 
 def parse_changes(items: list[str]) -> dict:

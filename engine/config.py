@@ -690,6 +690,13 @@ class BridgeConfig(_Checked):
         two passages that stand out is more likely about the question than one with a single
         incidental paragraph (:mod:`spectrag.rescore.pages`); a document with one candidate gets
         nothing; 0 turns it off; chosen on docs-dev, bench/results/quality.md (default: 0.1).
+    target_lexical_weight: the relevance ``r_c`` a chunk reached from a named document brings to
+        its bridged score weighs the BM25 evidence of the question *without the titles it names*
+        this much against the cosine's 1 (calibrated as ``seed.lexical_weight``): a second hop is
+        judged by what the question asks beyond the named documents ("the director who was born
+        later"), so a film's director rises above its cast, whose pages repeat the film's title;
+        0 keeps the chunk's own relevance; chosen on 2wiki-dev, bench/results/quality.md
+        (default: 2.0).
     """
 
     SECTION = "bridge"
@@ -707,6 +714,7 @@ class BridgeConfig(_Checked):
     cited_lam: float = opt(0.5, lo=0, hi=1)
     past_cut: bool = True
     page_support: float = opt(0.1, lo=0, hi=MAX_WEIGHT)
+    target_lexical_weight: float = opt(2.0, lo=0, hi=MAX_WEIGHT)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ the benchmarks, the GPU check) goes through.
     expand     two hops over W from the top seeds, capped at P  [B, P]      spectrag.expand.pool
     blocks     induced candidate subgraphs                       [B, P, P]   spectrag.expand.blocks
     relevance  r = dense + BM25, z-scored over the pool          [B, P]      spectrag.rescore.relevance, seed.lexical
+               (and r' of the question without its named titles, for bridged chunks)
     propagate  p = heat | PPR | spectral                         [B, P]      spectrag.propagate
     rescore    x = r + what named / cited documents vouch for    [B, P]      spectrag.rescore.bridge
                + what a document's second chunk says for it      [B, P]      spectrag.rescore.pages (ranking only)
@@ -69,6 +70,9 @@ class QueryBatch:
     named: sp.csr_matrix | NamedChunks | None = None
     texts: list[str] | None = None  # the query texts, for the knowledge graph's name linking
     allowed: torch.Tensor | None = None  # [B, n] bool: the chunks each query's metadata filter allows (None: all)
+    # [B, vocab] term counts of each query without the titles it names (TitleIndex.without_names):
+    # the lexical evidence of the chunks bridging reaches (None: their own relevance)
+    residual_terms: sp.csr_matrix | DeviceTerms | None = None
 
     def __len__(self) -> int:
         return self.vectors.shape[0]
@@ -77,13 +81,15 @@ class QueryBatch:
         """This batch with its vectors, term counts and named chunks on the state's device (host
         work on the query batch; nothing here waits for the device)."""
         dev = state.device
-        terms, named = self.terms, self.named
+        terms, named, residual = self.terms, self.named, self.residual_terms
         if isinstance(terms, sp.spmatrix) and state.bm25 is not None:
             terms = state.bm25.device_terms(terms, dev)
+        if isinstance(residual, sp.spmatrix) and state.bm25 is not None:
+            residual = state.bm25.device_terms(residual, dev)
         if isinstance(named, sp.spmatrix):  # a filter's left-out chunks are dropped while the list is on the host
             named = NamedChunks.from_csr(restrict_named(named, self.allowed), dev)
         allowed = None if self.allowed is None else self.allowed.to(dev)
-        return QueryBatch(self.vectors.to(dev, torch.float32), terms, named, self.texts, allowed)
+        return QueryBatch(self.vectors.to(dev, torch.float32), terms, named, self.texts, allowed, residual)
 
 
 @dataclass
@@ -163,6 +169,13 @@ class _Timer:
 def _integer(value):
     """A numpy or torch integer as a Python int (anything else as given, for the range check to name)."""
     return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+
+def _lexical(state: QueryState, terms, candidates: torch.Tensor, compiled: bool) -> torch.Tensor:
+    """BM25 scores of each query's ``terms`` at its candidates. ``[B, P]``."""
+    if isinstance(terms, DeviceTerms):
+        return state.bm25.scores_at(terms, candidates).to(torch.float64)
+    return lexical_scores(state.bm25, terms, candidates, compiled=compiled)[0]
 
 
 def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: RetrieverConfig,
@@ -252,13 +265,11 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         relevance = torch.from_numpy(gathered_dot_compiled(state.embeddings.numpy(), candidates.numpy(), q.numpy()))
     else:
         relevance = gathered_dot(state.embeddings, candidates, q)
+    cosine = relevance
     if mode in PROPAGATION_MODES and sc.lexical_weight > 0 and batch.terms is not None and state.bm25 is not None:
         # r: dense and BM25 evidence together, each standardized over the query's pool (rescore.relevance)
-        if isinstance(batch.terms, DeviceTerms):
-            lexical = state.bm25.scores_at(batch.terms, candidates).to(torch.float64)
-        else:
-            lexical = lexical_scores(state.bm25, batch.terms, candidates, compiled=compiled)[0]
-        relevance = calibrated_relevance(relevance, lexical, mask, weight=sc.lexical_weight)
+        relevance = calibrated_relevance(relevance, _lexical(state, batch.terms, candidates, compiled), mask,
+                                         weight=sc.lexical_weight)
     proximity = torch.zeros_like(relevance)
     keep = None  # [B, P] bool: candidates past the evidence cut whatever their score
     if mode in PROPAGATION_MODES:
@@ -286,8 +297,12 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
             named_mask = named_best_chunks(named_mask, relevance, docs, candidates)
         bridged = relevance
         if bridging:
+            target = None  # what a chunk reached from a named document brings: the question beyond the names
+            if bc.target_lexical_weight > 0 and batch.residual_terms is not None and state.bm25 is not None:
+                beyond = _lexical(state, batch.residual_terms, candidates, compiled)
+                target = calibrated_relevance(cosine, beyond, mask, weight=bc.target_lexical_weight)
             bridged = graph_evidence(relation_blocks[0], relation_blocks[1] if len(relation_blocks) > 1 else None,
-                                     relevance, candidates, named_mask, docs, bc)
+                                     relevance, candidates, named_mask, docs, bc, target=target)
             if bc.past_cut:  # what bridging raised is evidence the selection's cut must not drop
                 keep = bridged > relevance
         support = page_support(relevance, docs, mask, bc.page_support, compiled=compiled) if bc.page_support > 0 else None

@@ -155,8 +155,11 @@ class Retriever:
             raise SpectragError(f"{len(queries)} queries but {vectors.shape[0]} query vectors")
         titles = self.state.titles if named else None
         spec = self.config.seed.named_specificity
+        residual = None  # what each asks beyond the documents it names: the bridged chunks' lexical evidence
+        if titles and self.config.bridge.target_lexical_weight > 0:
+            residual = self.index.bm25.query_matrix(titles.without_names(queries, min_specificity=spec))
         return QueryBatch(vectors, self.index.bm25.query_matrix(queries),
-                          titles.named(queries, min_specificity=spec) if titles else None, queries, allowed)
+                          titles.named(queries, min_specificity=spec) if titles else None, queries, allowed, residual)
 
     def hyde_vectors(self, queries: list[str], *, progress: bool = False) -> torch.Tensor:
         """Mode ``hyde``'s query vectors ``[B, d]``: the embeddings of one hypothetical passage

@@ -161,6 +161,18 @@ def test_sample_index_bridging_changes_scores_and_matches_reference(sample_retri
     check_batch(off, QUESTIONS[:4], sample_qvecs[:4], "spectral", budget=1500)
 
 
+def test_sample_index_bridged_chunks_bring_the_question_beyond_its_names(sample_retriever, sample_qvecs):
+    """The relevance a bridged chunk brings (the question without the titles it names,
+    ``bridge.target_lexical_weight``) moves some score on the sample questions, so the
+    comparisons with the reference above exercise it; switched off, it still matches."""
+    off = Retriever(sample_retriever.index, sample_retriever.config.replace(bridge__target_lexical_weight=0.0))
+    a = sample_retriever.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
+    b = off.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
+    assert torch.equal(a.candidates, b.candidates)
+    assert ((a.scores - b.scores).abs() > 1e-6).any(), "no score moved: the test would be vacuous"
+    check_batch(off, QUESTIONS[:4], sample_qvecs[:4], "spectral", budget=1500)
+
+
 def test_sample_index_named_documents_are_exercised(sample_retriever, sample_qvecs):
     """Some sample questions name corpus titles, so the named seed list and the protection are
     part of the comparisons with the reference above; switched off, it still matches."""

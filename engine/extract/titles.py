@@ -106,7 +106,18 @@ class TitleMatcher:
         return [self._find_one(text) for text in texts]
 
     def _find_one(self, text: str) -> list[int]:
+        found: set[int] = set()
+        for _, _, ids in self.spans(text)[1]:
+            found.update(ids)
+        return sorted(found)
+
+    def spans(self, text: str) -> tuple[str, list[tuple[int, int, tuple[int, ...]]]]:
+        """The text casefolded with its whitespace collapsed (what is matched), and each match in
+        it as ``(start, end, title indices)``, ``end`` exclusive, by start; a match inside an
+        earlier-starting (or same-start longer) one is left out unless ``keep_nested``."""
         t = " ".join(text.casefold().split())
+        if not self.n_patterns:
+            return t, []
         last = len(t) - 1
         hits = []
         for end, (n, check_left, check_right, ids) in self._automaton.iter(t):
@@ -116,17 +127,10 @@ class TitleMatcher:
             if check_right and end < last and _is_word(t[end + 1]):
                 continue
             hits.append((start, -end, ids))
-        if not hits:
-            return []
-        found: set[int] = set()
-        if self.keep_nested:
-            for _, _, ids in hits:
-                found.update(ids)
-        else:
-            hits.sort()
-            reach = -1
-            for _, neg_end, ids in hits:
-                if -neg_end > reach:  # not inside an earlier-starting (or same-start longer) match
-                    reach = -neg_end
-                    found.update(ids)
-        return sorted(found)
+        hits.sort()
+        kept, reach = [], -1
+        for start, neg_end, ids in hits:
+            if self.keep_nested or -neg_end > reach:  # not inside an earlier-starting (or same-start longer) match
+                reach = max(reach, -neg_end)
+                kept.append((start, -neg_end + 1, ids))
+        return t, kept

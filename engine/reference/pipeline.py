@@ -293,12 +293,9 @@ def specificity(index, name: str) -> float:
     return best
 
 
-def named_chunks(index, text: str, min_specificity: float = 0.0) -> set[int]:
-    """The chunks of the documents ``text`` names: each title (and its base name without a
-    trailing ``(qualifier)``), casefolded with whitespace collapsed, found as whole words by a
-    regex; titles under 4 characters, one common word or without a letter or digit are skipped;
-    a match inside a longer match is dropped; a matched name of specificity under
-    ``min_specificity`` names nothing (spectrag.seed.titles, written out)."""
+def _named_spans(index, text: str, min_specificity: float):
+    """The text casefolded with whitespace collapsed, and each kept title match in it (not inside
+    a longer one) as ``(start, end, the titles it names at min_specificity)``."""
     import re
 
     from spectrag.extract.titles import COMMON_WORDS
@@ -321,14 +318,33 @@ def named_chunks(index, text: str, min_specificity: float = 0.0) -> set[int]:
         right = r"(?!\w)" if re.match(r"\w", key[-1]) else ""
         for m in re.finditer(left + re.escape(key) + right, t):
             spans.append((m.start(), m.end(), titles))
-    kept = set()
+    kept = []
     for s0, e0, titles in spans:
         if not any(s1 <= s0 and e0 <= e1 and (s1, e1) != (s0, e0) for s1, e1, _ in spans):
             key = " ".join(t[s0:e0].split())
             specific = {form for form in spelled[key] if specificity(index, form) >= min_specificity}
-            kept |= {title for title in titles if title in specific
-                     or re.sub(r"\s*\([^()]*\)\s*$", "", title) in specific}
+            kept.append((s0, e0, {title for title in titles if title in specific
+                                  or re.sub(r"\s*\([^()]*\)\s*$", "", title) in specific}))
+    return t, kept
+
+
+def named_chunks(index, text: str, min_specificity: float = 0.0) -> set[int]:
+    """The chunks of the documents ``text`` names: each title (and its base name without a
+    trailing ``(qualifier)``), casefolded with whitespace collapsed, found as whole words by a
+    regex; titles under 4 characters, one common word or without a letter or digit are skipped;
+    a match inside a longer match is dropped; a matched name of specificity under
+    ``min_specificity`` names nothing (spectrag.seed.titles, written out)."""
+    kept = set().union(*(titles for _, _, titles in _named_spans(index, text, min_specificity)[1]))
     return {i for i, c in enumerate(index.chunks) if c.title in kept}
+
+
+def without_names(index, text: str, min_specificity: float = 0.0) -> str:
+    """``text`` casefolded, each match that names a document blanked out (spectrag.seed.titles.TitleIndex.without_names)."""
+    t, spans = _named_spans(index, text, min_specificity)
+    for s0, e0, titles in sorted(spans, reverse=True):
+        if titles:
+            t = t[:s0] + " " + t[e0:]
+    return t
 
 
 def calibrated(dense: dict[int, float], lexical: dict[int, float], w: float) -> dict[int, float]:
@@ -360,12 +376,15 @@ def protect(scores: dict[int, float], relevance: dict[int, float], named: set[in
 
 def bridge(ref: ReferenceIndex, pool: list[int], relevance: dict[int, float], cfg,
            start: dict[int, float] | None = None, anchors: set[int] | None = None,
-           relations: dict[int, dict[int, float]] | None = None, lam: float | None = None) -> dict[int, float]:
+           relations: dict[int, dict[int, float]] | None = None, lam: float | None = None,
+           target: dict[int, float] | None = None) -> dict[int, float]:
     """Max-plus bridging over ``relations`` (default: the relational signals) inside the pool
     (spectrag.rescore.bridge), from ``start`` (default: the relevance); only ``anchors`` (default:
-    any candidate) are sources; with ``bridge.other_documents`` not into a source's own document
-    and, of each document reached, only the best-bridged chunk (ties: the smaller id)."""
+    any candidate) are sources; a reached chunk brings ``target`` (default: the relevance); with
+    ``bridge.other_documents`` not into a source's own document and, of each document reached,
+    only the best-bridged chunk (ties: the smaller id)."""
     x = dict(relevance if start is None else start)
+    brings = relevance if target is None else target
     members = set(pool)
     rel = ref.relations if relations is None else relations
     lam = cfg.bridge.lam if lam is None else lam
@@ -378,7 +397,7 @@ def bridge(ref: ReferenceIndex, pool: list[int], relevance: dict[int, float], cf
         for s in sources:
             for c, w in rel.get(s, {}).items():
                 if c in members and w > 0 and not (apart and doc[s] == doc[c]):
-                    best[c] = max(best.get(c, float("-inf")), (1 - lam) * x[s] + lam * relevance[c] - gamma * (1 - w))
+                    best[c] = max(best.get(c, float("-inf")), (1 - lam) * x[s] + lam * brings[c] - gamma * (1 - w))
         if apart:  # one chunk per document reached
             winner: dict[int, int] = {}
             for c in sorted(best):
@@ -499,9 +518,15 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
     # relevance r = cos(q, c), float64 over the float32 vectors
     q64 = q.astype(np.float64)
     relevance = {c: float(np.dot(ref.embeddings[c].astype(np.float64), q64)) for c in pool}
+    cosine = relevance
     if mode in GRAPH_MODES and cfg.seed.lexical_weight > 0 and index.bm25 is not None and pool:
         row = index.bm25.score([query_text]).toarray()[0].astype(np.float64)
         relevance = calibrated(relevance, {c: float(row[c]) for c in pool}, cfg.seed.lexical_weight)
+    target = None  # what a chunk reached from a named document brings: the question beyond the names
+    if mode in GRAPH_MODES and cfg.bridge.target_lexical_weight > 0 and index.bm25 is not None and pool:
+        beyond = without_names(index, query_text, cfg.seed.named_specificity)
+        row = index.bm25.score([beyond]).toarray()[0].astype(np.float64)
+        target = calibrated(cosine, {c: float(row[c]) for c in pool}, cfg.bridge.target_lexical_weight)
     proximity = {c: 0.0 for c in pool}
     if mode in GRAPH_MODES:
         G = subgraph(ref, pool)
@@ -527,7 +552,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
         start = protect(relevance, relevance, named_pool, cfg.bridge.named_floor) \
             if named_pool and cfg.bridge.named_sources and cfg.bridge.rounds > 0 else None
         anchors = named_pool if cfg.bridge.anchors == "named" else None
-        bridged = bridge(ref, pool, relevance, cfg, start, anchors)
+        bridged = bridge(ref, pool, relevance, cfg, start, anchors, target=target)
         if cfg.bridge.cited and cfg.bridge.rounds > 0 and (index.graph or {}).get("signals", {}).get("citation") is not None:
             cited = bridge(ref, pool, relevance, cfg, start, None, citation_dicts(index, ref, cfg.seed.named_specificity),
                            cfg.bridge.cited_lam)

@@ -158,7 +158,7 @@ def named_best_chunks(named: torch.Tensor, relevance: torch.Tensor, docs: torch.
 
 def graph_evidence(relations: BlockGraph, citations: BlockGraph | None, relevance: torch.Tensor,
                    candidates: torch.Tensor, named: torch.Tensor | None, docs: torch.Tensor,
-                   config: BridgeConfig) -> torch.Tensor:
+                   config: BridgeConfig, *, target: torch.Tensor | None = None) -> torch.Tensor:
     """What the graph adds to the relevance ``r`` (online step 4's ``x``), two kinds of vouching:
 
     * **named anchors** (``config.anchors = "named"``): the chunks of the documents the question
@@ -172,8 +172,11 @@ def graph_evidence(relations: BlockGraph, citations: BlockGraph | None, relevanc
       hit is not buried by every page a good hit mentions.
 
     With ``config.other_documents`` a bridge leads to another document, one chunk per document
-    reached (:func:`bridge_relevance`). Shapes: ``[B, P]``; ``named`` bool or None (no query
-    names a document), ``docs`` the candidates' document codes (-1 padded) -> ``[B, P]``.
+    reached (:func:`bridge_relevance`). ``target``: the relevance ``r_c`` a chunk reached along
+    the relational edges brings (default: ``relevance``), e.g. that of the question without the
+    titles it names (``config.target_lexical_weight``). Shapes: ``[B, P]``; ``named`` bool or
+    None (no query names a document), ``docs`` the candidates' document codes (-1 padded) ->
+    ``[B, P]``.
     """
     start = protect_named(relevance, relevance, named, candidates, floor=config.named_floor) \
         if named is not None and config.named_sources else None
@@ -181,8 +184,9 @@ def graph_evidence(relations: BlockGraph, citations: BlockGraph | None, relevanc
     if config.anchors == "named":
         anchors = named if named is not None else torch.zeros_like(candidates, dtype=torch.bool)
     docs = docs if config.other_documents else None
-    x = bridge_relevance(relations, relevance, candidates, sources=config.sources, lam=config.lam,
-                         gamma=config.gamma, rounds=config.rounds, start=start, anchors=anchors, docs=docs)
+    x = bridge_relevance(relations, relevance if target is None else target, candidates, sources=config.sources,
+                         lam=config.lam, gamma=config.gamma, rounds=config.rounds,
+                         start=relevance if start is None and target is not None else start, anchors=anchors, docs=docs)
     if citations is not None:
         cited = bridge_relevance(citations, relevance, candidates, sources=config.sources, lam=config.cited_lam,
                                  gamma=config.gamma, rounds=config.rounds, start=start, docs=docs)

@@ -116,6 +116,21 @@ class TitleIndex:
         out.data[:] = 1.0
         return out
 
+    def without_names(self, queries: Sequence[str], *, min_specificity: float = 0.0) -> list[str]:
+        """Each query, casefolded, with the titles (or base names) of specificity at least
+        ``min_specificity`` that it names blanked out: what it asks beyond the documents it
+        names ("which film has the director who was born later, or ?"), the lexical evidence
+        of a chunk that bridging reaches from them (:func:`spectrag.rescore.bridge.graph_evidence`).
+        Shapes: ``[B]`` -> ``[B]`` strings."""
+        out = []
+        for text in queries:
+            t, spans = self.matcher.spans(text)
+            for start, end, ids in reversed(spans):
+                if any(self.specificity[i] >= min_specificity for i in ids):
+                    t = t[:start] + " " + t[end:]
+            out.append(t)
+        return out
+
 
 @dataclass(frozen=True)
 class NamedChunks:
