@@ -695,8 +695,8 @@ class BridgeConfig(_Checked):
         this much against the cosine's 1 (calibrated as ``seed.lexical_weight``): a second hop is
         judged by what the question asks beyond the named documents ("the director who was born
         later"), so a film's director rises above its cast, whose pages repeat the film's title;
-        0 keeps the chunk's own relevance; chosen on 2wiki-dev, bench/results/quality.md
-        (default: 2.0).
+        0 (or ``seed.lexical_weight`` 0) keeps the chunk's own relevance; chosen on 2wiki-dev,
+        bench/results/quality.md (default: 2.0).
     """
 
     SECTION = "bridge"

@@ -70,9 +70,9 @@ class QueryBatch:
     named: sp.csr_matrix | NamedChunks | None = None
     texts: list[str] | None = None  # the query texts, for the knowledge graph's name linking
     allowed: torch.Tensor | None = None  # [B, n] bool: the chunks each query's metadata filter allows (None: all)
-    # [B, vocab] term counts of each query without the titles it names (TitleIndex.without_names):
-    # the lexical evidence of the chunks bridging reaches (None: their own relevance)
-    residual_terms: sp.csr_matrix | DeviceTerms | None = None
+    # [B, vocab] term counts of the titles each query names (TitleIndex.read): the rest of its terms
+    # are the lexical evidence of the chunks bridging reaches (None: their own relevance)
+    name_terms: sp.csr_matrix | DeviceTerms | None = None
 
     def __len__(self) -> int:
         return self.vectors.shape[0]
@@ -81,15 +81,15 @@ class QueryBatch:
         """This batch with its vectors, term counts and named chunks on the state's device (host
         work on the query batch; nothing here waits for the device)."""
         dev = state.device
-        terms, named, residual = self.terms, self.named, self.residual_terms
+        terms, named, name_terms = self.terms, self.named, self.name_terms
         if isinstance(terms, sp.spmatrix) and state.bm25 is not None:
             terms = state.bm25.device_terms(terms, dev)
-        if isinstance(residual, sp.spmatrix) and state.bm25 is not None:
-            residual = state.bm25.device_terms(residual, dev)
+        if isinstance(name_terms, sp.spmatrix) and state.bm25 is not None:
+            name_terms = state.bm25.device_terms(name_terms, dev)
         if isinstance(named, sp.spmatrix):  # a filter's left-out chunks are dropped while the list is on the host
             named = NamedChunks.from_csr(restrict_named(named, self.allowed), dev)
         allowed = None if self.allowed is None else self.allowed.to(dev)
-        return QueryBatch(self.vectors.to(dev, torch.float32), terms, named, self.texts, allowed, residual)
+        return QueryBatch(self.vectors.to(dev, torch.float32), terms, named, self.texts, allowed, name_terms)
 
 
 @dataclass
@@ -265,11 +265,11 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         relevance = torch.from_numpy(gathered_dot_compiled(state.embeddings.numpy(), candidates.numpy(), q.numpy()))
     else:
         relevance = gathered_dot(state.embeddings, candidates, q)
-    cosine = relevance
+    cosine, lexical = relevance, None
     if mode in PROPAGATION_MODES and sc.lexical_weight > 0 and batch.terms is not None and state.bm25 is not None:
         # r: dense and BM25 evidence together, each standardized over the query's pool (rescore.relevance)
-        relevance = calibrated_relevance(relevance, _lexical(state, batch.terms, candidates, compiled), mask,
-                                         weight=sc.lexical_weight)
+        lexical = _lexical(state, batch.terms, candidates, compiled)
+        relevance = calibrated_relevance(relevance, lexical, mask, weight=sc.lexical_weight)
     proximity = torch.zeros_like(relevance)
     keep = None  # [B, P] bool: candidates past the evidence cut whatever their score
     if mode in PROPAGATION_MODES:
@@ -298,8 +298,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         bridged = relevance
         if bridging:
             target = None  # what a chunk reached from a named document brings: the question beyond the names
-            if bc.target_lexical_weight > 0 and batch.residual_terms is not None and state.bm25 is not None:
-                beyond = _lexical(state, batch.residual_terms, candidates, compiled)
+            if bc.target_lexical_weight > 0 and batch.name_terms is not None and lexical is not None:
+                beyond = lexical - _lexical(state, batch.name_terms, candidates, compiled)  # BM25 is linear in the terms
                 target = calibrated_relevance(cosine, beyond, mask, weight=bc.target_lexical_weight)
             bridged = graph_evidence(relation_blocks[0], relation_blocks[1] if len(relation_blocks) > 1 else None,
                                      relevance, candidates, named_mask, docs, bc, target=target)

@@ -154,12 +154,14 @@ class Retriever:
         if vectors.shape[0] != len(queries):
             raise SpectragError(f"{len(queries)} queries but {vectors.shape[0]} query vectors")
         titles = self.state.titles if named else None
-        spec = self.config.seed.named_specificity
-        residual = None  # what each asks beyond the documents it names: the bridged chunks' lexical evidence
-        if titles and self.config.bridge.target_lexical_weight > 0:
-            residual = self.index.bm25.query_matrix(titles.without_names(queries, min_specificity=spec))
-        return QueryBatch(vectors, self.index.bm25.query_matrix(queries),
-                          titles.named(queries, min_specificity=spec) if titles else None, queries, allowed, residual)
+        terms = self.index.bm25.query_matrix(queries)
+        named_chunks = name_terms = None
+        if titles:  # the documents each names, and the terms of those names (what the question asks
+            # beyond them is the rest: the bridged chunks' lexical evidence, pipeline.run)
+            named_chunks, _, names = titles.read(queries, min_specificity=self.config.seed.named_specificity)
+            if self.config.bridge.target_lexical_weight > 0:
+                name_terms = self.index.bm25.query_matrix(names).minimum(terms).tocsr()
+        return QueryBatch(vectors, terms, named_chunks, queries, allowed, name_terms)
 
     def hyde_vectors(self, queries: list[str], *, progress: bool = False) -> torch.Tensor:
         """Mode ``hyde``'s query vectors ``[B, d]``: the embeddings of one hypothetical passage

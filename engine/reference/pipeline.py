@@ -523,7 +523,8 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
         row = index.bm25.score([query_text]).toarray()[0].astype(np.float64)
         relevance = calibrated(relevance, {c: float(row[c]) for c in pool}, cfg.seed.lexical_weight)
     target = None  # what a chunk reached from a named document brings: the question beyond the names
-    if mode in GRAPH_MODES and cfg.bridge.target_lexical_weight > 0 and index.bm25 is not None and pool:
+    if mode in GRAPH_MODES and cfg.bridge.target_lexical_weight > 0 and cfg.seed.lexical_weight > 0 \
+            and index.bm25 is not None and pool:
         beyond = without_names(index, query_text, cfg.seed.named_specificity)
         row = index.bm25.score([beyond]).toarray()[0].astype(np.float64)
         target = calibrated(cosine, {c: float(row[c]) for c in pool}, cfg.bridge.target_lexical_weight)

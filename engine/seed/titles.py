@@ -106,15 +106,7 @@ class TitleIndex:
     def named(self, queries: Sequence[str], *, min_specificity: float = 0.0) -> sp.csr_matrix:
         """``[B, n]`` with 1 for every chunk of every document a query names through a title (or
         base name) of specificity at least ``min_specificity``."""
-        hits = [[t for t in h if self.specificity[t] >= min_specificity] for h in self.matcher.find(list(queries))]
-        rows = np.repeat(np.arange(len(hits)), [len(h) for h in hits])
-        cols = self._title_of[np.fromiter((t for h in hits for t in h), dtype=np.int64, count=len(rows))]
-        pick = sp.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)),
-                             shape=(len(hits), self.chunks_of.shape[0]))
-        pick.data[:] = 1.0  # a title found twice (itself and its base name) counts once
-        out = (pick @ self.chunks_of).tocsr()
-        out.data[:] = 1.0
-        return out
+        return self.read(queries, min_specificity=min_specificity)[0]
 
     def without_names(self, queries: Sequence[str], *, min_specificity: float = 0.0) -> list[str]:
         """Each query, casefolded, with the titles (or base names) of specificity at least
@@ -122,14 +114,34 @@ class TitleIndex:
         names ("which film has the director who was born later, or ?"), the lexical evidence
         of a chunk that bridging reaches from them (:func:`spectrag.rescore.bridge.graph_evidence`).
         Shapes: ``[B]`` -> ``[B]`` strings."""
-        out = []
+        return self.read(queries, min_specificity=min_specificity)[1]
+
+    def read(self, queries: Sequence[str], *, min_specificity: float = 0.0
+             ) -> tuple[sp.csr_matrix, list[str], list[str]]:
+        """:meth:`named`, :meth:`without_names` and the names themselves (each query's blanked
+        matches, space-separated) from one scan of each query."""
+        hits, rest, names = [], [], []
         for text in queries:
             t, spans = self.matcher.spans(text)
+            found: set[int] = set()
+            cut = []
             for start, end, ids in reversed(spans):
-                if any(self.specificity[i] >= min_specificity for i in ids):
+                specific = [i for i in ids if self.specificity[i] >= min_specificity]
+                if specific:
+                    found.update(specific)
+                    cut.append(t[start:end])
                     t = t[:start] + " " + t[end:]
-            out.append(t)
-        return out
+            hits.append(sorted(found))
+            rest.append(t)
+            names.append(" ".join(reversed(cut)))
+        rows = np.repeat(np.arange(len(hits)), [len(h) for h in hits])
+        cols = self._title_of[np.fromiter((t for h in hits for t in h), dtype=np.int64, count=len(rows))]
+        pick = sp.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)),
+                             shape=(len(hits), self.chunks_of.shape[0]))
+        pick.data[:] = 1.0  # a title found twice (itself and its base name) counts once
+        out = (pick @ self.chunks_of).tocsr()
+        out.data[:] = 1.0
+        return out, rest, names
 
 
 @dataclass(frozen=True)
