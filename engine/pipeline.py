@@ -59,9 +59,10 @@ class QueryBatch:
     """What the pipeline knows of B queries: their embeddings; for BM25 seeding, their term
     counts over the index vocabulary (None: dense seeds only); the chunks of the documents each
     names (:mod:`spectrag.seed.titles`; None: none); the chunks each may return (``allowed``, a
-    metadata filter: :meth:`spectrag.util.where.MetadataColumns.batch_mask`; None: all).
-    Shapes: ``vectors [B, d]``, ``terms`` scipy CSR ``[B, vocab]``, ``named`` scipy CSR ``[B, n]``,
-    ``allowed [B, n]`` bool; on the device path (the torch backend) they are laid out on the
+    metadata filter: :meth:`spectrag.util.where.MetadataColumns.batch_mask`; None: all); the term
+    counts of the titles each names (``name_terms``; None: bridged chunks bring their own relevance).
+    Shapes: ``vectors [B, d]``, ``terms`` and ``name_terms`` scipy CSR ``[B, vocab]``, ``named``
+    scipy CSR ``[B, n]``, ``allowed [B, n]`` bool; on the device path (the torch backend) they are laid out on the
     device once (:meth:`on_device`: :class:`DeviceTerms`, :class:`NamedChunks`), and no stage
     reads them back."""
 
