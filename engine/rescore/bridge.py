@@ -179,14 +179,14 @@ def graph_evidence(relations: BlockGraph, citations: BlockGraph | None, relevanc
     ``[B, P]``.
     """
     start = protect_named(relevance, relevance, named, candidates, floor=config.named_floor) \
-        if named is not None and config.named_sources else None
+        if named is not None and config.named_sources else relevance
     anchors = None
     if config.anchors == "named":
         anchors = named if named is not None else torch.zeros_like(candidates, dtype=torch.bool)
     docs = docs if config.other_documents else None
     x = bridge_relevance(relations, relevance if target is None else target, candidates, sources=config.sources,
-                         lam=config.lam, gamma=config.gamma, rounds=config.rounds,
-                         start=relevance if start is None and target is not None else start, anchors=anchors, docs=docs)
+                         lam=config.lam, gamma=config.gamma, rounds=config.rounds, start=start, anchors=anchors,
+                         docs=docs)
     if citations is not None:
         cited = bridge_relevance(citations, relevance, candidates, sources=config.sources, lam=config.cited_lam,
                                  gamma=config.gamma, rounds=config.rounds, start=start, docs=docs)
