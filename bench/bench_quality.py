@@ -78,6 +78,8 @@ ROWS = [
     ("- page support (bridge.page_support 0)", "spectral", {"bridge.page_support": 0.0}, None),
     ("- bridged chunks judged by the question beyond its names (bridge.target_lexical_weight 0)", "spectral",
      {"bridge.target_lexical_weight": 0.0}, None),
+    ("- other candidates by the question beyond its names (bridge.others_beyond_names off)", "spectral",
+     {"bridge.others_beyond_names": False}, None),
     ("everything of issue 28 off (same index)", "spectral", ISSUE28, None),
     ("sweep: w = 0.25", "spectral", {"seed.lexical_weight": 0.25}, None),
     ("sweep: w = 1.0", "spectral", {"seed.lexical_weight": 1.0}, None),

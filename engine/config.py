@@ -697,6 +697,13 @@ class BridgeConfig(_Checked):
         later"), so a film's director rises above its cast, whose pages repeat the film's title;
         0 (or ``seed.lexical_weight`` 0) keeps the chunk's own relevance; chosen on 2wiki-dev,
         bench/results/quality.md (default: 2.0).
+    others_beyond_names: in a query that names documents, every other candidate also ranks by
+        the question beyond those names: its own score is the lower of its relevance and that
+        of the question without the names (``target_lexical_weight``), so a page that only
+        repeats a named title (a film's cast, a sequel) does not outrank the second hop the
+        question asks for (also when the best candidates that vouch along citations are
+        chosen). The selection keeps each chunk's full relevance as its evidence; off with
+        ``target_lexical_weight`` 0; chosen on 2wiki-dev, bench/results/quality.md (default: True).
     """
 
     SECTION = "bridge"
@@ -715,6 +722,7 @@ class BridgeConfig(_Checked):
     past_cut: bool = True
     page_support: float = opt(0.1, lo=0, hi=MAX_WEIGHT)
     target_lexical_weight: float = opt(2.0, lo=0, hi=MAX_WEIGHT)
+    others_beyond_names: bool = True
 
 
 @dataclass(frozen=True)

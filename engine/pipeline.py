@@ -297,6 +297,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         if protect and bc.named_best_chunk:  # a named document is represented by its best chunk
             named_mask = named_best_chunks(named_mask, relevance, docs, candidates)
         bridged = relevance
+        ranked_bridged = None  # the ranking's bridged scores where they differ from the selection's
         if bridging:
             target = None  # what a chunk reached from a named document brings: the question beyond the names
             if bc.target_lexical_weight > 0 and batch.name_terms is not None and lexical is not None:
@@ -304,6 +305,9 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
                 target = calibrated_relevance(cosine, beyond, mask, weight=bc.target_lexical_weight)
             bridged = graph_evidence(relation_blocks[0], relation_blocks[1] if len(relation_blocks) > 1 else None,
                                      relevance, candidates, named_mask, docs, bc, target=target)
+            if bc.others_beyond_names and target is not None and named_mask is not None:
+                # the ranking's; the selection keeps every chunk's own relevance as its evidence
+                ranked_bridged, bridged = bridged, torch.maximum(bridged, relevance)
             if bc.past_cut:  # what bridging raised is evidence the selection's cut must not drop
                 keep = bridged > relevance
         support = page_support(relevance, docs, mask, bc.page_support, compiled=compiled) if bc.page_support > 0 else None
@@ -319,7 +323,9 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         # page support orders the ranking only: the selection's evidence cut is relative to the
         # best chunk, which the support lifts with its whole page, and it dropped second pages
         # from the context (bench/results/quality.md)
-        ranked = scores if support is None else final(bridged + support.to(bridged.dtype))
+        ranked_bridged = bridged if ranked_bridged is None else ranked_bridged
+        ranked = scores if support is None and ranked_bridged is bridged else \
+            final(ranked_bridged if support is None else ranked_bridged + support.to(bridged.dtype))
     elif mode == "activation":
         proximity = sa.proximity(candidates)
         alpha = config.activation.alpha

@@ -173,6 +173,21 @@ def test_sample_index_bridged_chunks_bring_the_question_beyond_its_names(sample_
     check_batch(off, QUESTIONS[:4], sample_qvecs[:4], "spectral", budget=1500)
 
 
+def test_sample_index_other_candidates_rank_by_the_question_beyond_its_names(sample_retriever, sample_qvecs):
+    """``bridge.others_beyond_names`` moves some ranking score on the sample questions (so the
+    comparisons with the reference above exercise it), mostly down (a lowered start can change
+    which best candidates vouch along citations, so a few rise); switched off, it still matches
+    the reference."""
+    off = Retriever(sample_retriever.index, sample_retriever.config.replace(bridge__others_beyond_names=False))
+    a = sample_retriever.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
+    b = off.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
+    assert torch.equal(a.candidates, b.candidates)
+    moved = ((a.scores - b.scores).abs() > 1e-6) & (a.candidates >= 0)
+    assert moved.any(), "no ranking score moved: the test would be vacuous"
+    assert int((a.scores[moved] < b.scores[moved]).sum()) > int((a.scores[moved] > b.scores[moved]).sum())
+    check_batch(off, QUESTIONS[:4], sample_qvecs[:4], "spectral", budget=1500)
+
+
 def test_sample_index_named_documents_are_exercised(sample_retriever, sample_qvecs):
     """Some sample questions name corpus titles, so the named seed list and the protection are
     part of the comparisons with the reference above; switched off, it still matches."""

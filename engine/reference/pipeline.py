@@ -552,6 +552,10 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             named_pool = set(best_of.values())
         start = protect(relevance, relevance, named_pool, cfg.bridge.named_floor) \
             if named_pool and cfg.bridge.named_sources and cfg.bridge.rounds > 0 else None
+        beyond = cfg.bridge.others_beyond_names and target is not None and named_pool and cfg.bridge.rounds > 0
+        if beyond:  # the other candidates start from the question beyond the names too
+            base = relevance if start is None else start
+            start = {c: base[c] if c in named_pool else min(target[c], relevance[c]) for c in pool}
         anchors = named_pool if cfg.bridge.anchors == "named" else None
         bridged = bridge(ref, pool, relevance, cfg, start, anchors, target=target)
         if cfg.bridge.cited and cfg.bridge.rounds > 0 and (index.graph or {}).get("signals", {}).get("citation") is not None:
@@ -565,11 +569,14 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             s = {c: (1 - cfg.propagate.alpha) * x[c] + cfg.propagate.alpha * proximity[c] for c in pool}
             return protect(s, relevance, named_pool, cfg.bridge.named_floor) if named_pool else s
 
+        ranked_bridged = bridged
+        if beyond:  # the selection keeps every chunk's own relevance as its evidence
+            bridged = {c: max(bridged[c], relevance[c]) for c in pool}
         scores = final(bridged)  # the selection's; page support orders the ranking only
-        ranked = scores
+        ranked = final(ranked_bridged)
         if cfg.bridge.page_support > 0:
             support = page_support(pool, relevance, ref.doc_codes, cfg.bridge.page_support)
-            ranked = final({c: float(np.float32(bridged[c]) + np.float32(support[c])) for c in pool})
+            ranked = final({c: float(np.float32(ranked_bridged[c]) + np.float32(support[c])) for c in pool})
     elif mode in ("dense", "hyde"):
         scores = dict(relevance)
     else:  # bm25 / hybrid: the list's own scores

@@ -174,12 +174,17 @@ def graph_evidence(relations: BlockGraph, citations: BlockGraph | None, relevanc
     With ``config.other_documents`` a bridge leads to another document, one chunk per document
     reached (:func:`bridge_relevance`). ``target``: the relevance ``r_c`` a chunk reached along
     the relational edges brings (default: ``relevance``), e.g. that of the question without the
-    titles it names (``config.target_lexical_weight``). Shapes: ``[B, P]``; ``named`` bool or
-    None (no query names a document), ``docs`` the candidates' document codes (-1 padded) ->
-    ``[B, P]``.
+    titles it names (``config.target_lexical_weight``). With ``config.others_beyond_names`` and a
+    ``target``, in a query that names documents every other candidate starts from the lower of
+    its relevance and its target, so it ranks by the question beyond the names too (the named
+    chunks' start is unchanged). Shapes: ``[B, P]``; ``named`` bool or None (no query names a
+    document), ``docs`` the candidates' document codes (-1 padded) -> ``[B, P]``.
     """
     start = protect_named(relevance, relevance, named, candidates, floor=config.named_floor) \
         if named is not None and config.named_sources else relevance
+    if config.others_beyond_names and target is not None and named is not None:
+        untouched = named | ~named.any(dim=1, keepdim=True)  # the named chunks, and queries that name none
+        start = torch.where(untouched, start, torch.minimum(target, relevance))
     anchors = None
     if config.anchors == "named":
         anchors = named if named is not None else torch.zeros_like(candidates, dtype=torch.bool)

@@ -110,3 +110,49 @@ def test_bridge_off_or_unlinked_is_identity(device):
     w, r, cand = (t.to(device) for t in random_pools(3))
     assert torch.equal(bridge_relevance(w, r, cand, rounds=0), r)
     assert torch.equal(bridge_relevance(torch.zeros_like(w), r, cand), r)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_other_candidates_start_from_the_question_beyond_the_names(seed, device):
+    """``bridge.others_beyond_names``: in a query that names documents, every other candidate
+    starts from min(relevance, target), the named chunks from their protected relevance; a query
+    that names none is untouched. Against the per-query loop started from those scores."""
+    from spectrag.config import BridgeConfig
+    from spectrag.rescore.bridge import graph_evidence, protect_named
+
+    w, r, cand = random_pools(seed)
+    g = torch.Generator().manual_seed(200 + seed)
+    target = torch.rand(r.shape, generator=g, dtype=torch.float64).masked_fill(cand < 0, 0.0)
+    named = (torch.rand(cand.shape, generator=g) < 0.1) & (cand >= 0)
+    named[0, :3] = True
+    named[4] = False  # a query that names nothing
+    config = BridgeConfig(cited=False, other_documents=False, named_floor=0.0)
+    docs = torch.zeros_like(cand)
+    got = graph_evidence(BlockGraph.from_dense(w.to(device)), None, r.to(device), cand.to(device), named.to(device),
+                         docs.to(device), config, target=target.to(device)).cpu()
+    start = protect_named(r, r, named, cand, floor=0.0)
+    own = torch.where(named | ~named.any(1, keepdim=True), start, torch.minimum(target, r))
+    want = loop_started(w, r, target, cand, own, named, sources=config.sources, lam=config.lam, gamma=config.gamma)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert torch.equal(got[4], r[4])  # names nothing: its own relevance (no anchors)
+    lowered = (got < r - 1e-12) & (cand >= 0)
+    assert lowered[:4].any() and not lowered[4].any()  # the rule bites where names are
+    off = graph_evidence(BlockGraph.from_dense(w), None, r, cand, named, docs,
+                         BridgeConfig(cited=False, other_documents=False, named_floor=0.0, others_beyond_names=False),
+                         target=target)
+    assert torch.all(off >= r)
+
+
+def loop_started(blocks, relevance, target, candidates, start, anchors, *, sources, lam, gamma):
+    """One round of bridging per query from ``start``, the named ``anchors`` vouching, a reached
+    chunk bringing ``target``: dicts and sorted lists only."""
+    out = start.clone()
+    for b in range(blocks.shape[0]):
+        pool = [p for p in range(blocks.shape[1]) if candidates[b, p] >= 0]
+        x = {p: float(start[b, p]) for p in pool}
+        top = sorted((p for p in pool if anchors[b, p]), key=lambda p: (-x[p], int(candidates[b, p])))[:sources]
+        for c in pool:
+            via = [(1 - lam) * x[s] + lam * float(target[b, c]) - gamma * (1 - float(blocks[b, s, c]))
+                   for s in top if blocks[b, s, c] > 0]
+            out[b, c] = max([x[c], *via])
+    return out
