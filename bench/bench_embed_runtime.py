@@ -2,8 +2,10 @@
 
 Question: how long do 8 queries take to embed through ``Index.embed_queries`` (the retriever's
 path) with ``backend = "torch"`` (the per-width recipe) and ``"onnx"`` (the default on the CPU:
-queries padded to fixed-width buckets in ONNX Runtime; also with the previous release's coarser
-buckets, and each query alone two at a time), against ONE plain ``SentenceTransformer.encode`` of the same 8 in the same process?
+each query alone at its own length in ONNX Runtime, as many at once as threads, each on one
+thread), against ONE plain ``SentenceTransformer.encode`` of the same 8 in the same process? Also
+the previous ONNX query recipe, rebuilt here for the same-run comparison: queries padded to
+fixed-width buckets (16 ... 256 wordpieces), one call per width on all threads.
 Each query's vector must be the same alone and in a batch: checked bit for bit here (alone, in
 its batch of 8, in a batch of 64) for every runtime, and the cosine to the plain encode is given.
 
@@ -40,6 +42,36 @@ def timed(fn, repeats: int) -> float:
     return 1000 * statistics.median(runs)
 
 
+WIDTHS = (16, 24, 32, 48, 64, 128, 256)  # the previous recipe's padded widths
+
+
+def bucketed(encoder, export, threads: int):
+    """The previous ONNX query recipe on the ``export`` and ``encoder``'s tokenizer: each text
+    padded to the smallest of :data:`WIDTHS` that holds it, the texts of one width in one call
+    on a session of ``threads`` intra-op threads. ``[B]`` texts -> float32 ``[B, dim]``."""
+    from spectrag.index.query_onnx import session_for
+
+    session = session_for(export, threads)
+
+    def encode(texts):
+        encodings = encoder.tokenizer.encode_batch([str(t).strip() for t in texts])
+        out = np.empty((len(texts), encoder.dim), dtype=np.float32)
+        widths = np.array([min(next((w for w in WIDTHS if w >= len(e.ids)), encoder.max_tokens), encoder.max_tokens)
+                           for e in encodings])
+        for width in np.unique(widths):
+            rows = np.flatnonzero(widths == width)
+            ids = np.zeros((len(rows), int(width)), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for j, i in enumerate(rows):
+                ids[j, : len(encodings[i].ids)] = encodings[i].ids
+                mask[j, : len(encodings[i].ids)] = 1
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            out[rows] = encoder.pool(session.run(None, {k: feed[k] for k in encoder.inputs})[0], mask)
+        return out
+
+    return encode
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--index", required=True, help="an index folder (its model embeds the queries)")
@@ -73,18 +105,17 @@ def main() -> None:
             continue
         variants[f"embed_queries, backend={backend}"] = lambda t, b=backend: index.embed_queries(t, backend=b)
     if "onnx" in loaded:
-        from dataclasses import replace
+        from pathlib import Path
 
-        from spectrag.index.embed import Embedder, query_embedder
+        from spectrag.index.embed import default_cache_dir, model_fingerprint, onnx_export_path
 
-        # the buckets of the previous release (32, 64, 128, 256 wordpieces), for the same-run comparison
-        coarse = query_embedder(replace(index.config.embed, backend="onnx"))
-        if hasattr(coarse, "encoder"):
-            coarse.encoder.widths = (32, 64, 128, 256)
-            variants["embed_queries, onnx, buckets 32/64/128/256"] = coarse.encode_queries
-        # the alternative: two queries side by side, one ONNX Runtime thread each
-        side = Embedder(replace(index.config.embed, backend="onnx"), cache_vectors=False, query_workers=2)
-        variants["Embedder.encode_queries, onnx, 2 queries side by side x 1 thread"] = side.encode_queries
+        light = index.query_embedder("onnx")
+        if hasattr(light, "encoder"):
+            path = resolve_model_path(index.config.embed.model)
+            export = onnx_export_path(Path(index.config.embed.cache_dir or default_cache_dir()) / "onnx",
+                                      model_fingerprint(path), light.encoder.dim)
+            variants["previous onnx recipe: fixed-width buckets, one call per width"] = bucketed(
+                light.encoder, export, torch.get_num_threads())
 
     ms = {name: [] for name in variants}
     for b in range(args.batches):
@@ -111,7 +142,9 @@ def main() -> None:
     finish_record(record)
     lines = results_header(f"Query embedding, batches of {args.size}: runtimes vs one plain encode", record) + [
         f"{args.batches} batches of {args.size} MuSiQue questions; torch threads {torch.get_num_threads()}; "
-        f"ONNX Runtime intra-op threads the same. Invariance: each of 64 questions embedded alone, in "
+        f"ONNX Runtime: the default runs {torch.get_num_threads()} queries at once on one intra-op thread "
+        f"each, the previous recipe one call per width on {torch.get_num_threads()} intra-op threads. "
+        "Invariance: each of 64 questions embedded alone, in "
         "batches of 8 and in one batch of 64, compared bit for bit (rows differing alone vs in 64).",
         "",
         *md_table(rows, [("variant", "variant", ""), ("ms per batch", "ms", ".1f"),

@@ -855,9 +855,9 @@ class RetrieverConfig(_Checked):
         processes share, one thread can be several times faster than two: see
         bench/results/peers_cpu.md) (default: 0).
     embed_backend: the runtime that embeds the queries: ``index`` (the index's own
-        ``embed.backend``), ``torch``, ``onnx`` (ONNX Runtime: each query padded to a
-        fixed-width bucket, one call per bucket; about half the time of one plain
-        sentence-transformers encode, bench/results/embed_runtime_cpu.md, and once the export
+        ``embed.backend``), ``torch``, ``onnx`` (ONNX Runtime: each query alone at its own
+        length, as many at once as threads, one thread each; about half the time of one plain
+        sentence-transformers encode, bench/results/embed_runtime_cpu_xeon.md, and once the export
         is cached no sentence-transformers import, so a first query starts in a fraction of the
         time, bench/results/startup_cpu.md) or ``auto`` (``onnx`` where ONNX Runtime and onnx
         are installed, as they are with spectrag, and the device is the CPU; else the index's).

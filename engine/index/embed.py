@@ -300,11 +300,9 @@ class Embedder:
     class BackendUnavailable(ConfigError, ImportError):
         """The optional package an ``embed.backend`` needs is not installed."""
 
-    def __init__(self, config: EmbedConfig | None = None, *, cache_vectors: bool = True, query_workers: int = 0) -> None:
+    def __init__(self, config: EmbedConfig | None = None, *, cache_vectors: bool = True) -> None:
         """``cache_vectors=False``: no content-hash cache of vectors (queries are rarely
-        repeated), while the ONNX export is still kept in the cache folder. ``query_workers``
-        (ONNX Runtime only): :meth:`encode_queries` runs that many texts at once, each on one
-        thread (the session then has one intra-op thread); 0: one text at a time on all threads."""
+        repeated), while the ONNX export is still kept in the cache folder."""
         self.config = config or EmbedConfig()
         reproducible_products()
         self.model_path = resolve_model_path(self.config.model)
@@ -352,8 +350,6 @@ class Embedder:
         self._ort = None
         self._light: OnnxQueryEncoder | None = None  # the ONNX query path (spectrag.index.query_onnx)
         self._ort_inputs: list[str] = []
-        self._query_workers = query_workers
-        self._pool = None
         self._tmp_dir: str | None = None
         if self.config.backend == "onnx" and self._cpu:
             try:
@@ -377,38 +373,20 @@ class Embedder:
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors, each a function of its text alone, bit for bit. ``[B]`` -> float32 ``[B, dim]``.
 
-        With ONNX Runtime (``backend = "onnx"``) every text is padded to a fixed width, the
-        smallest of :data:`spectrag.index.query_onnx.QUERY_WIDTHS` that holds it, and the texts
-        of one width go through ONE call (:class:`~spectrag.index.query_onnx.OnnxQueryEncoder`:
-        ONNX Runtime's vectors do not move with the batch size, the companions or the thread
-        count at a fixed width, tests/index/test_embed.py holds this), so a served batch of
-        short queries is one or a few model calls. With ``query_workers`` each text instead runs
-        alone at its own length, that many at a time. Texts longer than the model reads, the
+        With ONNX Runtime (``backend = "onnx"``) each text runs alone at its own length on this
+        embedder's session (:class:`~spectrag.index.query_onnx.OnnxQueryEncoder`; ONNX Runtime's
+        bits at one input shape do not move with the thread count, so these are the light query
+        path's bits, tests/index/test_query_onnx.py). Texts longer than the model reads, the
         torch path and models of other shapes go through :meth:`encode` (its per-width recipe)."""
         texts = list(texts)
-        if self._ort is None or not texts or (self._light is None and self._pool is None):
+        if self._ort is None or not texts or self._light is None:
             return self.encode(texts)
-        if self._pool is None:
-            out, long = self._light.encode(texts)
-            long = long if self.config.long_texts == "pool" else []
-        else:
-            out = np.empty((len(texts), self.dim), dtype=np.float32)
-            long = self.long_texts(texts) if self.config.long_texts == "pool" else []
-            with torch.inference_mode():
-                self._queries_alone(texts, [i for i in range(len(texts)) if i not in set(long)], out)
+        out, long = self._light.encode(texts)
+        long = long if self.config.long_texts == "pool" else []
         if long:
             at = sorted(long)
             out[at] = self.encode([texts[i] for i in at])
         return out
-
-    def _queries_alone(self, texts: list[str], rows: list[int], out: np.ndarray) -> None:
-        """Rows ``rows`` of ``out``: each text alone at its own length, ``query_workers`` at a
-        time on one thread each (tokenized here: a fast tokenizer must not be shared between threads)."""
-        features = [self._preprocess([texts[i]]) for i in rows]
-        feeds = [{name: f[name].numpy() for name in self._ort_inputs} for f in features]
-        hidden = list(self._pool.map(lambda feed: self._ort.run(None, feed)[0], feeds))
-        for i, f, h in zip(rows, features, hidden):
-            out[i] = self._pooled(dict(f), h)[0]
 
     def _pooled(self, batch: dict, hidden: np.ndarray) -> np.ndarray:
         """The model's modules after the transformer (pooling, ...) on ONNX Runtime's token
@@ -657,7 +635,7 @@ class Embedder:
             self._tmp_dir = tempfile.mkdtemp(prefix="spectrag-onnx-")
             folder = Path(self._tmp_dir)
         path = onnx_export_path(folder, self.fingerprint, self.dim)
-        threads = 1 if self._query_workers else (self.config.num_threads or torch.get_num_threads())
+        threads = self.config.num_threads or torch.get_num_threads()
         fresh = not path.exists()
         while True:
             if fresh:
@@ -671,10 +649,6 @@ class Embedder:
                     write_verified(path, cosine)  # the next start's queries need no sentence-transformers
                 except OSError:
                     pass  # a read-only cache folder: every start checks again
-                if self._query_workers > 0:
-                    from concurrent.futures import ThreadPoolExecutor
-
-                    self._pool = ThreadPoolExecutor(self._query_workers, thread_name_prefix="spectrag-embed")
                 return self._ort
             self._ort = None
             path.unlink(missing_ok=True)
@@ -736,9 +710,8 @@ class Embedder:
         return float((want * got).sum(axis=1).min())
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        if self._light is not None:
+            self._light.close()
         if self.cache is not None:
             self.cache.close()
         if self._tmp_dir is not None:

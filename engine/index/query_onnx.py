@@ -8,21 +8,23 @@ to ONNX (:meth:`spectrag.index.embed.Embedder._onnx_session`) and the mean or CL
 against torch, go through :class:`spectrag.index.embed.Embedder`; the vectors are the same bits
 either way (tests/index/test_query_onnx.py holds this).
 
-Each text is padded to a fixed width, the smallest of :data:`QUERY_WIDTHS` that holds it, and
-the texts of one width go through one ONNX Runtime call: its vectors move in the last bits with
-the padding width, never with the batch, so a query's vector is a function of its text alone.
+Each text runs alone, at its own length (no padding), so its vector is a function of its text
+alone: ONNX Runtime's bits at one input shape do not move with the thread count
+(tests/index/test_query_onnx.py). ``lanes`` texts run at a time, each on one thread: ONNX
+Runtime's intra-op threads split one short text's small products poorly, and padding a batch
+to a shared width costs more than it saves (bench/results/embed_runtime_cpu_xeon.md).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import torch
 
-QUERY_WIDTHS = (16, 24, 32, 48, 64, 128, 256)  # padded widths of query texts (bench/bench_embed_runtime.py)
 _SUPPORTED_POOLING = ("pooling_mode_mean_tokens", "pooling_mode_cls_token")
 _PIECE_MARGIN = 4  # as Embedder._PIECE_MARGIN: a text longer than a window less this is pooled in pieces
 
@@ -75,9 +77,10 @@ def model_plan(model_path: Path) -> dict | None:
 class OnnxQueryEncoder:
     """``encode(texts: [B] str) -> float32 [B, dim]``, rows L2-normalized, each row a function
     of its text alone. ``long``: positions of texts longer than one window of the model (the
-    caller embeds those with the full encoder when ``long_texts = "pool"``)."""
+    caller embeds those with the full encoder when ``long_texts = "pool"``). ``lanes``: texts
+    run at once, each on a thread of its own (``session`` then has one intra-op thread)."""
 
-    def __init__(self, model_path: Path, session, plan: dict) -> None:
+    def __init__(self, model_path: Path, session, plan: dict, lanes: int = 1) -> None:
         from tokenizers import Tokenizer
 
         self.session = session
@@ -86,10 +89,10 @@ class OnnxQueryEncoder:
         self.max_tokens = plan["max_tokens"]
         self.mean = plan["pooling"] == "pooling_mode_mean_tokens"
         self.normalize = plan["normalize"]
-        self.widths = QUERY_WIDTHS  # an instance's, so a benchmark can compare other buckets
+        self.lanes = max(1, int(lanes))
+        self._pool: ThreadPoolExecutor | None = None
         self.tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
-        self.pad_id = int((self.tokenizer.padding or {}).get("pad_id", 0))
-        self.tokenizer.no_padding()  # padded here, to the text's fixed width
+        self.tokenizer.no_padding()  # each text runs at its own length
         self.tokenizer.enable_truncation(self.max_tokens)
         self.room = self.max_tokens - self.tokenizer.num_special_tokens_to_add(False) - _PIECE_MARGIN
 
@@ -108,33 +111,38 @@ class OnnxQueryEncoder:
             return None
         if marker.get("onnxruntime") != ort.__version__:
             return None
-        return cls(model_path, session_for(onnx_path, threads), plan)
+        return cls(model_path, session_for(onnx_path, 1), plan, lanes=threads)
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
         """``[B]`` texts -> (float32 ``[B, dim]``, positions of the long texts: their rows hold
         the first window's vector)."""
-        # sentence-transformers strips each text before tokenizing
+        # sentence-transformers strips each text before tokenizing; tokenized here, in the calling
+        # thread (a fast tokenizer must not be shared between threads)
         encodings = self.tokenizer.encode_batch([str(t).strip() for t in texts])
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
         special = self.tokenizer.num_special_tokens_to_add(False)
-        lengths = np.array([len(e.ids) for e in encodings], dtype=np.int64)
         long = [i for i, e in enumerate(encodings) if e.overflowing or len(e.ids) - special > self.room]
-        widths = np.array([next((w for w in self.widths if w >= n), self.max_tokens) for n in lengths])
-        widths = np.minimum(widths, self.max_tokens)
-        for width in np.unique(widths):
-            rows = np.flatnonzero(widths == width)
-            ids = np.full((len(rows), int(width)), self.pad_id, dtype=np.int64)
-            mask = np.zeros((len(rows), int(width)), dtype=np.int64)
-            types = np.zeros((len(rows), int(width)), dtype=np.int64)
-            for j, i in enumerate(rows):
-                e = encodings[i]
-                ids[j, : len(e.ids)] = e.ids
-                mask[j, : len(e.ids)] = e.attention_mask
-                types[j, : len(e.ids)] = e.type_ids
-            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-            hidden = self.session.run(None, {name: feed[name] for name in self.inputs})[0]
-            out[rows] = self.pool(hidden, mask)
+        if self.lanes > 1 and len(encodings) > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.lanes, thread_name_prefix="spectrag-query")
+            rows = list(self._pool.map(self._alone, encodings))
+        else:
+            rows = [self._alone(e) for e in encodings]
+        out = np.stack(rows) if rows else np.empty((0, self.dim), dtype=np.float32)
         return out, long
+
+    def _alone(self, encoding) -> np.ndarray:
+        """One text's vector, the text alone at its own length. -> float32 ``[dim]``."""
+        ids = np.asarray([encoding.ids], dtype=np.int64)
+        mask = np.asarray([encoding.attention_mask], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask,
+                "token_type_ids": np.asarray([encoding.type_ids], dtype=np.int64)}
+        hidden = self.session.run(None, {name: feed[name] for name in self.inputs})[0]
+        return self.pool(hidden, mask)[0]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """sentence-transformers' pooling and normalization, the same torch operations (so the
@@ -194,5 +202,6 @@ class LightQueryEmbedder:
         return self.full().encode(texts, **kwargs)
 
     def close(self) -> None:
+        self.encoder.close()
         if self._full is not None:
             self._full.close()

@@ -189,16 +189,13 @@ def test_a_vector_is_a_function_of_its_text_alone(embedder, threads):
     reason="onnxruntime / onnx not installed (optional: pip install onnxruntime onnx)",
 )
 def test_onnx_query_vectors_are_the_same_alone_and_in_any_batch(reference, tmp_path):
-    """``encode_queries`` with ONNX Runtime pads each text to its fixed-width bucket (one call per
-    bucket), or with ``query_workers`` runs each text alone: a query's vector is the same, bit for
-    bit, alone, in any batch, at any thread count, and close to torch's; without a vector cache
-    the export is still kept in the cache folder."""
+    """``encode_queries`` with ONNX Runtime runs each text alone at its own length: a query's
+    vector is the same, bit for bit, alone, in any batch, at any thread count, and close to
+    torch's; without a vector cache the export is still kept in the cache folder."""
     e = Embedder(EmbedConfig(cache_dir=str(tmp_path), device="cpu", backend="onnx", num_threads=2),
-                 cache_vectors=False)  # fixed-width buckets, two threads
+                 cache_vectors=False)  # two intra-op threads
     one = Embedder(EmbedConfig(cache_dir=str(tmp_path), device="cpu", backend="onnx", num_threads=1),
                    cache_vectors=False)  # the same at one thread
-    side = Embedder(EmbedConfig(cache_dir=str(tmp_path), device="cpu", backend="onnx"), cache_vectors=False,
-                    query_workers=2)  # each text alone, two at a time
     try:
         assert e.cache is None and len(list((tmp_path / "onnx").glob("*.onnx"))) == 1
         alone = np.stack([e.encode_queries([t])[0] for t in TEXTS])
@@ -207,16 +204,11 @@ def test_onnx_query_vectors_are_the_same_alone_and_in_any_batch(reference, tmp_p
         np.testing.assert_array_equal(e.encode_queries(TEXTS[::-1] + TEXTS[:4])[: len(TEXTS)], alone[::-1])
         np.testing.assert_array_equal(one.encode_queries(TEXTS[5:9]), alone[5:9])
         np.testing.assert_array_equal(one.encode_queries(TEXTS), alone)
-        side_alone = np.stack([side.encode_queries([t])[0] for t in TEXTS])
-        np.testing.assert_array_equal(side.encode_queries(TEXTS), side_alone)
-        assert_close(side_alone, reference)
-        assert side._pool is not None and e._pool is None
         padded = e.encode(TEXTS)  # the batch recipe pads to widths of 8: not the same bits for every text
         assert_close(padded, alone)
     finally:
         e.close()
         one.close()
-        side.close()
 
 
 CHILD_MKL = """

@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from spectrag.config import EmbedConfig  # noqa: E402
 from spectrag.index.embed import Embedder, query_embedder, resolve_model_path  # noqa: E402
-from spectrag.index.query_onnx import QUERY_WIDTHS, LightQueryEmbedder, model_plan, verified_marker  # noqa: E402
+from spectrag.index.query_onnx import LightQueryEmbedder, model_plan, verified_marker  # noqa: E402
 
 WORDS = ("which railway company kept the line from Vessmark to Skarholt open during the winter "
          "of 1907 and who founded it").split()
@@ -92,9 +92,21 @@ def test_vectors_agree_with_the_torch_reference(cache, full):
     assert float((got * torch_vectors).sum(axis=1).min()) >= 0.99999
 
 
-def test_widths_are_fixed_per_text(cache, full):
-    """The padded width is a function of the text's length alone: the buckets, in order."""
-    assert list(QUERY_WIDTHS) == sorted(QUERY_WIDTHS) and QUERY_WIDTHS[-1] >= light(cache).encoder.max_tokens
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_lanes_and_threads_do_not_move_a_vector(cache, full, threads):
+    """Each text runs alone at its own length: on ``threads`` lanes of one intra-op thread each
+    (the light path) or one text at a time on the full encoder's two-thread session, alone or
+    in any batch, a query's vector has the same bits."""
+    e = light(cache, num_threads=threads)
+    try:
+        assert e.encoder.lanes == threads and e.encoder.session.get_session_options().intra_op_num_threads == 1
+        want = full.encode_queries(TEXTS)
+        np.testing.assert_array_equal(e.encode_queries(TEXTS), want)
+        np.testing.assert_array_equal(e.encode_queries(TEXTS[3:9])[::-1], want[3:9][::-1])
+        np.testing.assert_array_equal(np.stack([e.encode_queries([t])[0] for t in TEXTS[:6]]), want[:6])
+    finally:
+        e.close()
+    assert e.encoder._pool is None  # closed with the embedder
 
 
 def test_an_unverified_or_foreign_export_takes_the_full_path(cache, full, tmp_path):
