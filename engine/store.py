@@ -488,8 +488,9 @@ class Index:
                     f"{self.path}: built from embeddings supplied by the caller; pass query vectors, not strings"
                 )
             # queries are rarely repeated: no content-hash cache of vectors (an ONNX export is still cached)
-            # ONNX Runtime: one query at a time on the configured threads (measured a little faster
-            # than two queries side by side on one thread each: bench/results/embed_runtime_cpu.md)
+            # ONNX Runtime: each query alone at its own length, as many at once as threads, one thread
+            # each (0.545x a plain encode against 0.754x for padded batches on both threads on an
+            # Intel Xeon, bench/results/embed_runtime_cpu_xeon.md; even on an AMD EPYC, embed_runtime_cpu.md)
             embedder = query_embedder(replace(self.config.embed, backend=backend))
             check_model(self.manifest, embedder.fingerprint, embedder.dim, self.path)
             self._embedders[backend] = embedder
