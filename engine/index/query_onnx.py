@@ -91,6 +91,7 @@ class OnnxQueryEncoder:
         self.normalize = plan["normalize"]
         self.lanes = max(1, int(lanes))
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0  # the process that made the pool: a forked child makes its own
         self.tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
         self.tokenizer.no_padding()  # each text runs at its own length
         self.tokenizer.enable_truncation(self.max_tokens)
@@ -122,8 +123,8 @@ class OnnxQueryEncoder:
         special = self.tokenizer.num_special_tokens_to_add(False)
         long = [i for i, e in enumerate(encodings) if e.overflowing or len(e.ids) - special > self.room]
         if self.lanes > 1 and len(encodings) > 1:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.lanes, thread_name_prefix="spectrag-query")
+            if self._pool is None or self._pool_pid != os.getpid():  # a fork copies no threads
+                self._pool, self._pool_pid = ThreadPoolExecutor(self.lanes, thread_name_prefix="spectrag-query"), os.getpid()
             rows = list(self._pool.map(self._alone, encodings))
         else:
             rows = [self._alone(e) for e in encodings]
@@ -140,9 +141,9 @@ class OnnxQueryEncoder:
         return self.pool(hidden, mask)[0]
 
     def close(self) -> None:
-        if self._pool is not None:
+        if self._pool is not None and self._pool_pid == os.getpid():
             self._pool.shutdown(wait=True)
-            self._pool = None
+        self._pool = None
 
     def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """sentence-transformers' pooling and normalization, the same torch operations (so the

@@ -44,7 +44,9 @@ def jit(fn: Callable, *, reassociate: bool = False, inline: bool = False) -> Cal
 
 
 @lru_cache(maxsize=None)
-def _pool(workers: int) -> ThreadPoolExecutor:
+def _pool(workers: int, pid: int) -> ThreadPoolExecutor:
+    """One pool per size and process: a forked child inherits the parent's pool objects but
+    none of their threads, so work queued there would never run."""
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="spectrag-kernel")
 
 
@@ -59,7 +61,7 @@ def parallel_rows(kernel: Callable, rows: int, *args, threads: int | None = None
         kernel(0, rows, *args)
         return
     bounds = [rows * i // threads for i in range(threads + 1)]
-    pool = _pool(threads)
+    pool = _pool(threads, os.getpid())
     futures = [pool.submit(kernel, lo, hi, *args) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
     for f in futures:
         f.result()  # re-raises a worker's exception here

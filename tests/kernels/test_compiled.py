@@ -207,3 +207,31 @@ def test_any_split_over_threads_gives_the_same_result(threads):
     assert sum(hi - lo for lo, hi in seen) == 50 and len(seen) == min(threads, os.cpu_count())
     with pytest.raises(ZeroDivisionError):  # a worker's exception reaches the caller
         parallel_rows(lambda lo, hi: 1 / 0, 50, threads=threads, min_rows=1)
+
+
+def _rows_in_child(queue) -> None:
+    seen = []
+    parallel_rows(lambda lo, hi: seen.append((lo, hi)), 50, threads=2, min_rows=1)
+    queue.put(sum(hi - lo for lo, hi in seen))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or (os.cpu_count() or 1) < 2, reason="needs fork and 2 CPUs")
+def test_a_forked_child_runs_rows_on_pools_of_its_own():
+    """A forked child inherits the parent's pool objects but not their threads: work queued on
+    the parent's pool would never run. The child makes its own pool and finishes."""
+    import multiprocessing as mp
+
+    import threading
+
+    both = threading.Barrier(2)  # both ranges at once: the parent's pool has both of its threads
+    parallel_rows(lambda lo, hi: both.wait(timeout=10), 50, threads=2, min_rows=1)
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_rows_in_child, args=(queue,))
+    child.start()
+    child.join(30)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+    assert not hung, "the forked child waited on the parent's pool"
+    assert queue.get(timeout=5) == 50
