@@ -29,6 +29,7 @@ import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
+from functools import lru_cache
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,13 +138,20 @@ def _check_value(name: str, value: Any, hint: Any, meta: Any) -> Any:
     return value
 
 
+@lru_cache(maxsize=None)
+def field_types(cls: type) -> dict[str, Any]:
+    """The resolved annotations of a config class, once per class: ``typing.get_type_hints``
+    costs more than the rest of a check, and a retriever checks a config per call it overrides."""
+    return typing.get_type_hints(cls)
+
+
 # Ours, not pydantic: frozen stdlib dataclasses that the kernels' configs mirror, errors worded
 # `table.field must be ..., got ...` for TOML users, and no pydantic in the core dependencies.
 def check_fields(obj: Any) -> None:
     """Type, finiteness, range and choices of every field of a config dataclass; a float field
     given an int is stored as a float (TOML writes ``1`` for ``1.0``)."""
     section = type(obj).SECTION
-    hints = typing.get_type_hints(type(obj))
+    hints = field_types(type(obj))
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         checked = _check_value(f"{section}.{f.name}", value, hints[f.name], f.metadata)
@@ -156,12 +164,12 @@ def check_setting(cls: type, name: str, value: Any, *, label: str | None = None)
     override such as a request's ``budget`` gets the config file's range); ``label`` names it in
     the error (default ``table.field``)."""
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
-    return _check_value(label or f"{cls.SECTION}.{name}", value, typing.get_type_hints(cls)[name], f.metadata)
+    return _check_value(label or f"{cls.SECTION}.{name}", value, field_types(cls)[name], f.metadata)
 
 
 def numeric_fields(cls: type) -> list[tuple[str, str, dict]]:
     """``(name, kind, metadata)`` of the int and float fields of a config class."""
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     return [(f.name, _kind(hints[f.name]), dict(f.metadata)) for f in dataclasses.fields(cls)
             if _kind(hints[f.name]) in ("int", "float")]
 
@@ -242,7 +250,7 @@ class _Checked:
         bad = sorted(set(values) - set(allowed))
         if bad:
             errors.add(f"unknown key(s) {brief(bad)} in [{section}] (allowed: {', '.join(sorted(allowed))})")
-        hints = typing.get_type_hints(cls)
+        hints = field_types(cls)
         kwargs = {}
         for key, value in values.items():
             if key not in allowed:
