@@ -238,6 +238,23 @@ def assert_same_results(got, want, rtol: float = SCORE_RTOL, where: str = "resul
         assert got == want, f"{where}: {got!r} != {want!r}"
 
 
+def forked_result(target, *args, timeout: float = 60.0):
+    """What ``target(queue, *args)`` puts on ``queue`` in a child forked from this process;
+    fails when the child still runs after ``timeout`` s (it waited on threads a fork does not copy)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=target, args=(queue, *args))
+    child.start()
+    child.join(timeout)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+    assert not hung, f"the forked child still ran after {timeout:.0f} s"
+    return queue.get(timeout=5)
+
+
 def shared_file(*parts: str) -> Path:
     """A file under ../shared/data, or skip the test with the reason."""
     path = SHARED_DATA.joinpath(*parts)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import require_embedder, require_modules
+from conftest import forked_result, require_embedder, require_modules
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -109,7 +109,7 @@ def test_lanes_and_threads_do_not_move_a_vector(cache, full, threads):
     assert e.encoder._pool is None  # closed with the embedder
 
 
-def _encode_in_child(embedder, queue) -> None:
+def _encode_in_child(queue, embedder) -> None:
     queue.put(embedder.encode_queries(TEXTS[:6]))
 
 
@@ -117,21 +117,10 @@ def _encode_in_child(embedder, queue) -> None:
 def test_a_forked_child_encodes_on_lanes_of_its_own(cache, full):
     """The lanes' threads do not survive a fork: a child process makes its own and gets the
     parent's bits, instead of waiting forever on the parent's pool."""
-    import multiprocessing as mp
-
     e = light(cache, num_threads=2)
     try:
         want = e.encode_queries(TEXTS[:6])  # the parent's pool exists
-        ctx = mp.get_context("fork")
-        queue = ctx.Queue()
-        child = ctx.Process(target=_encode_in_child, args=(e, queue))
-        child.start()
-        child.join(60)
-        hung = child.is_alive()
-        if hung:
-            child.kill()
-        assert not hung, "the forked child waited on the parent's lanes"
-        np.testing.assert_array_equal(queue.get(timeout=5), want)
+        np.testing.assert_array_equal(forked_result(_encode_in_child, e), want)
     finally:
         e.close()
 

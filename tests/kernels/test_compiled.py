@@ -219,19 +219,10 @@ def _rows_in_child(queue) -> None:
 def test_a_forked_child_runs_rows_on_pools_of_its_own():
     """A forked child inherits the parent's pool objects but not their threads: work queued on
     the parent's pool would never run. The child makes its own pool and finishes."""
-    import multiprocessing as mp
-
     import threading
+
+    from conftest import forked_result
 
     both = threading.Barrier(2)  # both ranges at once: the parent's pool has both of its threads
     parallel_rows(lambda lo, hi: both.wait(timeout=10), 50, threads=2, min_rows=1)
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_rows_in_child, args=(queue,))
-    child.start()
-    child.join(30)
-    hung = child.is_alive()
-    if hung:
-        child.kill()
-    assert not hung, "the forked child waited on the parent's pool"
-    assert queue.get(timeout=5) == 50
+    assert forked_result(_rows_in_child, timeout=30) == 50
