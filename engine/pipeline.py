@@ -296,18 +296,17 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         docs = state.doc_codes[candidates.clamp(min=0)].masked_fill(~mask, -1)
         if protect and bc.named_best_chunk:  # a named document is represented by its best chunk
             named_mask = named_best_chunks(named_mask, relevance, docs, candidates)
-        bridged = relevance
-        ranked_bridged = None  # the ranking's bridged scores where they differ from the selection's
+        bridged = ranked_bridged = relevance  # the selection's and the ranking's evidence
         if bridging:
             target = None  # what a chunk reached from a named document brings: the question beyond the names
             if bc.target_lexical_weight > 0 and batch.name_terms is not None and lexical is not None:
                 beyond = lexical - _lexical(state, batch.name_terms, candidates, compiled)  # BM25 is linear in the terms
                 target = calibrated_relevance(cosine, beyond, mask, weight=bc.target_lexical_weight)
-            bridged = graph_evidence(relation_blocks[0], relation_blocks[1] if len(relation_blocks) > 1 else None,
-                                     relevance, candidates, named_mask, docs, bc, target=target)
+            bridged = ranked_bridged = graph_evidence(
+                relation_blocks[0], relation_blocks[1] if len(relation_blocks) > 1 else None, relevance, candidates,
+                named_mask, docs, bc, target=target)
             if bc.others_beyond_names and target is not None and named_mask is not None:
-                # the ranking's; the selection keeps every chunk's own relevance as its evidence
-                ranked_bridged, bridged = bridged, torch.maximum(bridged, relevance)
+                bridged = torch.maximum(ranked_bridged, relevance)  # the selection keeps each chunk's own relevance
             if bc.past_cut:  # what bridging raised is evidence the selection's cut must not drop
                 keep = bridged > relevance
         support = page_support(relevance, docs, mask, bc.page_support, compiled=compiled) if bc.page_support > 0 else None
@@ -323,9 +322,9 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         # page support orders the ranking only: the selection's evidence cut is relative to the
         # best chunk, which the support lifts with its whole page, and it dropped second pages
         # from the context (bench/results/quality.md)
-        ranked_bridged = bridged if ranked_bridged is None else ranked_bridged
-        ranked = scores if support is None and ranked_bridged is bridged else \
-            final(ranked_bridged if support is None else ranked_bridged + support.to(bridged.dtype))
+        if support is not None:
+            ranked_bridged = ranked_bridged + support.to(ranked_bridged.dtype)
+        ranked = scores if ranked_bridged is bridged else final(ranked_bridged)
     elif mode == "activation":
         proximity = sa.proximity(candidates)
         alpha = config.activation.alpha

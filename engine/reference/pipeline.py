@@ -552,8 +552,8 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             named_pool = set(best_of.values())
         start = protect(relevance, relevance, named_pool, cfg.bridge.named_floor) \
             if named_pool and cfg.bridge.named_sources and cfg.bridge.rounds > 0 else None
-        beyond = cfg.bridge.others_beyond_names and target is not None and named_pool and cfg.bridge.rounds > 0
-        if beyond:  # the other candidates start from the question beyond the names too
+        others_beyond = cfg.bridge.others_beyond_names and target is not None and named_pool and cfg.bridge.rounds > 0
+        if others_beyond:  # the other candidates start from the question beyond the names too
             base = relevance if start is None else start
             start = {c: base[c] if c in named_pool else min(target[c], relevance[c]) for c in pool}
         anchors = named_pool if cfg.bridge.anchors == "named" else None
@@ -570,7 +570,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             return protect(s, relevance, named_pool, cfg.bridge.named_floor) if named_pool else s
 
         ranked_bridged = bridged
-        if beyond:  # the selection keeps every chunk's own relevance as its evidence
+        if others_beyond:  # the selection keeps every chunk's own relevance as its evidence
             bridged = {c: max(bridged[c], relevance[c]) for c in pool}
         scores = final(bridged)  # the selection's; page support orders the ranking only
         ranked = final(ranked_bridged)

@@ -16,14 +16,19 @@ def bridge_relevance(blocks, relevance, candidates, **kw):
     return _bridge(BlockGraph.from_dense(blocks), relevance, candidates, **kw)
 
 
-def loop_reference(blocks, relevance, candidates, *, sources, lam, gamma, rounds, anchors=None, docs=None):
+def loop_reference(blocks, relevance, candidates, *, sources, lam, gamma, rounds, anchors=None, docs=None,
+                   start=None, target=None):
     """One query at a time, dicts and sorted lists only; ``anchors`` the allowed sources,
-    ``docs`` the document of each candidate (no bridge inside one, one chunk per document)."""
-    out = relevance.clone().double()
+    ``docs`` the document of each candidate (no bridge inside one, one chunk per document),
+    ``start`` the scores bridging starts from and ``target`` what a reached chunk brings
+    (default: the relevance, both)."""
+    start = relevance if start is None else start
+    target = relevance if target is None else target
+    out = start.clone().double()
     for b in range(blocks.shape[0]):
         pool = [p for p in range(blocks.shape[1]) if candidates[b, p] >= 0]
-        r = {p: float(relevance[b, p]) for p in pool}
-        x = dict(r)
+        r = {p: float(target[b, p]) for p in pool}
+        x = {p: float(start[b, p]) for p in pool}
         for _ in range(rounds):
             eligible = [p for p in pool if anchors is None or bool(anchors[b, p])]
             top = sorted(eligible, key=lambda p: (-x[p], int(candidates[b, p])))[:sources]
@@ -132,7 +137,8 @@ def test_other_candidates_start_from_the_question_beyond_the_names(seed, device)
                          docs.to(device), config, target=target.to(device)).cpu()
     start = protect_named(r, r, named, cand, floor=0.0)
     own = torch.where(named | ~named.any(1, keepdim=True), start, torch.minimum(target, r))
-    want = loop_started(w, r, target, cand, own, named, sources=config.sources, lam=config.lam, gamma=config.gamma)
+    want = loop_reference(w, r, cand, sources=config.sources, lam=config.lam, gamma=config.gamma, rounds=1,
+                          anchors=named, start=own, target=target)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
     assert torch.equal(got[4], r[4])  # names nothing: its own relevance (no anchors)
     lowered = (got < r - 1e-12) & (cand >= 0)
@@ -142,17 +148,3 @@ def test_other_candidates_start_from_the_question_beyond_the_names(seed, device)
                          target=target)
     assert torch.all(off >= r)
 
-
-def loop_started(blocks, relevance, target, candidates, start, anchors, *, sources, lam, gamma):
-    """One round of bridging per query from ``start``, the named ``anchors`` vouching, a reached
-    chunk bringing ``target``: dicts and sorted lists only."""
-    out = start.clone()
-    for b in range(blocks.shape[0]):
-        pool = [p for p in range(blocks.shape[1]) if candidates[b, p] >= 0]
-        x = {p: float(start[b, p]) for p in pool}
-        top = sorted((p for p in pool if anchors[b, p]), key=lambda p: (-x[p], int(candidates[b, p])))[:sources]
-        for c in pool:
-            via = [(1 - lam) * x[s] + lam * float(target[b, c]) - gamma * (1 - float(blocks[b, s, c]))
-                   for s in top if blocks[b, s, c] > 0]
-            out[b, c] = max([x[c], *via])
-    return out
