@@ -154,13 +154,16 @@ class Retriever:
         if vectors.shape[0] != len(queries):
             raise SpectragError(f"{len(queries)} queries but {vectors.shape[0]} query vectors")
         titles = self.state.titles if named else None
-        terms = self.index.bm25.query_matrix(queries)
         named_chunks = name_terms = None
         if titles:  # the documents each names, and the terms of those names (what the question asks
             # beyond them is the rest: the bridged chunks' lexical evidence, pipeline.run)
-            named_chunks, _, names = titles.read(queries, min_specificity=self.config.seed.named_specificity)
+            named_chunks, _, names = titles.read(queries, min_specificity=self.config.seed.named_specificity,
+                                                 blanked=False)
             if self.config.bridge.target_lexical_weight > 0:
-                name_terms = self.index.bm25.query_matrix(names).minimum(terms).tocsr()
+                terms, name_terms = self.index.bm25.query_matrices(queries, names)  # one tokenizer call
+                name_terms = name_terms.minimum(terms).tocsr()
+        if name_terms is None:
+            terms = self.index.bm25.query_matrix(queries)
         return QueryBatch(vectors, terms, named_chunks, queries, allowed, name_terms)
 
     def hyde_vectors(self, queries: list[str], *, progress: bool = False) -> torch.Tensor:

@@ -195,14 +195,27 @@ class BM25Index:
         return cls(config, {t: i for i, t in enumerate(terms)}, matrix, (indptr, ids))
 
     def query_matrix(self, queries: list[str]) -> sp.csr_matrix:
-        """Term counts of the queries over the index vocabulary; unknown terms are dropped."""
-        rows, cols = [], []
-        for b, terms in enumerate(self._tokenize(queries)):
-            ids = [self.vocab[t] for t in terms if t in self.vocab]
-            rows += [b] * len(ids)
-            cols += ids
-        data = np.ones(len(rows), dtype=np.float32)
-        return sp.csr_matrix((data, (rows, cols)), shape=(len(queries), len(self.vocab)))
+        """Term counts of the queries over the index vocabulary; unknown terms are dropped.
+        Shapes: ``[B]`` -> float32 ``[B, vocab]``."""
+        return self.query_matrices(queries)[0]
+
+    def query_matrices(self, *groups: list[str]) -> list[sp.csr_matrix]:
+        """:meth:`query_matrix` of each list of texts, from one tokenizer call (its set-up is
+        paid once). Shapes: ``[B_i]`` each -> float32 ``[B_i, vocab]`` each."""
+        texts = [t for group in groups for t in group]
+        vocab = self.vocab
+        ids = [[vocab[t] for t in terms if t in vocab] for terms in self._tokenize(texts)] if texts else []
+        starts = np.concatenate([[0], np.cumsum(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)))])
+        cols = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(starts[-1]))
+        out, lo = [], 0
+        for group in groups:
+            hi = lo + len(group)
+            m = sp.csr_matrix((np.ones(int(starts[hi] - starts[lo]), dtype=np.float32), cols[starts[lo]:starts[hi]],
+                               starts[lo : hi + 1] - starts[lo]), shape=(len(group), len(vocab)))
+            m.sum_duplicates()  # a term said twice counts 2; indices sorted
+            out.append(m)
+            lo = hi
+        return out
 
     def score(self, queries: list[str]) -> sp.csr_matrix:
         """BM25 scores of every chunk for every query, as sparse ``[B, n]``."""

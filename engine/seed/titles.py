@@ -98,6 +98,7 @@ class TitleIndex:
         self._title_of = np.asarray(self._title_of, dtype=np.int64)
         self.names = names
         self.specificity = title_specificity(names, bm25, doc_codes) if bm25 is not None else np.ones(len(names))
+        self._specificity_list = self.specificity.tolist()  # read per match: a list item, not a numpy scalar
         # each chunk's own title's specificity (0 without a title): titles come first in ``names``
         self.chunk_specificity = np.where(has, self.specificity[np.maximum(owner, 0)], 0.0) if len(titles) \
             else np.zeros(self.n)
@@ -116,24 +117,28 @@ class TitleIndex:
         Shapes: ``[B]`` -> ``[B]`` strings."""
         return self.read(queries, min_specificity=min_specificity)[1]
 
-    def read(self, queries: Sequence[str], *, min_specificity: float = 0.0
-             ) -> tuple[sp.csr_matrix, list[str], list[str]]:
-        """:meth:`named`, :meth:`without_names` and the names themselves (each query's blanked
-        matches, space-separated) from one scan of each query."""
-        hits, rest, names = [], [], []
-        for text in queries:
+    def read(self, queries: Sequence[str], *, min_specificity: float = 0.0, blanked: bool = True
+             ) -> tuple[sp.csr_matrix, list[str] | None, list[str]]:
+        """:meth:`named`, :meth:`without_names` (None unless ``blanked``: the retriever needs
+        only the names) and the names themselves (each query's matches of that specificity,
+        space-separated) from one scan of each query."""
+        specificity = self._specificity_list
+        hits, rest, names = [], [] if blanked else None, []
+        for text in queries:  # string matching: host work per text, the automaton's own loop
             t, spans = self.matcher.spans(text)
             found: set[int] = set()
             cut = []
-            for start, end, ids in reversed(spans):
-                specific = [i for i in ids if self.specificity[i] >= min_specificity]
+            for start, end, ids in spans:
+                specific = [i for i in ids if specificity[i] >= min_specificity]
                 if specific:
                     found.update(specific)
-                    cut.append(t[start:end])
-                    t = t[:start] + " " + t[end:]
+                    cut.append((start, end))
             hits.append(sorted(found))
-            rest.append(t)
-            names.append(" ".join(reversed(cut)))
+            names.append(" ".join(t[start:end] for start, end in cut))
+            if blanked:
+                for start, end in reversed(cut):  # from the end: earlier offsets stay valid
+                    t = t[:start] + " " + t[end:]
+                rest.append(t)
         rows = np.repeat(np.arange(len(hits)), [len(h) for h in hits])
         cols = self._title_of[np.fromiter((t for h in hits for t in h), dtype=np.int64, count=len(rows))]
         pick = sp.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)),

@@ -259,3 +259,21 @@ def test_add_extends_or_falls_back_to_a_full_build(tmp_path, monkeypatch):
         s2, i2 = full.bm25_search(QUERIES, 10)
         np.testing.assert_array_equal(i1, i2)
         np.testing.assert_allclose(s1, s2, atol=1e-6, rtol=0)
+
+
+def test_query_matrices_of_one_tokenizer_call_equal_each_group_alone(sample_index):
+    bm = sample_index.bm25
+    first = ["flood flood of 1907", "", "qqqq not a term", "bridge toll"]
+    second = ["the flood", "bridge bridge bridge"]
+    a, b = bm.query_matrices(first, second)
+    for got, texts in ((a, first), (b, second)):
+        want = np.zeros((len(texts), len(bm.vocab)), np.float32)
+        for row, terms in enumerate(bm._tokenize(texts)):  # term counts, one text at a time
+            for t in terms:
+                if t in bm.vocab:
+                    want[row, bm.vocab[t]] += 1
+        assert got.dtype == np.float32 and got.has_canonical_format
+        assert np.array_equal(got.toarray(), want)
+        assert np.array_equal(bm.query_matrix(texts).toarray(), want)
+    assert a.toarray().max() == 2 and b.toarray().max() == 3  # repeated terms are counted
+    assert [m.shape for m in bm.query_matrices([], ["x"])] == [(0, len(bm.vocab)), (1, len(bm.vocab))]

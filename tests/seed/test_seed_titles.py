@@ -94,3 +94,16 @@ def test_without_names_blanks_only_the_names_that_name_something(bm25):
     titles = TitleIndex(TITLES, bm25)
     got = titles.without_names(["Which arguments does the  Veltra Bridge toll take?"], min_specificity=0.5)
     assert got == ["which arguments does the   toll take?"]  # "Arguments" is too common to name a page
+
+
+@pytest.mark.parametrize("bar", [0.0, 0.5])
+def test_reading_without_the_blanked_text_gives_the_same_names(sample_index, bar):
+    questions = [q["question"] for q in sample_questions()] + ["What does the Veltra Bridge cost?", ""]
+    titles = TitleIndex([c.title for c in sample_index.chunks], sample_index.bm25)
+    named, rest, names = titles.read(questions, min_specificity=bar)
+    named_only, none, names_only = titles.read(questions, min_specificity=bar, blanked=False)
+    assert none is None and names_only == names and (named_only != named).nnz == 0
+    # the names are what the blanked text lost: its characters and theirs make the question's
+    for q, r, n in zip(questions, rest, names):
+        assert sorted((r + n).replace(" ", "")) == sorted(q.casefold().replace(" ", ""))
+    assert any(names)  # some questions name a document: the comparison can fail
