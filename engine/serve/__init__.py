@@ -1,7 +1,8 @@
 """Serving: a long-lived process that keeps the model and the index loaded and gathers
 concurrent requests into one tensor batch.
 
-- :mod:`spectrag.serve.batcher`: :class:`MicroBatcher`, one worker thread owning the retriever;
+- :mod:`spectrag.serve.batcher`: :class:`MicroBatcher`, a worker that gathers and embeds, a scorer
+  and a finisher, overlapping;
 - :mod:`spectrag.serve.app`: the FastAPI app and ``serve`` (``spectrag serve DIR``; the
   ``serve`` extra: ``pip install 'spectrag[serve]'``).
 """

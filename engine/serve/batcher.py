@@ -1,19 +1,22 @@
 """Micro-batching: concurrent requests gathered into one tensor batch.
 
-One worker thread owns the :class:`~spectrag.retriever.Retriever` (the model, the query state,
+The batcher's threads own the :class:`~spectrag.retriever.Retriever` (the model, the query state,
 every tensor); callers only enqueue. The worker takes the first waiting request, then keeps
 gathering for at most ``max_wait_ms`` after it arrived, or until ``max_batch`` queries are in
 hand, and scores what it gathered with ONE :meth:`Retriever.score_batch` call per (mode, budget)
 (the pipeline takes one of each per batch; requests differing there are scored side by side in the
-same round). A second thread builds each scored batch's contexts while the worker scores the
-next batch (the embedding and the engine release the GIL). Each caller's future gets its own contexts, with its own ``k`` (the ranking does not
+same round). Three stages overlap, each on a thread of its own: the worker gathers a batch and
+embeds its queries (one call; a query's vector does not depend on its batch), a scorer thread runs
+the engine on the batch before it, and a finisher builds the contexts of the batch before that
+(the embedding and the engine release the GIL), so the cores are not idle while one stage waits
+on another. Each caller's future gets its own contexts, with its own ``k`` (the ranking does not
 depend on the budget, so a top-k request shares any batch of its mode).
 
 ``enabled=False`` scores every request alone (the same worker, no gathering): the reference the
 load test compares against. :meth:`close` stops taking requests and returns when every request
 already accepted has its answer (or after ``timeout`` seconds). A caller may cancel its future
-(the server does when its shutdown grace period ends): a request cancelled before the worker
-takes it is never scored, and the worker never sets a result on a cancelled future; nothing a
+(the server does when its shutdown grace period ends): a request cancelled before the scorer
+takes it is never scored (its query vectors may have been computed), and the worker never sets a result on a cancelled future; nothing a
 request does stops the worker.
 """
 
@@ -25,6 +28,8 @@ import time
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+import torch
 
 from spectrag.config import RetrieverConfig, check_setting
 from spectrag.contexts import build_contexts
@@ -69,7 +74,8 @@ class Stats:
 
 
 class MicroBatcher:
-    """``submit(queries, mode=, budget=, k=) -> Future[list[Context]]``, scored by one worker thread.
+    """``submit(queries, mode=, budget=, k=) -> Future[list[Context]]``, gathered and embedded by
+    one worker thread, scored by one scorer thread.
 
     ``max_batch``: queries per ``score_batch`` call (default 256), and the most one request may
     carry. ``max_wait_ms``: how long the first request of a batch waits for company (default 5).
@@ -91,9 +97,14 @@ class MicroBatcher:
         self._closing = False  # no more submits (set by close)
         self._stopped = False  # the worker has seen the close marker
         self._carry: _Request | None = None  # a request that did not fit in the last batch
-        # one thread builds the contexts of a scored batch while the worker scores the next
+        # a gathered, embedded batch waits here for the scorer: at most one, so the worker stays one
+        # batch ahead (later requests keep queueing and make the next batch larger)
+        self._ready: queue.Queue = queue.Queue(maxsize=1)  # (retriever, batch, vectors | None), then _STOP
+        # one thread builds the contexts of a scored batch while the scorer scores the next
         self._finisher = ThreadPoolExecutor(1, thread_name_prefix="spectrag-contexts")
+        self._scorer = threading.Thread(target=self._score_loop, name="spectrag-scorer", daemon=True)
         self._worker = threading.Thread(target=self._loop, name="spectrag-batcher", daemon=True)
+        self._scorer.start()
         self._worker.start()
 
     # -- callers ------------------------------------------------------------------------------
@@ -129,7 +140,9 @@ class MicroBatcher:
             if not self._closing:
                 self._closing = True
                 self._queue.put(_STOP)  # the last item ever queued: what is before it is answered first
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._worker.join(timeout)
+        self._scorer.join(None if deadline is None else max(deadline - time.monotonic(), 0.0))
 
     @property
     def closed(self) -> bool:
@@ -143,15 +156,37 @@ class MicroBatcher:
     # -- the worker ---------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        """The worker: gather a batch, embed it, hand it to the scorer."""
         try:
             while not (self._stopped and self._carry is None):
                 first, self._carry = self._carry or self._queue.get(), None
                 if first is _STOP:
                     self._stopped = True
                     continue
-                self._score(self._gather(first))
+                batch = self._gather(first)
+                retriever = self.retriever  # once per batch: a reload (serve/follow.py) swaps it between batches
+                self._ready.put((retriever, batch, self._embed(retriever, batch)))
         finally:
-            self._finisher.shutdown(wait=True)  # the worker ends once every scored batch has its answers
+            self._ready.put(_STOP)
+
+    def _embed(self, retriever: Retriever, batch: list[_Request]) -> torch.Tensor | None:
+        """The query vectors ``[Q, d]`` of every query of ``batch`` in order, in one call (mode
+        ``hyde`` embeds passages, not queries: its rows go unused); None when embedding fails (the
+        scorer then embeds each group itself and its callers get that error)."""
+        if all(r.mode == "hyde" for r in batch) or all(r.future.cancelled() for r in batch):
+            return None
+        try:
+            return retriever.embed([q for r in batch for q in r.queries])
+        except Exception:  # noqa: BLE001  (raised again, to the callers, where the group is scored)
+            return None
+
+    def _score_loop(self) -> None:
+        """The scorer: each embedded batch through the engine, its contexts to the finisher."""
+        try:
+            while (item := self._ready.get()) is not _STOP:
+                self._score(*item)
+        finally:
+            self._finisher.shutdown(wait=True)  # the scorer ends once every scored batch has its answers
 
     def _gather(self, first: _Request) -> list[_Request]:
         """``first`` and the requests that join it: those already waiting, and those arriving
@@ -173,11 +208,14 @@ class MicroBatcher:
             size += len(req.queries)
         return batch
 
-    def _score(self, batch: list[_Request]) -> None:
-        """One ``score_batch`` per (mode, budget) among ``batch``; each future gets its slice.
-        A request whose future was cancelled is dropped here (a running future cannot be
+    def _score(self, retriever: Retriever, batch: list[_Request], vectors: torch.Tensor | None) -> None:
+        """One ``score_batch`` per (mode, budget) among ``batch`` (``vectors [Q, d]``: its queries'
+        vectors in order, or None), with the retriever that embedded it; each future gets its
+        slice. A request whose future was cancelled is dropped here (a running future cannot be
         cancelled any more, so the results set below always land)."""
-        retriever = self.retriever  # once per batch: a reload (serve/follow.py) swaps it between batches
+        rows, lo = {}, 0
+        for r in batch:  # each request's rows of ``vectors``
+            rows[id(r)], lo = (lo, lo + len(r.queries)), lo + len(r.queries)
         live = [r for r in batch if r.future.set_running_or_notify_cancel()]
         if len(live) < len(batch):
             self._done([r for r in batch if r.future.cancelled()], cancelled=True)
@@ -190,10 +228,12 @@ class MicroBatcher:
         for (mode, budget), reqs in groups.items():
             texts = [q for r in reqs for q in r.queries]
             index = retriever.index  # the contexts come from the index that scored them
+            qvecs = None if vectors is None or mode == "hyde" else \
+                torch.cat([vectors[slice(*rows[id(r)])] for r in reqs])
             try:
-                result = retriever.score_batch(texts, mode=mode, budget=budget,
+                result = retriever.score_batch(texts, mode=mode, budget=budget, qvecs=qvecs,
                                                where=[r.where for r in reqs for _ in r.queries])
-            except Exception as exc:  # noqa: BLE001  (the callers get the error; the worker goes on)
+            except Exception as exc:  # noqa: BLE001  (the callers get the error; the scorer goes on)
                 self._failed(reqs, exc)
                 continue
             # the contexts (Python objects, text) are built beside the next batch's embedding and

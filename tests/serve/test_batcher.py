@@ -100,3 +100,66 @@ def test_limits_and_close_drains(retriever):
     assert batcher.pending == 0 and batcher.stats.batches == 2  # 3 + 3 > max_batch: two batches
     with pytest.raises(Closing):
         batcher.submit(QUESTIONS[:1])
+
+
+class _HeldScoring:
+    """``retriever`` whose ``score_batch`` waits for ``release``; records the queries each
+    ``embed`` call got (the worker's, for a whole gathered batch)."""
+
+    def __init__(self, retriever) -> None:
+        self._inner, self.release, self.scoring = retriever, threading.Event(), threading.Event()
+        self.embedded: list[list[str]] = []
+        self.embedded_event = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def embed(self, queries):
+        self.embedded.append(list(queries))
+        self.embedded_event.set()
+        return self._inner.embed(queries)
+
+    def score_batch(self, *args, **kwargs):
+        self.scoring.set()
+        assert self.release.wait(120)
+        return self._inner.score_batch(*args, **kwargs)
+
+
+def test_the_next_batch_is_embedded_while_one_is_scored_and_the_answers_do_not_change(retriever):
+    held = _HeldScoring(retriever)
+    batcher = MicroBatcher(held, max_batch=8, max_wait_ms=0)
+    try:
+        first = batcher.submit(QUESTIONS[:2], budget=700)
+        assert held.scoring.wait(60)  # the scorer holds the first batch
+        held.embedded_event.clear()
+        second = batcher.submit(QUESTIONS[2:5], budget=700)
+        third = batcher.submit(QUESTIONS[5:6], k=2)
+        assert held.embedded_event.wait(60)  # embedded while the first batch is still being scored
+        assert not first.done() and held.embedded[1][0] == QUESTIONS[2]
+        held.release.set()
+        got = [f.result(timeout=120) for f in (first, second, third)]
+    finally:
+        held.release.set()
+        batcher.close()
+    assert_same_results(got[0], retriever.retrieve(QUESTIONS[:2], budget=700))
+    assert_same_results(got[1], retriever.retrieve(QUESTIONS[2:5], budget=700))
+    assert_same_results(got[2], retriever.retrieve(QUESTIONS[5:6], k=2))
+
+
+def test_a_request_embedded_but_cancelled_before_scoring_is_never_scored(retriever):
+    held = _HeldScoring(retriever)
+    batcher = MicroBatcher(held, max_batch=8, max_wait_ms=0)
+    try:
+        first = batcher.submit(QUESTIONS[:1])
+        assert held.scoring.wait(60)
+        held.embedded_event.clear()
+        second = batcher.submit(QUESTIONS[1:3])
+        assert held.embedded_event.wait(60) and QUESTIONS[1] in held.embedded[-1]
+        assert second.cancel()  # its vectors exist, but the scorer has not taken it
+        held.release.set()
+        assert len(first.result(timeout=120)) == 1
+        assert batcher.submit(QUESTIONS[3:4]).result(timeout=120)  # the scorer went on
+    finally:
+        held.release.set()
+        batcher.close()
+    assert second.cancelled() and batcher.stats.cancelled == 1 and batcher.stats.requests == 2
