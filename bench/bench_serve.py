@@ -2,7 +2,8 @@
 
 Question: how much do concurrent requests gain from being scored as one tensor batch? For each
 variant (``on``: the defaults, ``--max-wait-ms 5``; ``off``: ``--no-batching``, every request
-scored alone by the same single worker) a fresh ``spectrag serve INDEX`` process is started on a
+scored alone by the same threads; ``on-no-overlap`` / ``off-no-overlap``: the same with
+``--no-overlap``, each batch embedded after the one before is scored) a fresh ``spectrag serve INDEX`` process is started on a
 free loopback port, warmed up (``--warmup`` requests, untimed), then ``--clients`` concurrent
 clients (threads, one keep-alive connection each) send ``--requests`` requests in all, one query
 each (the MuSiQue questions in turn), and the run stops by itself. Reported: queries/s over the
@@ -110,7 +111,9 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--mode", default="spectral")
     ap.add_argument("--max-wait-ms", type=float, default=5.0)
-    ap.add_argument("--variants", default="on,off", help="on (micro-batching), off (one request per call) or both")
+    ap.add_argument("--variants", default="on,off",
+                    help="comma-separated: on (micro-batching), off (one request per call), on-no-overlap and "
+                         "off-no-overlap (--no-overlap: a batch is embedded after the one before is scored)")
     ap.add_argument("--start-timeout", type=float, default=300, help="seconds a server may take to come up")
     ap.add_argument("--server-args", default="", help="more arguments for every server, e.g. '--config FILE'")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "serve_cpu"))
@@ -124,7 +127,9 @@ def main() -> None:
     record["settings"] = vars(args)
     rows = []
     for rnd in range(args.rounds):
-        variants = {"on": ["--max-wait-ms", str(args.max_wait_ms)], "off": ["--no-batching"]}
+        variants = {"on": ["--max-wait-ms", str(args.max_wait_ms)], "off": ["--no-batching"],
+                    "on-no-overlap": ["--max-wait-ms", str(args.max_wait_ms), "--no-overlap"],
+                    "off-no-overlap": ["--no-batching", "--no-overlap"]}
         for name, extra in ((v, variants[v]) for v in args.variants.split(",")):
             port = free_port()
             url = f"http://127.0.0.1:{port}"
@@ -151,7 +156,8 @@ def main() -> None:
             rows.append(row)
     on = statistics.median([r["qps"] for r in rows if r["batching"] == "on"] or [float("nan")])
     off = statistics.median([r["qps"] for r in rows if r["batching"] == "off"] or [float("nan")])
-    record.update(rows=rows, speedup=on / off)
+    medians = {v: statistics.median([r["qps"] for r in rows if r["batching"] == v]) for v in dict.fromkeys(r["batching"] for r in rows)}
+    record.update(rows=rows, speedup=on / off, median_qps=medians)
     finish_record(record)
     lines = results_header(f"`spectrag serve` under load: micro-batching on vs off ({args.clients} clients, "
                            f"mode {args.mode}, budget {args.budget}, k {args.k})", record)
@@ -164,7 +170,8 @@ def main() -> None:
               f"{sum(r['requests'] for r in rows):,} timed requests, {sum(r['errors'] for r in rows)} errors. "
               "Latency is measured by the client, from sending a request to reading its answer "
               f"(chunk texts included). Index: `{args.index}`; server and clients share the machine. A clean exit: "
-              "the server logged a complete shutdown with no traceback (uvicorn then re-raises SIGTERM, status -15)."]
+              "the server logged a complete shutdown with no traceback (uvicorn then re-raises SIGTERM, status -15). "
+              "Median queries/s: " + ", ".join(f"{v} {q:.1f}" for v, q in medians.items()) + "."]
     write_results(args.out, lines, record)
     if any(r["errors"] or not r["clean_exit"] for r in rows):
         raise SystemExit("errors or an unclean exit: see the table")

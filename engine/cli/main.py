@@ -484,6 +484,8 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 @click.option("--max-batch", default=256, show_default=True, help="Queries scored together (and the most in one request).")
 @click.option("--max-wait-ms", default=5.0, show_default=True, help="How long a batch's first request waits for others.")
 @click.option("--no-batching", is_flag=True, help="Score every request alone (for comparison).")
+@click.option("--no-overlap", is_flag=True,
+              help="Embed a batch after the one before is scored, not while it is (for a machine of one core).")
 @click.option("--max-k", default=1000, show_default=True, help="Largest k a request may ask for.")
 @click.option("--max-body-bytes", default=1 << 20, show_default=True, help="Largest request body.")
 @click.option("--body-timeout-s", default=30.0, show_default=True, help="A request body must arrive in full within this (else 408).")
@@ -498,7 +500,7 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
               help="Seconds between looks for a new index generation written by an edit (0: only POST /v1/reload).")
 @_friendly
 def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_file: Path | None, device: str | None,
-              max_batch: int, max_wait_ms: float, no_batching: bool, max_k: int, max_body_bytes: int,
+              max_batch: int, max_wait_ms: float, no_batching: bool, no_overlap: bool, max_k: int, max_body_bytes: int,
               body_timeout_s: float, header_timeout_s: float, graceful_s: float, log_level: str, quiet: bool,
               follow_s: float) -> None:
     """Serve retrieval over HTTP (POST /retrieve, GET /healthz, GET /info), batching concurrent requests."""
@@ -521,7 +523,8 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
         retriever = Retriever(load_index(index_dir), _retriever_config(config_file, mode, device))
         # load the model, touch the state and compile (or load from numba's cache) the kernels before the first request
         retriever.retrieve("warm-up")
-    settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching, max_k=max_k,
+    settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching,
+                             overlap=not no_overlap, max_k=max_k,
                              max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s,
                              header_timeout_s=header_timeout_s, follow_s=follow_s)
     LOGGER.info(f"serving {index_dir} generation {retriever.index.generation} ({len(retriever.index.chunks):,} chunks, "

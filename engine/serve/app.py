@@ -74,6 +74,7 @@ class ServeSettings:
     max_batch: int = 256  # queries per score_batch call, and per request
     max_wait_ms: float = 5.0  # how long a batch's first request waits for company
     batching: bool = True  # False: every request scored alone
+    overlap: bool = True  # False: a batch is embedded by the scorer, after the one before (MicroBatcher)
     max_k: int = 1000
     max_body_bytes: int = 1 << 20
     body_timeout_s: float = 30.0  # a request body must arrive in full within this (else 408)
@@ -141,7 +142,7 @@ def create_app(retriever: Retriever, settings: ServeSettings | None = None) -> F
     async def lifespan(app: FastAPI):
         app.state.batcher = MicroBatcher(app_state.pop("retriever"), max_batch=settings.max_batch,
                                          max_wait_ms=settings.max_wait_ms, enabled=settings.batching,
-                                         max_pending=settings.max_pending)
+                                         max_pending=settings.max_pending, overlap=settings.overlap)
         app.state.follower = IndexFollower(app.state.batcher, poll_s=settings.follow_s)
         yield
         app.state.follower.close()

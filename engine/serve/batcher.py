@@ -1,23 +1,28 @@
 """Micro-batching: concurrent requests gathered into one tensor batch.
 
 The batcher's threads own the :class:`~spectrag.retriever.Retriever` (the model, the query state,
-every tensor); callers only enqueue. The worker takes the first waiting request, then keeps
-gathering for at most ``max_wait_ms`` after it arrived, or until ``max_batch`` queries are in
-hand, and scores what it gathered with ONE :meth:`Retriever.score_batch` call per (mode, budget)
-(the pipeline takes one of each per batch; requests differing there are scored side by side in the
-same round). Three stages overlap, each on a thread of its own: the worker gathers a batch and
-embeds its queries (one call; a query's vector does not depend on its batch), a scorer thread runs
-the engine on the batch before it, and a finisher builds the contexts of the batch before that
-(the embedding and the engine release the GIL), so the cores are not idle while one stage waits
-on another. Each caller's future gets its own contexts, with its own ``k`` (the ranking does not
-depend on the budget, so a top-k request shares any batch of its mode).
+every tensor); callers only enqueue. Two threads share the work, as continuous batching does:
 
-``enabled=False`` scores every request alone (the same worker, no gathering): the reference the
+- the **embedder** takes requests as they arrive (all that are waiting at once, in one call) and
+  embeds their queries (a query's vector does not depend on its batch), while
+- the **scorer** runs the engine: when it is free it takes the first embedded request, waits for
+  company for at most ``max_wait_ms`` after that request arrived (or until ``max_batch`` queries
+  are in hand), and scores what it took with ONE :meth:`Retriever.score_batch` call per (mode,
+  budget) (the pipeline takes one of each per batch; requests differing there are scored side by
+  side in the same round). Requests that arrive while it is busy are embedded meanwhile and
+  make its next batch.
+
+A third thread builds each scored batch's contexts while the scorer scores the next (the
+embedding and the engine release the GIL). Each caller's future gets its own contexts, with its
+own ``k`` (the ranking does not depend on the budget, so a top-k request shares any batch of its
+mode). ``overlap=False`` leaves the embedding to the scorer (inside ``score_batch``).
+
+``enabled=False`` scores every request alone (the same threads, no gathering): the reference the
 load test compares against. :meth:`close` stops taking requests and returns when every request
 already accepted has its answer (or after ``timeout`` seconds). A caller may cancel its future
 (the server does when its shutdown grace period ends): a request cancelled before the scorer
-takes it is never scored (its query vectors may have been computed), and the worker never sets a result on a cancelled future; nothing a
-request does stops the worker.
+takes it is never scored (its query vectors may have been computed), and no result is ever set
+on a cancelled future; nothing a request does stops the batcher's threads.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -59,6 +64,8 @@ class _Request:
     where: dict | None = None  # the request's metadata filter (a batch mixes filters: one per query)
     future: Future = field(default_factory=Future)
     arrived: float = field(default_factory=time.perf_counter)
+    vectors: torch.Tensor | None = None  # [len(queries), d], set by the embedder
+    embedded_by: Retriever | None = None  # whose model made ``vectors``
 
 
 @dataclass
@@ -74,38 +81,41 @@ class Stats:
 
 
 class MicroBatcher:
-    """``submit(queries, mode=, budget=, k=) -> Future[list[Context]]``, gathered and embedded by
-    one worker thread, scored by one scorer thread.
+    """``submit(queries, mode=, budget=, k=) -> Future[list[Context]]``, embedded by one thread as
+    it arrives, scored in batches by another.
 
     ``max_batch``: queries per ``score_batch`` call (default 256), and the most one request may
     carry. ``max_wait_ms``: how long the first request of a batch waits for company (default 5).
     ``max_pending``: queries waiting at most (default ``16 * max_batch``); beyond, :class:`Busy`.
+    ``overlap``: the embedder embeds requests while the scorer runs the batch before (default);
+    False: the scorer embeds each batch itself (for a machine of one core, where the overlap
+    only makes the stages take turns).
     """
 
     def __init__(self, retriever: Retriever, *, max_batch: int = 256, max_wait_ms: float = 5.0,
-                 enabled: bool = True, max_pending: int | None = None) -> None:
+                 enabled: bool = True, max_pending: int | None = None, overlap: bool = True) -> None:
         if max_batch < 1 or max_wait_ms < 0:
             raise SpectragError(f"max_batch must be >= 1 and max_wait_ms >= 0, got {max_batch} and {max_wait_ms}")
         self.retriever = retriever
         self.max_batch, self.max_wait = max_batch, max_wait_ms / 1000
-        self.enabled = enabled
+        self.enabled, self.overlap = enabled, overlap
         self.max_pending = max_pending or 16 * max_batch
         self.stats = Stats()
         self._queue: queue.Queue = queue.Queue()  # _Request items, then _STOP
         self._pending = 0  # queries submitted and not yet answered
         self._lock = threading.Lock()
         self._closing = False  # no more submits (set by close)
-        self._stopped = False  # the worker has seen the close marker
-        self._carry: _Request | None = None  # a request that did not fit in the last batch
-        # a gathered, embedded batch waits here for the scorer: at most one, so the worker stays one
-        # batch ahead (later requests keep queueing and make the next batch larger)
-        self._ready: queue.Queue = queue.Queue(maxsize=1)  # (retriever, batch, vectors | None), then _STOP
+        # embedded requests, in arrival order, for the scorer; ``_drained``: the embedder has passed
+        # on the last request there will be
+        self._ready: deque[_Request] = deque()
+        self._ready_changed = threading.Condition()
+        self._drained = False
         # one thread builds the contexts of a scored batch while the scorer scores the next
         self._finisher = ThreadPoolExecutor(1, thread_name_prefix="spectrag-contexts")
+        self._embedder = threading.Thread(target=self._embed_loop, name="spectrag-embedder", daemon=True)
         self._scorer = threading.Thread(target=self._score_loop, name="spectrag-scorer", daemon=True)
-        self._worker = threading.Thread(target=self._loop, name="spectrag-batcher", daemon=True)
+        self._embedder.start()
         self._scorer.start()
-        self._worker.start()
 
     # -- callers ------------------------------------------------------------------------------
 
@@ -141,7 +151,7 @@ class MicroBatcher:
                 self._closing = True
                 self._queue.put(_STOP)  # the last item ever queued: what is before it is answered first
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._worker.join(timeout)
+        self._embedder.join(timeout)
         self._scorer.join(None if deadline is None else max(deadline - time.monotonic(), 0.0))
 
     @property
@@ -153,69 +163,85 @@ class MicroBatcher:
         """Queries accepted and not yet answered."""
         return self._pending
 
-    # -- the worker ---------------------------------------------------------------------------
+    # -- the embedder -------------------------------------------------------------------------
 
-    def _loop(self) -> None:
-        """The worker: gather a batch, embed it, hand it to the scorer."""
+    def _embed_loop(self) -> None:
+        """Every waiting request (up to ``max_batch`` queries), embedded in one call, then handed
+        to the scorer; until the close marker."""
+        stopped = False
         try:
-            while not (self._stopped and self._carry is None):
-                first, self._carry = self._carry or self._queue.get(), None
-                if first is _STOP:
-                    self._stopped = True
-                    continue
-                batch = self._gather(first)
-                retriever = self.retriever  # once per batch: a reload (serve/follow.py) swaps it between batches
-                self._ready.put((retriever, batch, self._embed(retriever, batch)))
+            while not stopped:
+                reqs, size = [self._queue.get()], 0
+                while reqs[-1] is not _STOP and (size := size + len(reqs[-1].queries)) < self.max_batch:
+                    try:
+                        reqs.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                if reqs[-1] is _STOP:  # the last item ever queued
+                    stopped = True
+                    reqs.pop()
+                if self.overlap:
+                    self._embed(reqs)
+                with self._ready_changed:
+                    self._ready.extend(reqs)
+                    self._ready_changed.notify()
         finally:
-            self._ready.put(_STOP)
+            with self._ready_changed:
+                self._drained = True
+                self._ready_changed.notify()
 
-    def _embed(self, retriever: Retriever, batch: list[_Request]) -> torch.Tensor | None:
-        """The query vectors ``[Q, d]`` of every query of ``batch`` in order, in one call (mode
-        ``hyde`` embeds passages, not queries: its rows go unused); None when embedding fails (the
-        scorer then embeds each group itself and its callers get that error)."""
-        if all(r.mode == "hyde" for r in batch) or all(r.future.cancelled() for r in batch):
-            return None
+    def _embed(self, reqs: list[_Request]) -> None:
+        """Sets each request's ``vectors`` (mode ``hyde`` embeds passages, not queries: those are
+        left to the scorer, as are all when embedding fails: the callers get that error there)."""
+        todo = [r for r in reqs if r.mode != "hyde" and not r.future.cancelled()]
+        if not todo:
+            return
+        retriever = self.retriever
         try:
-            return retriever.embed([q for r in batch for q in r.queries])
-        except Exception:  # noqa: BLE001  (raised again, to the callers, where the group is scored)
-            return None
+            vectors = retriever.embed([q for r in todo for q in r.queries])
+        except Exception:  # noqa: BLE001  (raised again, to the callers, where the batch is scored)
+            return
+        lo = 0
+        for r in todo:
+            r.vectors, r.embedded_by = vectors[lo : lo + len(r.queries)], retriever
+            lo += len(r.queries)
+
+    # -- the scorer ---------------------------------------------------------------------------
 
     def _score_loop(self) -> None:
-        """The scorer: each embedded batch through the engine, its contexts to the finisher."""
         try:
-            while (item := self._ready.get()) is not _STOP:
-                self._score(*item)
+            while (batch := self._take()) is not None:
+                self._score(batch)
         finally:
             self._finisher.shutdown(wait=True)  # the scorer ends once every scored batch has its answers
 
-    def _gather(self, first: _Request) -> list[_Request]:
-        """``first`` and the requests that join it: those already waiting, and those arriving
-        within ``max_wait`` of ``first``, up to ``max_batch`` queries."""
-        batch, size = [first], len(first.queries)
-        deadline = first.arrived + self.max_wait
-        while self.enabled and size < self.max_batch and not self._stopped:
-            try:
-                req = self._queue.get(timeout=max(deadline - time.perf_counter(), 0.0))
-            except queue.Empty:
-                break
-            if req is _STOP:
-                self._stopped = True
-                break
-            if size + len(req.queries) > self.max_batch:
-                self._carry = req  # the first of the next batch
-                break
-            batch.append(req)
-            size += len(req.queries)
-        return batch
+    def _take(self) -> list[_Request] | None:
+        """The next batch: the first embedded request and those that join it within ``max_wait``
+        of its arrival, up to ``max_batch`` queries (None once every request is answered)."""
+        with self._ready_changed:
+            while not self._ready and not self._drained:
+                self._ready_changed.wait()
+            if not self._ready:
+                return None
+            if self.enabled:
+                deadline = self._ready[0].arrived + self.max_wait
+                while not self._drained and sum(len(r.queries) for r in self._ready) < self.max_batch:
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        break
+                    self._ready_changed.wait(left)
+            batch = [self._ready.popleft()]
+            size = len(batch[0].queries)
+            while self.enabled and self._ready and size + len(self._ready[0].queries) <= self.max_batch:
+                batch.append(self._ready.popleft())
+                size += len(batch[-1].queries)
+            return batch
 
-    def _score(self, retriever: Retriever, batch: list[_Request], vectors: torch.Tensor | None) -> None:
-        """One ``score_batch`` per (mode, budget) among ``batch`` (``vectors [Q, d]``: its queries'
-        vectors in order, or None), with the retriever that embedded it; each future gets its
-        slice. A request whose future was cancelled is dropped here (a running future cannot be
+    def _score(self, batch: list[_Request]) -> None:
+        """One ``score_batch`` per (mode, budget) among ``batch``; each future gets its slice.
+        A request whose future was cancelled is dropped here (a running future cannot be
         cancelled any more, so the results set below always land)."""
-        rows, lo = {}, 0
-        for r in batch:  # each request's rows of ``vectors``
-            rows[id(r)], lo = (lo, lo + len(r.queries)), lo + len(r.queries)
+        retriever = self.retriever  # once per batch: a reload (serve/follow.py) swaps it between batches
         live = [r for r in batch if r.future.set_running_or_notify_cancel()]
         if len(live) < len(batch):
             self._done([r for r in batch if r.future.cancelled()], cancelled=True)
@@ -228,8 +254,8 @@ class MicroBatcher:
         for (mode, budget), reqs in groups.items():
             texts = [q for r in reqs for q in r.queries]
             index = retriever.index  # the contexts come from the index that scored them
-            qvecs = None if vectors is None or mode == "hyde" else \
-                torch.cat([vectors[slice(*rows[id(r)])] for r in reqs])
+            # the embedder's vectors, when this retriever's model made them all (else embedded here)
+            qvecs = torch.cat([r.vectors for r in reqs]) if all(r.embedded_by is retriever for r in reqs) else None
             try:
                 result = retriever.score_batch(texts, mode=mode, budget=budget, qvecs=qvecs,
                                                where=[r.where for r in reqs for _ in r.queries])

@@ -163,3 +163,20 @@ def test_a_request_embedded_but_cancelled_before_scoring_is_never_scored(retriev
         held.release.set()
         batcher.close()
     assert second.cancelled() and batcher.stats.cancelled == 1 and batcher.stats.requests == 2
+
+
+def test_without_overlap_the_scorer_embeds_each_batch_itself(retriever):
+    held = _HeldScoring(retriever)
+    batcher = MicroBatcher(held, max_batch=8, max_wait_ms=0, overlap=False)
+    try:
+        first = batcher.submit(QUESTIONS[:2], budget=700)
+        assert held.scoring.wait(60)
+        second = batcher.submit(QUESTIONS[2:4], budget=700)
+        assert not held.embedded_event.wait(0.5) and not held.embedded  # nothing embedded beside the scoring
+        held.release.set()
+        got = [f.result(timeout=120) for f in (first, second)]
+    finally:
+        held.release.set()
+        batcher.close()
+    assert_same_results(got[0], retriever.retrieve(QUESTIONS[:2], budget=700))
+    assert_same_results(got[1], retriever.retrieve(QUESTIONS[2:4], budget=700))
