@@ -365,7 +365,7 @@ def test_body_limit_on_any_framing(chunks, limit, header):
        close_after=st.integers(0, 10), max_wait_ms=st.sampled_from([0.0, 5.0, 200.0]))
 def test_batcher_under_cancels_and_shutdown(retriever, plan, close_after, max_wait_ms):
     """Submits of 1-3 queries, some cancelled by their caller, the batcher closed part-way: every
-    request not cancelled is answered, no cancelled one is scored, the worker never dies, the
+    request not cancelled is answered, no cancelled one is scored, no thread of it dies, the
     counts add up, and nothing is taken after close."""
     import threading
 
@@ -390,7 +390,7 @@ def test_batcher_under_cancels_and_shutdown(retriever, plan, close_after, max_wa
         batcher.close(timeout=120)
     finally:
         threading.excepthook = hook
-    assert not died and not batcher._worker.is_alive() and batcher.pending == 0
+    assert not died and not batcher._embedder.is_alive() and not batcher._scorer.is_alive() and batcher.pending == 0
     answered = [(s, f) for s, f in futures if not f.cancelled()]
     assert all(len(f.result(0)) == s for s, f in answered)
     stats = batcher.stats
