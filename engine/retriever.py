@@ -174,13 +174,20 @@ class Retriever:
         return self.embed(hyde_passages(list(queries), self.llm, progress=progress))
 
     def score_batch(self, queries: list[str], *, budget: int | None = None, mode: str | None = None,
-                    qvecs: torch.Tensor | None = None, where: Where = None) -> BatchResult:
+                    qvecs: torch.Tensor | None = None, where: Where = None, threads: int | None = None) -> BatchResult:
         """:func:`spectrag.pipeline.run` on one batch; ``qvecs [B, d]`` skips embedding (for mode
         ``hyde``: the passages' vectors, else they are written and embedded here); ``where``: one
-        metadata filter, or one per query (see :meth:`retrieve`)."""
+        metadata filter, or one per query (see :meth:`retrieve`); ``threads``: the CPU threads
+        this batch runs on (default: the ones measured fastest, ``RetrieverConfig.threads``); the
+        answers do not depend on it."""
         wheres = per_query_where(where, len(queries))  # a bad filter is refused before any work
         config = self.config if mode is None else self.config.replace(mode=mode)
-        threads = self.threads.pick(len(queries)) if self.state.device.type == "cpu" else torch.get_num_threads()
+        if threads is not None and threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {threads}")
+        if self.state.device.type != "cpu":
+            threads = torch.get_num_threads()
+        elif threads is None:
+            threads = self.threads.pick(len(queries))
         start = time.perf_counter()
         with intra_op_threads(threads):
             if config.mode == "hyde" and qvecs is None:

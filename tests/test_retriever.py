@@ -16,7 +16,7 @@ from conftest import SCORE_RTOL, assert_same_results
 
 from spectrag.cli.demo import sample_questions
 from spectrag.config import BASELINE_MODES, GRAPH_MODES, RetrieverConfig
-from spectrag.errors import SpectragError
+from spectrag.errors import ConfigError, SpectragError
 from spectrag.retriever import Retriever
 
 QUESTIONS = [q["question"] for q in sample_questions()]
@@ -70,6 +70,17 @@ def test_a_query_alone_at_one_thread_equals_it_in_any_batch_at_two(sample_index,
     want = alone.retrieve(QUESTIONS, k=10, budget=1200, batch_size=1)
     for batch_size in (3, 7, len(QUESTIONS)):
         assert_same_results(many.retrieve(QUESTIONS[::-1], k=10, budget=1200, batch_size=batch_size)[::-1], want)
+
+
+def test_a_batch_given_its_thread_count_scores_the_same(sample_index, qvecs):
+    """``score_batch(threads=)`` (what the server's scorer passes) moves no answer; 0 is refused."""
+    r = Retriever(sample_index, RetrieverConfig(mode="spectral", device="cpu"))
+    one = r.score_batch(QUESTIONS, budget=1200, qvecs=qvecs, threads=1)
+    two = r.score_batch(QUESTIONS, budget=1200, qvecs=qvecs, threads=2)
+    assert torch.equal(one.candidates, two.candidates) and torch.equal(one.selected, two.selected)
+    assert torch.equal(one.scores, two.scores)
+    with pytest.raises(ConfigError, match="threads must be >= 1"):
+        r.score_batch(QUESTIONS, qvecs=qvecs, threads=0)
 
 
 @pytest.mark.parametrize("mode", ["heat", "ppr", "spectral"])

@@ -99,6 +99,9 @@ class MicroBatcher:
         self.retriever = retriever
         self.max_batch, self.max_wait = max_batch, max_wait_ms / 1000
         self.enabled, self.overlap = enabled, overlap
+        # overlapped, the engine leaves half the cores to the query encoder, which embeds beside it
+        # (a parallel region that shares its cores waits for a thread the scheduler took away)
+        self._threads = max(1, torch.get_num_threads() // 2) if overlap else None
         self.max_pending = max_pending or 16 * max_batch
         self.stats = Stats()
         self._queue: queue.Queue = queue.Queue()  # _Request items, then _STOP
@@ -257,7 +260,7 @@ class MicroBatcher:
             # the embedder's vectors, when this retriever's model made them all (else embedded here)
             qvecs = torch.cat([r.vectors for r in reqs]) if all(r.embedded_by is retriever for r in reqs) else None
             try:
-                result = retriever.score_batch(texts, mode=mode, budget=budget, qvecs=qvecs,
+                result = retriever.score_batch(texts, mode=mode, budget=budget, qvecs=qvecs, threads=self._threads,
                                                where=[r.where for r in reqs for _ in r.queries])
             except Exception as exc:  # noqa: BLE001  (the callers get the error; the scorer goes on)
                 self._failed(reqs, exc)

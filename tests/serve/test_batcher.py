@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 from conftest import assert_same_results
 
 from spectrag.cli.demo import sample_questions
@@ -121,6 +122,7 @@ class _HeldScoring:
 
     def score_batch(self, *args, **kwargs):
         self.scoring.set()
+        self.threads = kwargs.get("threads")
         assert self.release.wait(120)
         return self._inner.score_batch(*args, **kwargs)
 
@@ -144,6 +146,7 @@ def test_the_next_batch_is_embedded_while_one_is_scored_and_the_answers_do_not_c
     assert_same_results(got[0], retriever.retrieve(QUESTIONS[:2], budget=700))
     assert_same_results(got[1], retriever.retrieve(QUESTIONS[2:5], budget=700))
     assert_same_results(got[2], retriever.retrieve(QUESTIONS[5:6], k=2))
+    assert held.threads == max(1, torch.get_num_threads() // 2)  # the engine leaves cores to the encoder
 
 
 def test_a_request_embedded_but_cancelled_before_scoring_is_never_scored(retriever):
@@ -180,3 +183,4 @@ def test_without_overlap_the_scorer_embeds_each_batch_itself(retriever):
         batcher.close()
     assert_same_results(got[0], retriever.retrieve(QUESTIONS[:2], budget=700))
     assert_same_results(got[1], retriever.retrieve(QUESTIONS[2:4], budget=700))
+    assert held.threads is None  # the retriever's own choice
