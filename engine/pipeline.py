@@ -225,7 +225,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         seeds, seed_scores = seed(mode, q, batch.terms, state.dense, state.bm25, named=named,
                                   embeddings=state.embeddings, k_dense=sc.k_dense, k_bm25=sc.k_bm25,
                                   rrf_k=sc.rrf_k, k_named=sc.k_named, questions=state.questions,
-                                  k_utility=sc.k_utility, allowed=allowed)
+                                  k_utility=sc.k_utility, allowed=allowed, compiled=compiled)
         if seeds.shape[1] == 0:  # filters that match nothing (BM25 or fused lists of no entry): one empty slot
             seeds = torch.full((len(batch), 1), -1, dtype=torch.int64, device=seeds.device)
             seed_scores = torch.zeros((len(batch), 1), dtype=torch.float32, device=seeds.device)

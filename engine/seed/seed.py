@@ -21,6 +21,7 @@ import torch
 from spectrag.errors import SpectragError
 from spectrag.index.dense import DenseIndex
 from spectrag.index.lexical import BM25Index, DeviceTerms
+from spectrag.kernels.compiled.fusion import reciprocal_rank_fusion_compiled
 from spectrag.kernels.topk import topk_by_row
 from spectrag.seed.rrf import reciprocal_rank_fusion
 from spectrag.seed.titles import NamedChunks
@@ -45,6 +46,7 @@ def seed(
     questions: QuestionIndex | None = None,
     k_utility: int = 50,
     allowed: torch.Tensor | None = None,
+    compiled: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Seed chunk ids and scores per query, best first, -1 padded. Fused lists of graph modes
     also take ``named`` (the chunks of the documents each query names, ``[B, n]``), ranked by
@@ -55,7 +57,9 @@ def seed(
     Shapes: ``vectors [B, d]``, ``terms`` sparse ``[B, vocab]`` -> ids (int64), scores
     (float32) ``[B, K]`` on the vectors' device. ``terms`` as :class:`DeviceTerms` and ``named``
     as :class:`NamedChunks` (the device path) score BM25 and the named list on their device
-    (:meth:`BM25Index.search_device`): the same lists, no host round trip.
+    (:meth:`BM25Index.search_device`): the same lists, no host round trip. ``compiled``: the
+    lists are fused by the compiled CPU kernel (:mod:`spectrag.kernels.compiled.fusion`), else
+    by torch.
     """
     device = vectors.device
     if mode == "bm25" and (terms is None or bm25 is None):
@@ -74,7 +78,8 @@ def seed(
         lists.append(named_list(named, embeddings, vectors, k_named))
     if questions is not None and k_utility > 0 and mode != "hybrid":  # hybrid: the dense + BM25 baseline
         lists.append(questions.search(vectors, k_utility, allowed=allowed)[1])
-    fused_s, fused_i = reciprocal_rank_fusion(lists, k=rrf_k, top=max(k_dense, k_bm25))
+    fuse = reciprocal_rank_fusion_compiled if compiled else reciprocal_rank_fusion  # the same output
+    fused_s, fused_i = fuse(lists, k=rrf_k, top=max(k_dense, k_bm25))
     return fused_i, fused_s
 
 
