@@ -75,7 +75,7 @@ def bucketed(encoder, export, threads: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--index", required=True, help="an index folder (its model embeds the queries)")
-    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--batches", type=int, default=12)
     parser.add_argument("--size", type=int, default=8, help="queries per batch (default: 8)")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per batch and variant")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "embed_runtime_cpu"))
@@ -91,6 +91,9 @@ def main() -> None:
                         "interleaved batch by batch; the median over batches",
                         packages=("sentence_transformers", "transformers", "onnxruntime"))
     questions = [q["question"] for q in json.loads(QUESTIONS.read_text())]
+    if args.batches * args.size > len(questions):  # an empty batch would time nothing and skew the ratio
+        parser.error(f"--batches {args.batches} of --size {args.size}: {QUESTIONS} holds {len(questions)} questions "
+                     f"(at most {len(questions) // args.size} batches)")
     plain = SentenceTransformer(str(resolve_model_path(index.config.embed.model)), device="cpu")
     variants = {"plain sentence-transformers encode (one call)":
                 lambda t: plain.encode(t, batch_size=64, normalize_embeddings=True)}

@@ -489,7 +489,7 @@ class Index:
                 )
             # queries are rarely repeated: no content-hash cache of vectors (an ONNX export is still cached)
             # ONNX Runtime: each query alone at its own length, as many at once as threads, one thread
-            # each (0.545x a plain encode against 0.754x for padded batches on both threads on an
+            # each, longest first (0.495x a plain encode against 0.743x for padded batches on both threads on an
             # Intel Xeon, bench/results/embed_runtime_cpu_xeon.md; even on an AMD EPYC, embed_runtime_cpu.md)
             embedder = query_embedder(replace(self.config.embed, backend=backend))
             check_model(self.manifest, embedder.fingerprint, embedder.dim, self.path)

@@ -109,6 +109,25 @@ def test_lanes_and_threads_do_not_move_a_vector(cache, full, threads):
     assert e.encoder._pool is None  # closed with the embedder
 
 
+def test_lanes_take_the_longest_texts_first(cache, full):
+    """Longest first, so the lanes finish together; each row still lands at its text's place."""
+    e = light(cache, num_threads=2)
+    seen = []
+
+    class InOrder:  # the lanes' pool, run in the calling thread so that the order is observable
+        def map(self, fn, items):
+            return [fn(item) for item in items if not seen.append(len(item.ids))]
+
+    e.encoder._pool, e.encoder._pool_pid = InOrder(), os.getpid()
+    try:
+        got = e.encode_queries(TEXTS[:8])
+        e.encoder._pool = None
+        assert seen == sorted(seen, reverse=True) and len(set(seen)) > 1
+        np.testing.assert_array_equal(got, full.encode_queries(TEXTS[:8]))
+    finally:
+        e.close()
+
+
 def _encode_in_child(queue, embedder) -> None:
     queue.put(embedder.encode_queries(TEXTS[:6]))
 
