@@ -123,6 +123,34 @@ def load_average() -> list[float]:
         return []
 
 
+def cpu_counters() -> dict | None:
+    """Seconds of CPU time since boot, summed over the machine's CPUs, from ``/proc/stat``:
+    ``busy`` (user, nice, system, irq, softirq), ``steal`` (taken by other virtual machines on
+    the host) and ``own`` (this process and its waited-for children, ``os.times``). None where
+    there is no ``/proc/stat``."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    t = os.times()
+    return {"busy": (user + nice + system + irq + softirq) / hz, "steal": steal / hz,
+            "own": t.user + t.system + t.children_user + t.children_system, "wall": time.monotonic()}
+
+
+def others_cpu(start: dict | None, end: dict | None, cpus: int) -> dict | None:
+    """The share of ``cpus`` CPUs that other processes kept busy between two :func:`cpu_counters`
+    (``others``: busy time not this process's nor its children's), and that other virtual
+    machines took (``steal``): what a timing shares the machine with."""
+    if not start or not end or end["wall"] <= start["wall"]:
+        return None
+    room = (end["wall"] - start["wall"]) * max(cpus, 1)
+    others = (end["busy"] - start["busy"]) - (end["own"] - start["own"])
+    return {"others": round(max(others, 0.0) / room, 3), "steal": round((end["steal"] - start["steal"]) / room, 3)}
+
+
 def _version(module: str) -> str:
     try:
         return str(getattr(importlib.import_module(module), "__version__", "?"))
@@ -160,8 +188,12 @@ def machine_line(info: dict) -> str:
     load = ", ".join(f"{x:.2f}" for x in info["load_average_start"]) or "n/a"
     if info.get("load_average_end"):
         load += " at the start, " + ", ".join(f"{x:.2f}" for x in info["load_average_end"]) + " at the end"
+    if info.get("others_cpu"):
+        share = info["others_cpu"]
+        load += (f"; during the run other processes kept {100 * share['others']:.0f}% of the CPUs busy"
+                 f" and the hypervisor took {100 * share['steal']:.0f}%")
     skip = {"cpu", "logical_cpus", "affinity_cpus", "memory_gib", "torch_threads", "omp_threads",
-            "omp_wait_policy", "load_average_start", "load_average_end", "gpu", "cuda"}
+            "omp_wait_policy", "load_average_start", "load_average_end", "gpu", "cuda", "others_cpu"}
     versions = ", ".join(f"{k} {v}" for k, v in info.items() if k not in skip)
     return (f"Machine: {what}{info['cpu']}, {info['logical_cpus']} logical CPUs (affinity {info['affinity_cpus']}), "
             f"{info['memory_gib']} GiB RAM; threads: torch {info['torch_threads']}, OMP/MKL/OpenBLAS "
@@ -173,13 +205,26 @@ def new_record(runs: str, *, device=None, packages: tuple[str, ...] = ()) -> dic
     """The start of a results record: command, date, :func:`machine_info` (now, before the
     timed runs) and ``runs`` (how each figure is measured, e.g. "median of 3 after one warm-up")."""
     return {"command": command_line(), "date": time.strftime("%Y-%m-%d %H:%M"),
-            "machine": machine_info(device, packages), "runs": runs, "started": time.time()}
+            "machine": machine_info(device, packages), "runs": runs, "started": time.time(),
+            "cpu_counters_start": cpu_counters()}
+
+
+BUSY_WARNING = 0.10  # other processes' share of the CPUs above which a timing is flagged
 
 
 def finish_record(record: dict) -> dict:
-    """``record`` with the wall time and the load average at the end of the run."""
+    """``record`` with the wall time, the load average at the end of the run and the share of
+    the CPUs other processes used meanwhile (:func:`others_cpu`; a warning on stderr above
+    :data:`BUSY_WARNING`: the timings shared the machine)."""
     record["wall_seconds"] = time.time() - record["started"]
     record["machine"]["load_average_end"] = load_average()
+    share = others_cpu(record.pop("cpu_counters_start", None), cpu_counters(), record["machine"]["affinity_cpus"])
+    if share is not None:
+        record["machine"]["others_cpu"] = share
+        if share["others"] + share["steal"] > BUSY_WARNING:
+            print(f"warning: other processes kept {100 * share['others']:.0f}% of the CPUs busy during this run "
+                  f"(the hypervisor took {100 * share['steal']:.0f}%): its timings shared the machine",
+                  file=sys.stderr)
     return record
 
 

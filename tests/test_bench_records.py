@@ -1,0 +1,56 @@
+"""The benchmarks' records say how much of the machine other processes used during a run
+(bench/_common.py: ``others_cpu``), so a timing taken on a shared machine is flagged."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def common():
+    spec = importlib.util.spec_from_file_location("bench_common_under_test", ROOT / "bench" / "_common.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_others_share_is_busy_time_less_our_own_over_the_room(common):
+    start = {"busy": 100.0, "steal": 5.0, "own": 10.0, "wall": 50.0}
+    end = {"busy": 103.0, "steal": 5.5, "own": 11.0, "wall": 52.0}  # 2 s on 2 CPUs: 4 CPU-seconds of room
+    assert common.others_cpu(start, end, 2) == {"others": 0.5, "steal": 0.125}
+    # our own work is not the others': never below zero (counters read at slightly different times)
+    assert common.others_cpu(start, {**end, "own": 14.0}, 2)["others"] == 0.0
+    assert common.others_cpu(None, end, 2) is None and common.others_cpu(start, start, 2) is None
+
+
+def test_the_machine_line_states_the_share(common):
+    info = {"cpu": "x", "logical_cpus": 2, "affinity_cpus": 2, "memory_gib": 1.0, "torch_threads": 1,
+            "omp_threads": "1", "omp_wait_policy": "unset", "load_average_start": [1.0, 1.0, 1.0],
+            "others_cpu": {"others": 0.42, "steal": 0.03}}
+    line = common.machine_line(info)
+    assert "other processes kept 42% of the CPUs busy and the hypervisor took 3%" in line
+    assert "others_cpu" not in line
+
+
+@pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="needs /proc/stat")
+def test_a_process_burning_cpu_beside_the_run_is_counted_and_flagged(common, capsys):
+    # unreaped until the record is finished: its CPU time is another process's, not a child's of ours
+    record = common.new_record("one busy loop beside")
+    other = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass"])
+    time.sleep(1.2)
+    common.finish_record(record)
+    other.wait(timeout=60)
+    share = record["machine"]["others_cpu"]
+    cpus = record["machine"]["affinity_cpus"]
+    assert share["others"] * cpus >= 0.3  # about one CPU-second per second while it ran (less on a crowded runner)
+    assert "cpu_counters_start" not in record
+    if share["others"] + share["steal"] > common.BUSY_WARNING:
+        assert "shared the machine" in capsys.readouterr().err
