@@ -17,8 +17,8 @@ embedding and the engine release the GIL). Each caller's future gets its own con
 own ``k`` (the ranking does not depend on the budget, so a top-k request shares any batch of its
 mode). ``overlap=False`` leaves the embedding to the scorer (inside ``score_batch``).
 
-``enabled=False`` scores every request alone (the same threads, no gathering): the reference the
-load test compares against. :meth:`close` stops taking requests and returns when every request
+``enabled=False`` embeds and scores every request alone (the same threads, no gathering in
+either): the reference the load test compares against. :meth:`close` stops taking requests and returns when every request
 already accepted has its answer (or after ``timeout`` seconds). A caller may cancel its future
 (the server does when its shutdown grace period ends): a request cancelled before the scorer
 takes it is never scored (its query vectors may have been computed), and no result is ever set
@@ -169,13 +169,15 @@ class MicroBatcher:
     # -- the embedder -------------------------------------------------------------------------
 
     def _embed_loop(self) -> None:
-        """Every waiting request (up to ``max_batch`` queries), embedded in one call, then handed
-        to the scorer; until the close marker."""
+        """Every waiting request (up to ``max_batch`` queries; one when batching is off), embedded
+        in one call, then handed to the scorer; until the close marker."""
         stopped = False
         try:
             while not stopped:
                 reqs, size = [self._queue.get()], 0
-                while reqs[-1] is not _STOP and (size := size + len(reqs[-1].queries)) < self.max_batch:
+                # without batching, one request per model call here too: nothing is gathered
+                while (self.enabled and reqs[-1] is not _STOP
+                       and (size := size + len(reqs[-1].queries)) < self.max_batch):
                     try:
                         reqs.append(self._queue.get_nowait())
                     except queue.Empty:

@@ -5,6 +5,7 @@ a full queue is refused; close() answers everything accepted and refuses what co
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -65,6 +66,28 @@ def test_without_batching_every_request_is_its_own_batch(retriever):
     finally:
         batcher.close()
     assert batcher.stats.batches == 4 and batcher.stats.max_batch_seen == 1
+
+
+def test_without_batching_every_request_is_embedded_alone_too(retriever):
+    """Requests that wait while one is scored are embedded one per call when batching is off
+    (with it on, in one call: the next test)."""
+    held = _HeldScoring(retriever)
+    batcher = MicroBatcher(held, max_batch=8, max_wait_ms=0, enabled=False)
+    try:
+        first = batcher.submit(QUESTIONS[:1])
+        assert held.scoring.wait(60)  # the scorer holds the first request: the others queue up
+        rest = [batcher.submit(QUESTIONS[i : i + 1]) for i in range(1, 4)]
+        deadline = time.monotonic() + 60
+        while len(held.embedded) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        held.release.set()
+        got = [f.result(timeout=120) for f in [first, *rest]]
+    finally:
+        held.release.set()
+        batcher.close()
+    assert held.embedded == [QUESTIONS[i : i + 1] for i in range(4)]
+    for i, contexts in enumerate(got):
+        assert_same_results(contexts, retriever.retrieve(QUESTIONS[i : i + 1]))
 
 
 def test_modes_and_budgets_are_scored_apart_and_errors_stay_with_their_caller(retriever):
