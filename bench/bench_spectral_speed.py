@@ -70,7 +70,12 @@ class Variants:
         import spectrag.kernels.compiled  # noqa: F401
 
         self.base, self.swaps = base, []  # (module name, attribute, current object, base object)
-        changed = [line for line in git("diff", "--name-only", base, "--", KERNELS).split() if line.endswith(".py")]
+        # modified modules only: one added since the base has no base version, and the pipeline
+        # of this checkout calls it in both variants (listed as added)
+        changed = [line for line in git("diff", "--name-only", "--diff-filter=M", base, "--", KERNELS).split()
+                   if line.endswith(".py")]
+        self.added = [Path(line).name for line in git("diff", "--name-only", "--diff-filter=A", base, "--",
+                                                          KERNELS).split() if line.endswith(".py")]
         for path in changed:
             name = Path(path).stem
             live = sys.modules.get(f"spectrag.kernels.compiled.{name}") or importlib.import_module(
@@ -245,7 +250,9 @@ def markdown(record: dict) -> str:
         title = f"the kernels of {record['base']} (before) and of this checkout (after)"
     lines = _common.results_header(f"Spectral against hybrid and the per-query peer at one thread: {title}", record)
     if not record.get("before_config"):
-        lines += [f"Kernel modules that differ: {', '.join(record['modules']) or 'none'}.", ""]
+        lines += [f"Kernel modules that differ: {', '.join(record['modules']) or 'none'}."
+                  + (f" Added since then, run by both variants (this checkout's pipeline calls them): "
+                     f"{', '.join(record['added'])}." if record.get("added") else ""), ""]
     for res in record["indexes"]:
         lines += [f"## {res['name']} ({res['chunks']:,} chunks)", ""]
         lines += ["| budget | B | clock | spectral before q/s | spectral after q/s | hybrid q/s (before / after) | "
@@ -296,7 +303,7 @@ def main() -> None:
     record["before_config"] = changes
     with tempfile.TemporaryDirectory() as folder:
         variants = ConfigVariant(changes) if changes else Variants(base, Path(folder))
-        record["modules"] = variants.modules
+        record["modules"], record["added"] = variants.modules, getattr(variants, "added", [])
         for name in args.sets.split(","):
             got = dataset_index(name)
             if got is None:
