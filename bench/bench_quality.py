@@ -80,6 +80,8 @@ ROWS = [
      {"bridge.target_lexical_weight": 0.0}, None),
     ("- other candidates by the question beyond its names (bridge.others_beyond_names off)", "spectral",
      {"bridge.others_beyond_names": False}, None),
+    ("- each named document's first bridge (bridge.cover_named off)", "spectral",
+     {"bridge.cover_named": False}, None),
     ("everything of issue 28 off (same index)", "spectral", ISSUE28, None),
     ("sweep: w = 0.25", "spectral", {"seed.lexical_weight": 0.25}, None),
     ("sweep: w = 1.0", "spectral", {"seed.lexical_weight": 1.0}, None),
@@ -93,6 +95,8 @@ ROWS = [
     ("sweep: page_support = 0.2", "spectral", {"bridge.page_support": 0.2}, None),
     ("sweep: target_lexical_weight = 1.0", "spectral", {"bridge.target_lexical_weight": 1.0}, None),
     ("sweep: target_lexical_weight = 4.0", "spectral", {"bridge.target_lexical_weight": 4.0}, None),
+    ("sweep: cover_depth = 10", "spectral", {"bridge.cover_depth": 10}, None),
+    ("sweep: cover_depth = 40", "spectral", {"bridge.cover_depth": 40}, None),
     ("heat", "heat", {}, None), ("ppr", "ppr", {}, None),
     ("activation", "activation", {}, None), ("combined", "combined", {}, None),
 ]

@@ -712,6 +712,13 @@ class BridgeConfig(_Checked):
         question asks for (also when the best candidates that vouch along citations are
         chosen). The selection keeps each chunk's full relevance as its evidence; off with
         ``target_lexical_weight`` 0; chosen on 2wiki-dev, bench/results/quality.md (default: True).
+    cover_named: in a query that names two or more documents, the ranking is walked from the top
+        past the named chunks, and each candidate that a named document not yet covered reaches
+        along the relational or citation edges ranks right under the named chunks
+        (:mod:`spectrag.rescore.cover`): every named document gets its second hop before a second
+        page reached from any one of them (a comparison question's two directors). The ranking
+        only; the selection is unchanged (default: True).
+    cover_depth: ranks walked for those first bridges (default: 20).
     """
 
     SECTION = "bridge"
@@ -731,6 +738,8 @@ class BridgeConfig(_Checked):
     page_support: float = opt(0.1, lo=0, hi=MAX_WEIGHT)
     target_lexical_weight: float = opt(2.0, lo=0, hi=MAX_WEIGHT)
     others_beyond_names: bool = True
+    cover_named: bool = True
+    cover_depth: int = opt(20, lo=1, hi=MAX_POOL)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from spectrag.kernels.gather import gathered_dot
 from spectrag.propagate.activation import ActivationBatch, activate
 from spectrag.propagate.proximity import pool_proximity
 from spectrag.rescore.bridge import graph_evidence, named_best_chunks, protect_named
+from spectrag.rescore.cover import cover_named
 from spectrag.rescore.pages import page_support
 from spectrag.rescore.relevance import calibrated_relevance
 from spectrag.seed.lexical import lexical_scores
@@ -293,6 +294,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         stage("propagate")
         protect = bc.protect_named and named_all is not None and named_all.nnz > 0
         named_mask = named_in(named_all, candidates) if protect else None
+        named_chunks = named_mask  # every candidate chunk of a named document (the cover's)
         docs = state.doc_codes[candidates.clamp(min=0)].masked_fill(~mask, -1)
         if protect and bc.named_best_chunk:  # a named document is represented by its best chunk
             named_mask = named_best_chunks(named_mask, relevance, docs, candidates)
@@ -312,19 +314,23 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         support = page_support(relevance, docs, mask, bc.page_support, compiled=compiled) if bc.page_support > 0 else None
         stage("bridge")
 
-        def final(x: torch.Tensor) -> torch.Tensor:  # s2 = (1 - alpha) x + alpha p, named documents on top
+        covering = bc.cover_named and protect and bridging
+
+        def final(x: torch.Tensor, cover: bool = False) -> torch.Tensor:  # s2 = (1 - alpha) x + alpha p
             s = (1 - pc.alpha) * x + pc.alpha * proximity
             if activation is not None and config.activation.beta > 0:  # combined: the activation as its own term
                 s = s + config.activation.beta * activation
+            if cover:  # each named document's first bridge right under the named chunks
+                s = cover_named(s, relation_blocks, named_chunks, docs, candidates, depth=bc.cover_depth)
             return protect_named(s, relevance, named_mask, candidates, floor=bc.named_floor) if protect else s
 
         scores = final(bridged)
-        # page support orders the ranking only: the selection's evidence cut is relative to the
-        # best chunk, which the support lifts with its whole page, and it dropped second pages
-        # from the context (bench/results/quality.md)
+        # page support and the named documents' first bridges order the ranking only: the
+        # selection's evidence cut is relative to the best chunk, which the support lifts with its
+        # whole page, and it dropped second pages from the context (bench/results/quality.md)
         if support is not None:
             ranked_bridged = ranked_bridged + support.to(ranked_bridged.dtype)
-        ranked = scores if ranked_bridged is bridged else final(ranked_bridged)
+        ranked = scores if ranked_bridged is bridged and not covering else final(ranked_bridged, cover=covering)
     elif mode == "activation":
         proximity = sa.proximity(candidates)
         alpha = config.activation.alpha

@@ -409,6 +409,37 @@ def bridge(ref: ReferenceIndex, pool: list[int], relevance: dict[int, float], cf
     return x
 
 
+def cover(scores: dict[int, float], pool: list[int], named_docs_chunks: set[int], graphs: list[dict[int, dict[int, float]]],
+          doc_codes, depth: int, max_named: int = 8, eps: float = 1e-3) -> dict[int, float]:
+    """Each named document's first bridge right under the named chunks (spectrag.rescore.cover):
+    walking ``scores`` down (ties: the smaller id) past the named documents' chunks, ``depth``
+    deep, a candidate reached (an edge from a named chunk to it in one of ``graphs``, inside the
+    pool) from a named document not yet covered is lifted above every unlifted candidate. Only
+    with two or more named documents; the first ``max_named`` of them (by code) are anchors."""
+    members = set(pool)
+    named_docs = sorted({doc_codes[c] for c in named_docs_chunks if c in members})
+    if len(named_docs) < 2:
+        return dict(scores)
+    anchor_docs = set(named_docs[:max_named])
+    reach: dict[int, set[int]] = {c: set() for c in pool}
+    for g in graphs:
+        for j in pool:
+            if j in named_docs_chunks and doc_codes[j] in anchor_docs:
+                for c in g.get(j, {}):
+                    if c in members and c not in named_docs_chunks:
+                        reach[c].add(doc_codes[j])
+    walk = sorted((c for c in pool if c not in named_docs_chunks), key=lambda c: (-scores[c], c))[:depth]
+    covered, marked = set(), set()
+    for c in walk:
+        if reach[c] - covered:
+            marked.add(c)
+            covered |= reach[c]
+    if not marked:
+        return dict(scores)
+    others = max((v for c, v in scores.items() if c not in marked), default=float("-inf"))
+    return {c: (max(v, others) + eps * (1 + v) if c in marked else v) for c, v in scores.items()}
+
+
 def page_support(pool: list[int], relevance: dict[int, float], doc_codes, beta: float) -> dict[int, float]:
     """Each candidate's share of its document's second-best relevance above the pool's mean,
     times ``beta`` (0 for a document with one candidate) (spectrag.rescore.pages)."""
@@ -543,6 +574,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
                 spec = spectral(ref, pool, top)
                 proximity = {c: min(max(0.5 * pr[c] + 0.5 * spec[c], 0.0), 1.0) for c in pool}
         named_pool = named & set(pool) if cfg.bridge.protect_named else set()
+        named_in_pool = set(named_pool)  # every candidate chunk of a named document (the cover's)
         if cfg.bridge.named_best_chunk:  # each named document's most relevant chunk (ties: the smaller id)
             best_of: dict[int, int] = {}
             for c in sorted(named_pool):
@@ -558,25 +590,32 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
             start = {c: base[c] if c in named_pool else min(target[c], relevance[c]) for c in pool}
         anchors = named_pool if cfg.bridge.anchors == "named" else None
         bridged = bridge(ref, pool, relevance, cfg, start, anchors, target=target)
+        cover_graphs = [ref.relations]
         if cfg.bridge.cited and cfg.bridge.rounds > 0 and (index.graph or {}).get("signals", {}).get("citation") is not None:
-            cited = bridge(ref, pool, relevance, cfg, start, None, citation_dicts(index, ref, cfg.seed.named_specificity),
-                           cfg.bridge.cited_lam)
+            citations = citation_dicts(index, ref, cfg.seed.named_specificity)
+            cited = bridge(ref, pool, relevance, cfg, start, None, citations, cfg.bridge.cited_lam)
             bridged = {c: max(bridged[c], cited[c]) for c in pool}
+            cover_graphs.append(citations)
         if cfg.bridge.past_cut and cfg.bridge.rounds > 0 and ref.relations:  # past the selection's evidence cut
             past_cut = {c for c in pool if bridged[c] > relevance[c]}
 
-        def final(x: dict[int, float]) -> dict[int, float]:
+        covering = cfg.bridge.cover_named and bool(named_pool) and cfg.bridge.rounds > 0 and bool(ref.relations)
+
+        def final(x: dict[int, float], covered: bool = False) -> dict[int, float]:
             s = {c: (1 - cfg.propagate.alpha) * x[c] + cfg.propagate.alpha * proximity[c] for c in pool}
+            if covered:  # float32, as the batched s2 the cover walks
+                s = cover({c: float(np.float32(v)) for c, v in s.items()}, pool, named_in_pool, cover_graphs,
+                          ref.doc_codes, cfg.bridge.cover_depth)
             return protect(s, relevance, named_pool, cfg.bridge.named_floor) if named_pool else s
 
         ranked_bridged = bridged
         if others_beyond:  # the selection keeps every chunk's own relevance as its evidence
             bridged = {c: max(bridged[c], relevance[c]) for c in pool}
-        scores = final(bridged)  # the selection's; page support orders the ranking only
-        ranked = final(ranked_bridged)
+        scores = final(bridged)  # the selection's; page support and the cover order the ranking only
+        ranked = final(ranked_bridged, covering)
         if cfg.bridge.page_support > 0:
             support = page_support(pool, relevance, ref.doc_codes, cfg.bridge.page_support)
-            ranked = final({c: float(np.float32(ranked_bridged[c]) + np.float32(support[c])) for c in pool})
+            ranked = final({c: float(np.float32(ranked_bridged[c]) + np.float32(support[c])) for c in pool}, covering)
     elif mode in ("dense", "hyde"):
         scores = dict(relevance)
     else:  # bm25 / hybrid: the list's own scores

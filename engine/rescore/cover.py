@@ -1,0 +1,131 @@
+"""Each named document's first bridge: in a question that names several documents ("which film
+has the director born later, X or Y?"), the best candidate reached from each of them ranks
+before a second candidate reached from any one.
+
+Bridging (:mod:`spectrag.rescore.bridge`) lifts the chunks the named documents link to, but a
+well-linked first document can fill the places under the named chunks with its own
+neighbours (other films of its director, its cast) while the second document's director waits
+at rank 6-9. Here the ranking is walked from the top, past the named documents' own chunks:
+a candidate that the relational or citation edges reach from a named document not yet covered
+is marked, and the document (with every other one that reaches it) is covered. The marked
+candidates then rank right under the named chunks, in their own order. Only the ranking moves
+(as page support): the selection's scores, and every query that names fewer than two documents,
+are untouched.
+
+The walk is one step per rank over the whole batch (``depth`` steps of ``[B]`` tensor work, no
+per-query loop); the anchors come from the pools' induced subgraphs, on any device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from spectrag.kernels.blocks import BlockGraph
+from spectrag.kernels.compiled.blocks import PoolGraphs
+from spectrag.kernels.topk import positions_by_score_then_id
+
+MAX_NAMED = 8  # named documents per query that can be covered (the rest count as named, not as anchors)
+
+
+def named_document_bits(named: torch.Tensor, docs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each named candidate's document numbered within its query (0, 1, ... in document-code
+    order; -1 elsewhere) and the number of named documents per query. Shapes: ``named [B, P]``
+    bool, ``docs [B, P]`` int64 -> ``[B, P]`` int64, ``[B]`` int64."""
+    batch, width = named.shape
+    span = int(docs.max()) + 2 if docs.numel() else 1
+    rows = torch.arange(batch, device=docs.device)[:, None].expand(batch, width)
+    keys = rows * span + docs.clamp(min=0)
+    picked = keys[named]
+    if picked.numel() == 0:
+        return torch.full_like(docs, -1), torch.zeros(batch, dtype=torch.int64, device=docs.device)
+    unique, inverse = torch.unique(picked, return_inverse=True)  # sorted: by query, then document
+    owner = unique // span
+    count = torch.bincount(owner, minlength=batch)
+    first = torch.cumsum(count, 0) - count  # index of each query's first named document in ``unique``
+    bits = torch.full_like(docs, -1)
+    bits[named] = inverse - first[rows[named]]
+    return bits, count
+
+
+def _edges(graph: BlockGraph | PoolGraphs, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The entries of the pools' induced subgraphs as flat ``(source slot, target slot)`` of the
+    whole batch (``b P + i``), read only for the queries ``rows`` (the CPU pools are built for
+    those alone). Shapes: ``rows [R]`` -> two ``[E]`` int64."""
+    if isinstance(graph, PoolGraphs):
+        sub = PoolGraphs(graph.candidates[rows.numpy()], graph.indptr, graph.indices, graph.data).materialize()
+        width = graph.width
+        back = rows.to(torch.int64) * width  # a subset slot r P + i is the batch's rows[r] P + i
+        src, col = sub.src, sub.col
+        return back[src // width] + src % width, back[col // width] + col % width
+    return graph.src, graph.col
+
+
+def cover_anchors(graphs: list[BlockGraph | PoolGraphs], bits: torch.Tensor, named: torch.Tensor,
+                  rows: torch.Tensor) -> torch.Tensor:
+    """Which named documents reach each candidate: an entry from a named chunk (the bridging
+    direction: source row, target column) to a candidate of another document... of any document
+    but a named one. Shapes: ``bits / named [B, P]``, ``rows [R]`` (the queries to read) ->
+    bool ``[B, P, MAX_NAMED]``."""
+    batch, width = named.shape
+    out = torch.zeros(batch * width * MAX_NAMED, dtype=torch.bool, device=named.device)
+    flat_bits, flat_named = bits.reshape(-1), named.reshape(-1)
+    for graph in graphs:
+        src, col = _edges(graph, rows)
+        src, col = src.to(named.device), col.to(named.device)
+        bit = flat_bits[src]
+        use = flat_named[src] & ~flat_named[col] & (bit >= 0) & (bit < MAX_NAMED)
+        out[col[use] * MAX_NAMED + bit[use]] = True
+    return out.reshape(batch, width, MAX_NAMED)
+
+
+def first_bridges(order_scores: torch.Tensor, anchors: torch.Tensor, named: torch.Tensor, candidates: torch.Tensor,
+                  several: torch.Tensor, depth: int) -> torch.Tensor:
+    """The candidates marked by the walk down ``order_scores`` (the ranking's scores; ties to the
+    smaller id) past the named chunks, ``depth`` ranks deep: each that a not yet covered named
+    document reaches. Only in the queries with ``several`` named documents. Shapes:
+    ``order_scores / named / candidates [B, P]``, ``anchors [B, P, K]``, ``several [B]`` bool ->
+    bool ``[B, P]``."""
+    batch, width = candidates.shape
+    marked = torch.zeros(batch, width, dtype=torch.bool, device=candidates.device)
+    key = order_scores.masked_fill(named | (candidates < 0), float("-inf"))
+    steps = min(depth, width)
+    if steps == 0:
+        return marked
+    order = positions_by_score_then_id(key, candidates, steps)  # (B, steps)
+    real = torch.isfinite(key.gather(1, order)) & several[:, None]
+    covered = torch.zeros(batch, anchors.shape[2], dtype=torch.bool, device=candidates.device)
+    rows = torch.arange(batch, device=candidates.device)
+    for t in range(steps):  # one rank at a time, the whole batch at once
+        reach = anchors[rows, order[:, t]]  # (B, K)
+        new = (reach & ~covered).any(dim=1) & real[:, t]
+        marked[rows, order[:, t]] = new
+        covered |= reach & new[:, None]
+    return marked
+
+
+def lift_marked(scores: torch.Tensor, marked: torch.Tensor, candidates: torch.Tensor, *,
+                eps: float = 1e-3) -> torch.Tensor:
+    """``scores`` with the marked candidates above every unmarked one, in their own order (the
+    lift of :func:`spectrag.rescore.bridge.protect_named`: ``max(s, o) + eps (1 + s)``, ``o`` the
+    best unmarked score). Apply before the named chunks are protected, which then go above
+    both. Shapes: ``[B, P]`` -> ``[B, P]``."""
+    if not bool(marked.any()):
+        return scores
+    mask = candidates >= 0
+    others = scores.masked_fill(~mask | marked, float("-inf")).amax(dim=1, keepdim=True)
+    lifted = torch.maximum(scores, others) + eps * (1.0 + scores)
+    return torch.where(marked, lifted, scores)
+
+
+def cover_named(scores: torch.Tensor, graphs: list[BlockGraph | PoolGraphs], named: torch.Tensor, docs: torch.Tensor,
+                candidates: torch.Tensor, *, depth: int) -> torch.Tensor:
+    """The ranking's ``scores`` with each named document's first bridge lifted (module
+    docstring). ``named``: every candidate chunk of a named document; ``graphs``: the pools'
+    relational and citation subgraphs. Shapes: ``[B, P]`` -> ``[B, P]``."""
+    bits, count = named_document_bits(named & (candidates >= 0), docs)
+    several = count >= 2
+    if not bool(several.any()):  # one host read: most queries name one document or none
+        return scores
+    rows = several.nonzero().squeeze(1).cpu()
+    anchors = cover_anchors(graphs, bits, named, rows)
+    return lift_marked(scores, first_bridges(scores, anchors, named, candidates, several, depth), candidates)
