@@ -13,7 +13,9 @@ candidates then rank right under the named chunks, in their own order. Only the 
 are untouched.
 
 The walk is one step per rank over the whole batch (``depth`` steps of ``[B]`` tensor work, no
-per-query loop); the anchors come from the pools' induced subgraphs, on any device.
+per-query loop) and the anchors come from the pools' induced subgraphs, on any device; a CPU
+batch runs the compiled kernel (:mod:`spectrag.kernels.compiled.cover`, the same marks), which
+reads the named chunks' CSR rows and walks each query's ranking alone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 
 from spectrag.kernels.blocks import BlockGraph
 from spectrag.kernels.compiled.blocks import PoolGraphs
+from spectrag.kernels.compiled.cover import first_bridges_compiled
 from spectrag.kernels.topk import positions_by_score_then_id
 
 MAX_NAMED = 8  # named documents per query that can be covered (the rest count as named, not as anchors)
@@ -47,31 +50,15 @@ def named_document_bits(named: torch.Tensor, docs: torch.Tensor) -> tuple[torch.
     return bits, count
 
 
-def _edges(graph: BlockGraph | PoolGraphs, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The entries of the pools' induced subgraphs as flat ``(source slot, target slot)`` of the
-    whole batch (``b P + i``), read only for the queries ``rows`` (the CPU pools are built for
-    those alone). Shapes: ``rows [R]`` -> two ``[E]`` int64."""
-    if isinstance(graph, PoolGraphs):
-        sub = PoolGraphs(graph.candidates[rows.numpy()], graph.indptr, graph.indices, graph.data).materialize()
-        width = graph.width
-        back = rows.to(torch.int64) * width  # a subset slot r P + i is the batch's rows[r] P + i
-        src, col = sub.src, sub.col
-        return back[src // width] + src % width, back[col // width] + col % width
-    return graph.src, graph.col
-
-
-def cover_anchors(graphs: list[BlockGraph | PoolGraphs], bits: torch.Tensor, named: torch.Tensor,
-                  rows: torch.Tensor) -> torch.Tensor:
+def cover_anchors(graphs: list[BlockGraph], bits: torch.Tensor, named: torch.Tensor) -> torch.Tensor:
     """Which named documents reach each candidate: an entry from a named chunk (the bridging
-    direction: source row, target column) to a candidate of another document... of any document
-    but a named one. Shapes: ``bits / named [B, P]``, ``rows [R]`` (the queries to read) ->
-    bool ``[B, P, MAX_NAMED]``."""
+    direction: source row, target column) to a candidate of no named document (``graphs``: the
+    pools' blocks). Shapes: ``bits / named [B, P]`` -> bool ``[B, P, MAX_NAMED]``."""
     batch, width = named.shape
     out = torch.zeros(batch * width * MAX_NAMED, dtype=torch.bool, device=named.device)
     flat_bits, flat_named = bits.reshape(-1), named.reshape(-1)
     for graph in graphs:
-        src, col = _edges(graph, rows)
-        src, col = src.to(named.device), col.to(named.device)
+        src, col = graph.src, graph.col
         bit = flat_bits[src]
         use = flat_named[src] & ~flat_named[col] & (bit >= 0) & (bit < MAX_NAMED)
         out[col[use] * MAX_NAMED + bit[use]] = True
@@ -126,6 +113,11 @@ def cover_named(scores: torch.Tensor, graphs: list[BlockGraph | PoolGraphs], nam
     several = count >= 2
     if not bool(several.any()):  # one host read: most queries name one document or none
         return scores
-    rows = several.nonzero().squeeze(1).cpu()
-    anchors = cover_anchors(graphs, bits, named, rows)
-    return lift_marked(scores, first_bridges(scores, anchors, named, candidates, several, depth), candidates)
+    if graphs and isinstance(graphs[0], PoolGraphs):  # a CPU batch: the compiled kernel, the same marks
+        marked = torch.from_numpy(first_bridges_compiled(
+            candidates.numpy(), bits.numpy(), several.numpy(), scores.numpy(),
+            [(g.indptr, g.indices) for g in graphs], depth, MAX_NAMED))
+    else:
+        anchors = cover_anchors(graphs, bits, named)
+        marked = first_bridges(scores, anchors, named, candidates, several, depth)
+    return lift_marked(scores, marked, candidates)

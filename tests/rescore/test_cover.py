@@ -84,6 +84,20 @@ def test_cover_equals_the_per_query_reference_on_cpu_pools(seed, depth):
     torch.testing.assert_close(got, expected(graphs, doc_of, cand, named, scores, depth), rtol=0, atol=2e-6)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_cover_gives_the_torch_versions_bits(seed):
+    """The CPU batch's compiled kernel (named chunks' CSR rows) against the torch version on
+    the pools' blocks: the same marks, so the same lifted float32 scores."""
+    graphs, doc_of, cand, named, scores, docs = random_case(seed)
+    for depth in (1, 4, 20, 60):
+        compiled = cover_named(scores, candidate_blocks(cand, graphs), named, docs, cand, depth=depth)
+        blocks = candidate_blocks(cand, [TorchCSR.from_scipy(g, "cpu") for g in graphs])
+        assert torch.equal(compiled, cover_named(scores, blocks, named, docs, cand, depth=depth))
+    one = cover_named(scores, candidate_blocks(cand, graphs[:1]), named, docs, cand, depth=20)  # relations only
+    assert torch.equal(one, cover_named(scores, candidate_blocks(cand, [TorchCSR.from_scipy(graphs[0], "cpu")]),
+                                        named, docs, cand, depth=20))
+
+
 def test_the_cover_moves_only_queries_naming_several_documents_and_keeps_their_order():
     graphs, doc_of, cand, named, scores, docs = random_case(0)
     got = cover_named(scores, candidate_blocks(cand, graphs), named, docs, cand, depth=20)
