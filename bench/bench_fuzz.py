@@ -669,6 +669,7 @@ def main() -> None:
     from spectrag import build_index
     from spectrag.cli.demo import sample_corpus
     from spectrag.config import EmbedConfig, IndexConfig
+    from spectrag.generations import current_folder  # the damage goes to the files of the generation served
 
     with tempfile.TemporaryDirectory() as tmp:
         index_dir = Path(tmp) / "sample"
@@ -684,8 +685,9 @@ def main() -> None:
         steps = [("corpus", lambda: run_corpus(tally, int(4500 * s), int(60 * s), args.seed)),
                  ("config", lambda: run_config(tally, int(2000 * s), args.seed)),
                  ("queries", lambda: run_queries(tally, index_dir, int(1200 * s), int(40 * s), args.seed)),
-                 ("damaged indexes", lambda: run_damaged(tally, index_dir, int(3000 * s), args.seed)),
-                 ("value damage", lambda: run_damaged(tally, index_dir, int(1000 * s), args.seed, values=True)),
+                 ("damaged indexes", lambda: run_damaged(tally, current_folder(index_dir), int(3000 * s), args.seed)),
+                 ("value damage", lambda: run_damaged(tally, current_folder(index_dir), int(1000 * s), args.seed,
+                                                      values=True)),
                  ("kills", lambda: run_kills(tally)),
                  ("random kills", lambda: run_random_kills(tally, max(int(49 * s), 3), args.seed)),
                  ("concurrent adds", lambda: run_concurrent_adds(tally, max(int(5 * s), 1))),

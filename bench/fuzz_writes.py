@@ -54,23 +54,39 @@ def write_corpus(path: Path, first: int, count: int) -> Path:
 
 
 def _files(folder: Path) -> dict:
-    """The manifest's file table (size and SHA-256 of every other file): equal tables mean the
-    same index byte for byte, the manifest's dates and timings aside."""
-    return json.loads((folder / "manifest.json").read_text())["files"]
+    """The manifest's file table of the generation CURRENT names (size and SHA-256 of every other
+    file): equal tables mean the same index byte for byte, the manifest's dates and timings aside."""
+    from spectrag.generations import current_folder
+
+    return json.loads((current_folder(folder) / "manifest.json").read_text())["files"]
+
+
+def _generations(target: Path) -> list[str]:
+    """The generation folders of the index at ``target`` other than the one CURRENT names (a
+    killed writer's, until the next write collects them)."""
+    from spectrag.generations import FOLDER, read_pointer
+
+    folder = target / FOLDER
+    current = read_pointer(target)
+    return sorted(p.name for p in folder.iterdir() if p.name != current) if folder.is_dir() else []
 
 
 def _siblings(target: Path) -> list[str]:
-    return sorted(p.name for p in target.parent.iterdir()
-                  if p.name.startswith(f".{target.name}.") and any(k in p.name for k in SIBLING_KINDS))
+    """What a write leaves beside the index (hidden siblings) or in it (generations not current)."""
+    hidden = sorted(p.name for p in target.parent.iterdir()
+                    if p.name.startswith(f".{target.name}.") and any(k in p.name for k in SIBLING_KINDS))
+    return hidden + [f"generations/{g}" for g in _generations(target)]
 
 
 def _kill_when(proc: subprocess.Popen, target: Path, how: str, delay: float) -> None:
     """SIGKILL ``proc`` after ``delay`` s (``random``), or as soon as the temporary folder
     (``tmp``) or its manifest (``manifest``) exists; nothing if it ends first."""
     deadline = time.monotonic() + (delay if how == "random" else 600)
+    before = set(_generations(target))
     while proc.poll() is None and time.monotonic() < deadline:
-        if how != "random":
+        if how != "random":  # a write's new folder: a hidden sibling, or a generation not yet current
             tmps = [p for p in target.parent.glob(f".{target.name}.tmp-*")]
+            tmps += [target / "generations" / g for g in _generations(target) if g not in before]
             if tmps and (how == "tmp" or any((p / "manifest.json").exists() for p in tmps)):
                 break
         time.sleep(0.002)
