@@ -13,7 +13,8 @@ candidates then rank right under the named chunks, in their own order. Only the 
 are untouched.
 
 The walk is one step per rank over the whole batch (``depth`` steps of ``[B]`` tensor work, no
-per-query loop) and the anchors come from the pools' induced subgraphs, on any device; a CPU
+per-query loop, no host read on a device) and the anchors come from the pools' induced
+subgraphs, on any device; a CPU
 batch runs the compiled kernel (:mod:`spectrag.kernels.compiled.cover`, the same marks), which
 reads the named chunks' CSR rows and walks each query's ranking alone.
 """
@@ -32,22 +33,14 @@ MAX_NAMED = 8  # named documents per query that can be covered (the rest count a
 
 def named_document_bits(named: torch.Tensor, docs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each named candidate's document numbered within its query (0, 1, ... in document-code
-    order; -1 elsewhere) and the number of named documents per query. Shapes: ``named [B, P]``
-    bool, ``docs [B, P]`` int64 -> ``[B, P]`` int64, ``[B]`` int64."""
-    batch, width = named.shape
-    span = int(docs.max()) + 2 if docs.numel() else 1
-    rows = torch.arange(batch, device=docs.device)[:, None].expand(batch, width)
-    keys = rows * span + docs.clamp(min=0)
-    picked = keys[named]
-    if picked.numel() == 0:
-        return torch.full_like(docs, -1), torch.zeros(batch, dtype=torch.int64, device=docs.device)
-    unique, inverse = torch.unique(picked, return_inverse=True)  # sorted: by query, then document
-    owner = unique // span
-    count = torch.bincount(owner, minlength=batch)
-    first = torch.cumsum(count, 0) - count  # index of each query's first named document in ``unique``
-    bits = torch.full_like(docs, -1)
-    bits[named] = inverse - first[rows[named]]
-    return bits, count
+    order; -1 elsewhere) and the number of named documents per query: a sort of each row, no
+    host read. Shapes: ``named [B, P]`` bool, ``docs [B, P]`` int64 -> ``[B, P]`` int64, ``[B]`` int64."""
+    none = torch.iinfo(torch.int64).max
+    keyed, order = torch.sort(torch.where(named, docs, torch.full_like(docs, none)), dim=1)
+    real = keyed != none
+    new = real & torch.cat([torch.ones_like(real[:, :1]), keyed[:, 1:] != keyed[:, :-1]], dim=1)
+    number = torch.where(real, torch.cumsum(new.to(torch.int64), dim=1) - 1, torch.full_like(docs, -1))
+    return torch.empty_like(docs).scatter_(1, order, number), new.sum(dim=1)
 
 
 def cover_anchors(graphs: list[BlockGraph], bits: torch.Tensor, named: torch.Tensor) -> torch.Tensor:
@@ -55,14 +48,14 @@ def cover_anchors(graphs: list[BlockGraph], bits: torch.Tensor, named: torch.Ten
     direction: source row, target column) to a candidate of no named document (``graphs``: the
     pools' blocks). Shapes: ``bits / named [B, P]`` -> bool ``[B, P, MAX_NAMED]``."""
     batch, width = named.shape
-    out = torch.zeros(batch * width * MAX_NAMED, dtype=torch.bool, device=named.device)
+    out = torch.zeros(batch * width * MAX_NAMED, dtype=torch.uint8, device=named.device)
     flat_bits, flat_named = bits.reshape(-1), named.reshape(-1)
-    for graph in graphs:
+    for graph in graphs:  # every entry scattered, the unused as 0 (a fixed shape: no host read)
         src, col = graph.src, graph.col
         bit = flat_bits[src]
         use = flat_named[src] & ~flat_named[col] & (bit >= 0) & (bit < MAX_NAMED)
-        out[col[use] * MAX_NAMED + bit[use]] = True
-    return out.reshape(batch, width, MAX_NAMED)
+        out.scatter_reduce_(0, col * MAX_NAMED + bit.clamp(0, MAX_NAMED - 1), use.to(torch.uint8), reduce="amax")
+    return out.reshape(batch, width, MAX_NAMED).bool()
 
 
 def first_bridges(order_scores: torch.Tensor, anchors: torch.Tensor, named: torch.Tensor, candidates: torch.Tensor,
@@ -96,8 +89,6 @@ def lift_marked(scores: torch.Tensor, marked: torch.Tensor, candidates: torch.Te
     lift of :func:`spectrag.rescore.bridge.protect_named`: ``max(s, o) + eps (1 + s)``, ``o`` the
     best unmarked score). Apply before the named chunks are protected, which then go above
     both. Shapes: ``[B, P]`` -> ``[B, P]``."""
-    if not bool(marked.any()):
-        return scores
     mask = candidates >= 0
     others = scores.masked_fill(~mask | marked, float("-inf")).amax(dim=1, keepdim=True)
     lifted = torch.maximum(scores, others) + eps * (1.0 + scores)
@@ -111,7 +102,8 @@ def cover_named(scores: torch.Tensor, graphs: list[BlockGraph | PoolGraphs], nam
     relational and citation subgraphs. Shapes: ``[B, P]`` -> ``[B, P]``."""
     bits, count = named_document_bits(named & (candidates >= 0), docs)
     several = count >= 2
-    if not bool(several.any()):  # one host read: most queries name one document or none
+    on_cpu = scores.device.type == "cpu"
+    if on_cpu and not bool(several.any()):  # most queries name one document or none (no read on a device)
         return scores
     if graphs and isinstance(graphs[0], PoolGraphs):  # a CPU batch: the compiled kernel, the same marks
         marked = torch.from_numpy(first_bridges_compiled(

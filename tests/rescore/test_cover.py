@@ -13,6 +13,7 @@ from spectrag.expand.blocks import candidate_blocks
 from spectrag.kernels.csr import TorchCSR
 from spectrag.reference.pipeline import cover as reference_cover
 from spectrag.rescore.cover import MAX_NAMED, cover_named, named_document_bits
+from spectrag.util.syncs import SyncCounter
 
 N = 400
 
@@ -117,3 +118,19 @@ def test_named_document_bits_number_each_querys_documents_in_code_order():
     bits, count = named_document_bits(named, docs)
     assert bits.tolist() == [[1, 0, -1, 1], [-1, -1, -1, -1], [1, -1, 2, 0]]
     assert count.tolist() == [2, 0, 3]
+
+
+def test_the_device_stage_reads_nothing_back_to_the_host():
+    """On a device the cover is fixed-shape tensor work: no ``.item()``, ``nonzero``, boolean-mask
+    index or data-sized op (spectrag.util.syncs.SyncCounter, here on the CPU's tensors)."""
+    from spectrag.rescore.cover import cover_anchors, first_bridges, lift_marked
+
+    graphs, doc_of, cand, named, scores, docs = random_case(3)
+    blocks = candidate_blocks(cand, [TorchCSR.from_scipy(g, "cpu") for g in graphs])
+    with SyncCounter(where=True) as syncs:
+        bits, count = named_document_bits(named & (cand >= 0), docs)
+        anchors = cover_anchors(blocks, bits, named)
+        marked = first_bridges(scores, anchors, named, cand, count >= 2, 20)
+        lifted = lift_marked(scores, marked, cand)
+    assert syncs.total == 0, syncs.places
+    torch.testing.assert_close(lifted, expected(graphs, doc_of, cand, named, scores, 20), rtol=0, atol=2e-6)
