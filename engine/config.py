@@ -716,8 +716,8 @@ class BridgeConfig(_Checked):
         past the named chunks, and each candidate that a named document not yet covered reaches
         along the relational or citation edges ranks right under the named chunks
         (:mod:`spectrag.rescore.cover`): every named document gets its second hop before a second
-        page reached from any one of them (a comparison question's two directors). The ranking
-        only; the selection is unchanged (default: True).
+        page reached from any one of them (a comparison question's two directors), in the ranking
+        and in the selection's scores; chosen on 2wiki-dev, bench/results/quality.md (default: True).
     cover_depth: ranks walked for those first bridges (default: 20).
     """
 

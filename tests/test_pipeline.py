@@ -190,12 +190,12 @@ def test_sample_index_other_candidates_rank_by_the_question_beyond_its_names(sam
 
 def test_sample_index_first_bridges_of_named_documents_are_exercised(sample_retriever, sample_qvecs):
     """``bridge.cover_named`` lifts some ranking score on the sample questions (one names two
-    documents), so the comparisons with the reference above exercise it; it moves the ranking
-    only (the selection is the same); switched off, it still matches the reference."""
+    documents), so the comparisons with the reference above exercise it; switched off, it still
+    matches the reference."""
     off = Retriever(sample_retriever.index, sample_retriever.config.replace(bridge__cover_named=False))
     a = sample_retriever.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
     b = off.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
-    assert torch.equal(a.candidates, b.candidates) and torch.equal(a.selected, b.selected)
+    assert torch.equal(a.candidates, b.candidates)
     moved = ((a.scores - b.scores).abs() > 1e-6) & (a.candidates >= 0)
     assert moved.any(), "no ranking score moved: the test would be vacuous"
     assert bool((a.scores[moved] > b.scores[moved]).all())  # lifted, never lowered

@@ -611,7 +611,7 @@ def reference_retrieve(index, query_vector: np.ndarray, query_text: str, config,
         ranked_bridged = bridged
         if others_beyond:  # the selection keeps every chunk's own relevance as its evidence
             bridged = {c: max(bridged[c], relevance[c]) for c in pool}
-        scores = final(bridged)  # the selection's; page support and the cover order the ranking only
+        scores = final(bridged, covering)  # the selection's; page support orders the ranking only
         ranked = final(ranked_bridged, covering)
         if cfg.bridge.page_support > 0:
             support = page_support(pool, relevance, ref.doc_codes, cfg.bridge.page_support)

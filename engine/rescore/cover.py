@@ -8,9 +8,9 @@ neighbours (other films of its director, its cast) while the second document's d
 at rank 6-9. Here the ranking is walked from the top, past the named documents' own chunks:
 a candidate that the relational or citation edges reach from a named document not yet covered
 is marked, and the document (with every other one that reaches it) is covered. The marked
-candidates then rank right under the named chunks, in their own order. Only the ranking moves
-(as page support): the selection's scores, and every query that names fewer than two documents,
-are untouched.
+candidates then rank right under the named chunks, in their own order, in the ranking and in
+the scores the selection reads (each walked in its own order); every query that names fewer
+than two documents is untouched.
 
 The walk is one step per rank over the whole batch (``depth`` steps of ``[B]`` tensor work, no
 per-query loop, no host read on a device) and the anchors come from the pools' induced
