@@ -161,15 +161,23 @@ def test_sample_index_bridging_changes_scores_and_matches_reference(sample_retri
     check_batch(off, QUESTIONS[:4], sample_qvecs[:4], "spectral", budget=1500)
 
 
+def switched_off(retriever, qvecs, **change):
+    """The sample questions scored with the default and with ``change``: the other retriever,
+    both results and the real candidates whose ranking score moved (the pools are the same)."""
+    off = Retriever(retriever.index, retriever.config.replace(**change))
+    a = retriever.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=qvecs)
+    b = off.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=qvecs)
+    assert torch.equal(a.candidates, b.candidates)
+    moved = ((a.scores - b.scores).abs() > 1e-6) & (a.candidates >= 0)
+    assert moved.any(), f"no ranking score moved with {change}: the test would be vacuous"
+    return off, a, b, moved
+
+
 def test_sample_index_bridged_chunks_bring_the_question_beyond_its_names(sample_retriever, sample_qvecs):
     """The relevance a bridged chunk brings (the question without the titles it names,
     ``bridge.target_lexical_weight``) moves some score on the sample questions, so the
     comparisons with the reference above exercise it; switched off, it still matches."""
-    off = Retriever(sample_retriever.index, sample_retriever.config.replace(bridge__target_lexical_weight=0.0))
-    a = sample_retriever.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
-    b = off.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
-    assert torch.equal(a.candidates, b.candidates)
-    assert ((a.scores - b.scores).abs() > 1e-6).any(), "no score moved: the test would be vacuous"
+    off, _, _, _ = switched_off(sample_retriever, sample_qvecs, bridge__target_lexical_weight=0.0)
     check_batch(off, QUESTIONS[:4], sample_qvecs[:4], "spectral", budget=1500)
 
 
@@ -178,12 +186,7 @@ def test_sample_index_other_candidates_rank_by_the_question_beyond_its_names(sam
     comparisons with the reference above exercise it), mostly down (a lowered start can change
     which best candidates vouch along citations, so a few rise); switched off, it still matches
     the reference."""
-    off = Retriever(sample_retriever.index, sample_retriever.config.replace(bridge__others_beyond_names=False))
-    a = sample_retriever.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
-    b = off.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
-    assert torch.equal(a.candidates, b.candidates)
-    moved = ((a.scores - b.scores).abs() > 1e-6) & (a.candidates >= 0)
-    assert moved.any(), "no ranking score moved: the test would be vacuous"
+    off, a, b, moved = switched_off(sample_retriever, sample_qvecs, bridge__others_beyond_names=False)
     assert int((a.scores[moved] < b.scores[moved]).sum()) > int((a.scores[moved] > b.scores[moved]).sum())
     check_batch(off, QUESTIONS[:4], sample_qvecs[:4], "spectral", budget=1500)
 
@@ -192,12 +195,7 @@ def test_sample_index_first_bridges_of_named_documents_are_exercised(sample_retr
     """``bridge.cover_named`` lifts some ranking score on the sample questions (one names two
     documents), so the comparisons with the reference above exercise it; switched off, it still
     matches the reference."""
-    off = Retriever(sample_retriever.index, sample_retriever.config.replace(bridge__cover_named=False))
-    a = sample_retriever.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
-    b = off.score_batch(QUESTIONS, mode="spectral", budget=1500, qvecs=sample_qvecs)
-    assert torch.equal(a.candidates, b.candidates)
-    moved = ((a.scores - b.scores).abs() > 1e-6) & (a.candidates >= 0)
-    assert moved.any(), "no ranking score moved: the test would be vacuous"
+    off, a, b, moved = switched_off(sample_retriever, sample_qvecs, bridge__cover_named=False)
     assert bool((a.scores[moved] > b.scores[moved]).all())  # lifted, never lowered
     rows = moved.any(dim=1).nonzero().squeeze(1).tolist()
     check_batch(off, [QUESTIONS[r] for r in rows], sample_qvecs[rows], "spectral", budget=1500)
