@@ -110,6 +110,7 @@ class ConfigVariant:
     def __init__(self, changes: dict) -> None:
         self.changes = changes
         self.modules: list[str] = []
+        self.added: list[str] = []
 
     @contextmanager
     def before(self):
@@ -303,7 +304,7 @@ def main() -> None:
     record["before_config"] = changes
     with tempfile.TemporaryDirectory() as folder:
         variants = ConfigVariant(changes) if changes else Variants(base, Path(folder))
-        record["modules"], record["added"] = variants.modules, getattr(variants, "added", [])
+        record["modules"], record["added"] = variants.modules, variants.added
         for name in args.sets.split(","):
             got = dataset_index(name)
             if got is None:

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from spectrag.generations import FOLDER, current_folder, read_pointer  # importable: bench_fuzz ran ensure_spectrag
+
 KILL_WORKER = """
 import sys
 import numpy as np
@@ -56,16 +58,12 @@ def write_corpus(path: Path, first: int, count: int) -> Path:
 def _files(folder: Path) -> dict:
     """The manifest's file table of the generation CURRENT names (size and SHA-256 of every other
     file): equal tables mean the same index byte for byte, the manifest's dates and timings aside."""
-    from spectrag.generations import current_folder
-
     return json.loads((current_folder(folder) / "manifest.json").read_text())["files"]
 
 
 def _generations(target: Path) -> list[str]:
     """The generation folders of the index at ``target`` other than the one CURRENT names (a
     killed writer's, until the next write collects them)."""
-    from spectrag.generations import FOLDER, read_pointer
-
     folder = target / FOLDER
     current = read_pointer(target)
     return sorted(p.name for p in folder.iterdir() if p.name != current) if folder.is_dir() else []
@@ -75,7 +73,7 @@ def _siblings(target: Path) -> list[str]:
     """What a write leaves beside the index (hidden siblings) or in it (generations not current)."""
     hidden = sorted(p.name for p in target.parent.iterdir()
                     if p.name.startswith(f".{target.name}.") and any(k in p.name for k in SIBLING_KINDS))
-    return hidden + [f"generations/{g}" for g in _generations(target)]
+    return hidden + [f"{FOLDER}/{g}" for g in _generations(target)]
 
 
 def _kill_when(proc: subprocess.Popen, target: Path, how: str, delay: float) -> None:
@@ -86,7 +84,7 @@ def _kill_when(proc: subprocess.Popen, target: Path, how: str, delay: float) -> 
     while proc.poll() is None and time.monotonic() < deadline:
         if how != "random":  # a write's new folder: a hidden sibling, or a generation not yet current
             tmps = [p for p in target.parent.glob(f".{target.name}.tmp-*")]
-            tmps += [target / "generations" / g for g in _generations(target) if g not in before]
+            tmps += [target / FOLDER / g for g in _generations(target) if g not in before]
             if tmps and (how == "tmp" or any((p / "manifest.json").exists() for p in tmps)):
                 break
         time.sleep(0.002)

@@ -42,7 +42,7 @@ from spectrag.kernels.gather import gathered_dot
 from spectrag.propagate.activation import ActivationBatch, activate
 from spectrag.propagate.proximity import pool_proximity
 from spectrag.rescore.bridge import graph_evidence, named_best_chunks, protect_named
-from spectrag.rescore.cover import cover_named
+from spectrag.rescore.cover import named_cover
 from spectrag.rescore.pages import page_support
 from spectrag.rescore.relevance import calibrated_relevance
 from spectrag.seed.lexical import lexical_scores
@@ -314,25 +314,27 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
         support = page_support(relevance, docs, mask, bc.page_support, compiled=compiled) if bc.page_support > 0 else None
         stage("bridge")
 
-        covering = bc.cover_named and protect and bridging
+        # each named document's first bridge, found once for the selection's walk and the ranking's
+        cover = named_cover(relation_blocks, named_chunks, docs, candidates, depth=bc.cover_depth) \
+            if bc.cover_named and protect and bridging else None
 
-        def final(x: torch.Tensor, cover: bool = False) -> torch.Tensor:  # s2 = (1 - alpha) x + alpha p
+        def final(x: torch.Tensor) -> torch.Tensor:  # s2 = (1 - alpha) x + alpha p, named documents on top
             s = (1 - pc.alpha) * x + pc.alpha * proximity
             if activation is not None and config.activation.beta > 0:  # combined: the activation as its own term
                 s = s + config.activation.beta * activation
-            if cover:  # each named document's first bridge right under the named chunks
-                s = cover_named(s, relation_blocks, named_chunks, docs, candidates, depth=bc.cover_depth)
+            if cover is not None:  # each named document's first bridge right under the named chunks
+                s = cover.lift(s)
             return protect_named(s, relevance, named_mask, candidates, floor=bc.named_floor) if protect else s
 
         # the named documents' first bridges in the selection too (2Wiki at 500 tokens: every gold
         # passage in the context for 75.5% of the questions instead of 66.8%, quality_context_2wiki.md)
-        scores = final(bridged, cover=covering)
+        scores = final(bridged)
         # page support orders the ranking only: the selection's evidence cut is relative to the
         # best chunk, which the support lifts with its whole page, and it dropped second pages
         # from the context (bench/results/quality.md)
         if support is not None:
             ranked_bridged = ranked_bridged + support.to(ranked_bridged.dtype)
-        ranked = scores if ranked_bridged is bridged else final(ranked_bridged, cover=covering)
+        ranked = scores if ranked_bridged is bridged else final(ranked_bridged)
     elif mode == "activation":
         proximity = sa.proximity(candidates)
         alpha = config.activation.alpha

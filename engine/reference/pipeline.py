@@ -368,8 +368,11 @@ def protect(scores: dict[int, float], relevance: dict[int, float], named: set[in
     """Named chunks with relevance >= floor * the best above every other (spectrag.rescore.bridge.protect_named)."""
     top = max(relevance.values(), default=0.0)
     keep = {c for c in scores if c in named and relevance[c] >= floor * top}
-    if not keep:
-        return dict(scores)
+    return lift(scores, keep, eps) if keep else dict(scores)
+
+
+def lift(scores: dict[int, float], keep: set[int], eps: float = 1e-3) -> dict[int, float]:
+    """``keep`` above every other candidate, in their own order (spectrag.rescore.bridge.lift_above)."""
     others = max((v for c, v in scores.items() if c not in keep), default=float("-inf"))
     return {c: (max(v, others) + eps * (1 + v) if c in keep else v) for c, v in scores.items()}
 
@@ -434,10 +437,7 @@ def cover(scores: dict[int, float], pool: list[int], named_docs_chunks: set[int]
         if reach[c] - covered:
             marked.add(c)
             covered |= reach[c]
-    if not marked:
-        return dict(scores)
-    others = max((v for c, v in scores.items() if c not in marked), default=float("-inf"))
-    return {c: (max(v, others) + eps * (1 + v) if c in marked else v) for c, v in scores.items()}
+    return lift(scores, marked, eps) if marked else dict(scores)
 
 
 def page_support(pool: list[int], relevance: dict[int, float], doc_codes, beta: float) -> dict[int, float]:

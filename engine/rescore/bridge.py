@@ -141,6 +141,15 @@ def protect_named(scores: torch.Tensor, relevance: torch.Tensor, named: torch.Te
     keep = named & mask & (relevance >= floor * r_top)
     if not bool(keep.any()):
         return scores
+    return lift_above(scores, keep, candidates, eps=eps)
+
+
+def lift_above(scores: torch.Tensor, keep: torch.Tensor, candidates: torch.Tensor, *, eps: float = 1e-3) -> torch.Tensor:
+    """``scores`` with the ``keep`` candidates above every other real one, in their own order:
+    ``max(s, o) + eps (1 + s)``, ``o`` the best score of the others (increasing in ``s``). The
+    lift of the named chunks (:func:`protect_named`) and of their first bridges
+    (:mod:`spectrag.rescore.cover`). Shapes: ``[B, P]`` -> ``[B, P]``."""
+    mask = candidates >= 0
     others = scores.masked_fill(~mask | keep, float("-inf")).amax(dim=1, keepdim=True)
     lifted = torch.maximum(scores, others) + eps * (1.0 + scores)
     return torch.where(keep, lifted, scores)

@@ -15,18 +15,23 @@ than two documents is untouched.
 The walk is one step per rank over the whole batch (``depth`` steps of ``[B]`` tensor work, no
 per-query loop, no host read on a device) and the anchors come from the pools' induced
 subgraphs, on any device; a CPU
-batch runs the compiled kernel (:mod:`spectrag.kernels.compiled.cover`, the same marks), which
-reads the named chunks' CSR rows and walks each query's ranking alone.
+batch runs the compiled kernels (:mod:`spectrag.kernels.compiled.cover`, the same marks), which
+read the named chunks' CSR rows and walk each query's order alone. The anchors are found once
+per batch (:func:`named_cover`) for both walks.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
 from spectrag.kernels.blocks import BlockGraph
 from spectrag.kernels.compiled.blocks import PoolGraphs
-from spectrag.kernels.compiled.cover import first_bridges_compiled
+from spectrag.kernels.compiled.cover import cover_reach_compiled, first_bridges_compiled
 from spectrag.kernels.topk import positions_by_score_then_id
+from spectrag.rescore.bridge import lift_above
 
 MAX_NAMED = 8  # named documents per query that can be covered (the rest count as named, not as anchors)
 
@@ -83,33 +88,50 @@ def first_bridges(order_scores: torch.Tensor, anchors: torch.Tensor, named: torc
     return marked
 
 
-def lift_marked(scores: torch.Tensor, marked: torch.Tensor, candidates: torch.Tensor, *,
-                eps: float = 1e-3) -> torch.Tensor:
-    """``scores`` with the marked candidates above every unmarked one, in their own order (the
-    lift of :func:`spectrag.rescore.bridge.protect_named`: ``max(s, o) + eps (1 + s)``, ``o`` the
-    best unmarked score). Apply before the named chunks are protected, which then go above
-    both. Shapes: ``[B, P]`` -> ``[B, P]``."""
-    mask = candidates >= 0
-    others = scores.masked_fill(~mask | marked, float("-inf")).amax(dim=1, keepdim=True)
-    lifted = torch.maximum(scores, others) + eps * (1.0 + scores)
-    return torch.where(marked, lifted, scores)
+@dataclass(frozen=True)
+class NamedCover:
+    """What the walks of one batch share, found once: the queries naming several documents and
+    which named documents reach each candidate (``anchors [B, P, K]`` bool on the blocks' device,
+    or ``reach [B, P]`` uint64 bits for the compiled CPU walk). :meth:`lift` walks one order of
+    scores (the ranking's, the selection's)."""
+
+    candidates: torch.Tensor
+    named: torch.Tensor
+    bits: torch.Tensor
+    several: torch.Tensor
+    depth: int
+    anchors: torch.Tensor | None = None
+    reach: np.ndarray | None = None
+
+    def lift(self, scores: torch.Tensor) -> torch.Tensor:
+        """``scores`` with the first bridges of ``scores``' own order lifted under the named chunks."""
+        if self.reach is not None:
+            marked = torch.from_numpy(first_bridges_compiled(
+                self.candidates.numpy(), self.bits.numpy(), self.several.numpy(), scores.numpy(), self.reach, self.depth))
+        else:
+            marked = first_bridges(scores, self.anchors, self.named, self.candidates, self.several, self.depth)
+        return lift_above(scores, marked, self.candidates)
+
+
+def named_cover(graphs: list[BlockGraph | PoolGraphs], named: torch.Tensor, docs: torch.Tensor,
+                candidates: torch.Tensor, *, depth: int) -> NamedCover | None:
+    """The batch's :class:`NamedCover` (None on the CPU when no query names two documents: one host
+    read; a device reads nothing back). ``named``: every candidate chunk of a named document;
+    ``graphs``: the pools' relational and citation subgraphs. Shapes: ``[B, P]``."""
+    bits, count = named_document_bits(named & (candidates >= 0), docs)
+    several = count >= 2
+    if candidates.device.type == "cpu" and not bool(several.any()):  # most queries name one document or none
+        return None
+    if graphs and isinstance(graphs[0], PoolGraphs):  # a CPU batch: the compiled kernels, the same marks
+        reach = cover_reach_compiled(candidates.numpy(), bits.numpy(), several.numpy(),
+                                     [(g.indptr, g.indices) for g in graphs], MAX_NAMED)
+        return NamedCover(candidates, named, bits, several, depth, reach=reach)
+    return NamedCover(candidates, named, bits, several, depth, anchors=cover_anchors(graphs, bits, named))
 
 
 def cover_named(scores: torch.Tensor, graphs: list[BlockGraph | PoolGraphs], named: torch.Tensor, docs: torch.Tensor,
                 candidates: torch.Tensor, *, depth: int) -> torch.Tensor:
-    """The ranking's ``scores`` with each named document's first bridge lifted (module
-    docstring). ``named``: every candidate chunk of a named document; ``graphs``: the pools'
-    relational and citation subgraphs. Shapes: ``[B, P]`` -> ``[B, P]``."""
-    bits, count = named_document_bits(named & (candidates >= 0), docs)
-    several = count >= 2
-    on_cpu = scores.device.type == "cpu"
-    if on_cpu and not bool(several.any()):  # most queries name one document or none (no read on a device)
-        return scores
-    if graphs and isinstance(graphs[0], PoolGraphs):  # a CPU batch: the compiled kernel, the same marks
-        marked = torch.from_numpy(first_bridges_compiled(
-            candidates.numpy(), bits.numpy(), several.numpy(), scores.numpy(),
-            [(g.indptr, g.indices) for g in graphs], depth, MAX_NAMED))
-    else:
-        anchors = cover_anchors(graphs, bits, named)
-        marked = first_bridges(scores, anchors, named, candidates, several, depth)
-    return lift_marked(scores, marked, candidates)
+    """``scores`` with each named document's first bridge lifted (module docstring): one walk,
+    :func:`named_cover` then :meth:`NamedCover.lift`. Shapes: ``[B, P]`` -> ``[B, P]``."""
+    cover = named_cover(graphs, named, docs, candidates, depth=depth)
+    return scores if cover is None else cover.lift(scores)

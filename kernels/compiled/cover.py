@@ -1,7 +1,8 @@
 """Each named document's first bridge (:mod:`spectrag.rescore.cover`, the reference), compiled,
-one query at a time: which named documents reach each candidate, read from the CSR rows of the
-pool's named chunks (no induced subgraph is built), then the walk down the ranking. Only the
-queries that name two or more documents are read."""
+one query at a time, in two kernels: which named documents reach each candidate (read once per
+batch from the CSR rows of the pool's named chunks; no induced subgraph is built), then the
+walk down an order of the scores (run for the ranking and for the selection). Only the queries
+that name two or more documents are read."""
 
 from __future__ import annotations
 
@@ -11,25 +12,18 @@ from spectrag.kernels.compiled.order import U32, top_by_value_then_id
 from spectrag.kernels.compiled.runtime import jit, parallel_rows
 
 
-def _cover_rows(lo, hi, candidates, bits, several, scores, indptr_a, indices_a, indptr_b, indices_b, use_b,
-                depth, max_named, marked):
+def _reach_rows(lo, hi, candidates, bits, several, indptr_a, indices_a, indptr_b, indices_b, use_b, max_named, reach):
     n = indptr_a.shape[0] - 1
     width = candidates.shape[1]
     slot_of = np.full(n, -1, np.int64)
-    reach = np.zeros(width, np.uint64)
-    values = np.empty(width, np.float32)
-    ids = np.empty(width, np.int64)
-    keys = np.empty(width, np.uint64)
     for b in range(lo, hi):
         for i in range(width):
-            marked[b, i] = False
+            reach[b, i] = 0
         if not several[b]:
             continue
         for i in range(width):
-            v = candidates[b, i]
-            reach[i] = 0
-            if v >= 0:
-                slot_of[v] = i
+            if candidates[b, i] >= 0:
+                slot_of[candidates[b, i]] = i
         # an entry from a named chunk (source row) to a candidate of no named document (target)
         for g in range(2):
             if g == 1 and not use_b:
@@ -44,44 +38,70 @@ def _cover_rows(lo, hi, candidates, bits, several, scores, indptr_a, indices_a, 
                 for e in range(indptr[v], indptr[v + 1]):
                     j = slot_of[indices[e]]
                     if j >= 0 and bits[b, j] < 0:
-                        reach[j] |= np.uint64(1) << np.uint64(bit)
-        # the walk: the best ``depth`` candidates of no named document, score down, id up
-        count = 0
-        for i in range(width):
-            v = candidates[b, i]
-            if v >= 0 and bits[b, i] < 0:
-                values[count] = scores[b, i]
-                ids[count] = v
-                count += 1
-        order = top_by_value_then_id(values, ids, count, depth, keys)
-        covered = np.uint64(0)
-        for r in range(order.shape[0]):
-            i = slot_of[np.int64(order[r] & U32)]
-            if reach[i] & ~covered:
-                marked[b, i] = True
-                covered |= reach[i]
+                        reach[b, j] |= np.uint64(1) << np.uint64(bit)
         for i in range(width):
             if candidates[b, i] >= 0:
                 slot_of[candidates[b, i]] = -1
 
 
-_cover_rows = jit(_cover_rows)
+def _walk_rows(lo, hi, candidates, bits, several, scores, reach, depth, marked):
+    width = candidates.shape[1]
+    values = np.empty(width, np.float32)
+    ids = np.empty(width, np.int64)
+    slots = np.empty(width, np.int64)
+    keys = np.empty(width, np.uint64)
+    for b in range(lo, hi):
+        for i in range(width):
+            marked[b, i] = False
+        if not several[b]:
+            continue
+        # the best ``depth`` candidates of no named document, score down, id up
+        count = 0
+        for i in range(width):
+            if candidates[b, i] >= 0 and bits[b, i] < 0:
+                values[count] = scores[b, i]
+                ids[count] = candidates[b, i]
+                slots[count] = i
+                count += 1
+        order = top_by_value_then_id(values, ids, count, depth, keys)
+        covered = np.uint64(0)
+        for r in range(order.shape[0]):
+            v = np.int64(order[r] & U32)
+            i = -1
+            for c in range(count):  # the slot of chunk v (a chunk is in a pool at most once)
+                if ids[c] == v:
+                    i = slots[c]
+                    break
+            if reach[b, i] & ~covered:
+                marked[b, i] = True
+                covered |= reach[b, i]
+
+
+_reach_rows = jit(_reach_rows)
+_walk_rows = jit(_walk_rows)
+
+
+def cover_reach_compiled(candidates: np.ndarray, bits: np.ndarray, several: np.ndarray,
+                         graphs: list[tuple[np.ndarray, np.ndarray]], max_named: int, *,
+                         threads: int | None = None) -> np.ndarray:
+    """Which named documents reach each candidate, as bits (:func:`spectrag.rescore.cover.cover_anchors`
+    packed), from the whole graphs' CSR ``(indptr, indices)`` (one or two, over the same nodes).
+    Shapes: ``candidates / bits [B, P]`` (int64; ``bits`` the named-document number or -1),
+    ``several [B]`` bool -> uint64 ``[B, P]``."""
+    if not 1 <= len(graphs) <= 2:
+        raise ValueError(f"one or two graphs, got {len(graphs)}")
+    reach = np.empty(candidates.shape, np.uint64)
+    (indptr_a, indices_a), (indptr_b, indices_b) = graphs[0], graphs[-1]
+    parallel_rows(_reach_rows, candidates.shape[0], candidates, bits, several, indptr_a, indices_a, indptr_b, indices_b,
+                  len(graphs) == 2, int(max_named), reach, threads=threads)
+    return reach
 
 
 def first_bridges_compiled(candidates: np.ndarray, bits: np.ndarray, several: np.ndarray, scores: np.ndarray,
-                           graphs: list[tuple[np.ndarray, np.ndarray]], depth: int, max_named: int, *,
-                           threads: int | None = None) -> np.ndarray:
-    """The candidates the walk marks (:func:`spectrag.rescore.cover.first_bridges` on the anchors of
-    :func:`spectrag.rescore.cover.cover_anchors`), from the whole graphs' CSR ``(indptr, indices)``
-    (one or two, over the same nodes). Shapes: ``candidates / bits / scores [B, P]`` (int64, int64
-    named-document number or -1, float32), ``several [B]`` bool -> bool ``[B, P]``."""
-    if not 1 <= len(graphs) <= 2:
-        raise ValueError(f"one or two graphs, got {len(graphs)}")
-    batch, width = candidates.shape
-    marked = np.empty((batch, width), np.bool_)
-    (indptr_a, indices_a), (indptr_b, indices_b) = graphs[0], graphs[-1]
-    parallel_rows(_cover_rows, batch, np.ascontiguousarray(candidates, np.int64), np.ascontiguousarray(bits, np.int64),
-                  np.ascontiguousarray(several, np.bool_), np.ascontiguousarray(scores, np.float32),
-                  indptr_a, indices_a, indptr_b, indices_b, len(graphs) == 2, int(depth), int(max_named), marked,
-                  threads=threads)
+                           reach: np.ndarray, depth: int, *, threads: int | None = None) -> np.ndarray:
+    """The candidates the walk down ``scores`` marks (:func:`spectrag.rescore.cover.first_bridges`)
+    given :func:`cover_reach_compiled`'s ``reach``. Shapes: ``[B, P]`` (``scores`` float32) -> bool ``[B, P]``."""
+    marked = np.empty(candidates.shape, np.bool_)
+    parallel_rows(_walk_rows, candidates.shape[0], candidates, bits, several, np.ascontiguousarray(scores, np.float32),
+                  reach, int(depth), marked, threads=threads)
     return marked

@@ -123,7 +123,8 @@ def test_named_document_bits_number_each_querys_documents_in_code_order():
 def test_the_device_stage_reads_nothing_back_to_the_host():
     """On a device the cover is fixed-shape tensor work: no ``.item()``, ``nonzero``, boolean-mask
     index or data-sized op (spectrag.util.syncs.SyncCounter, here on the CPU's tensors)."""
-    from spectrag.rescore.cover import cover_anchors, first_bridges, lift_marked
+    from spectrag.rescore.bridge import lift_above
+    from spectrag.rescore.cover import cover_anchors, first_bridges
 
     graphs, doc_of, cand, named, scores, docs = random_case(3)
     blocks = candidate_blocks(cand, [TorchCSR.from_scipy(g, "cpu") for g in graphs])
@@ -131,6 +132,6 @@ def test_the_device_stage_reads_nothing_back_to_the_host():
         bits, count = named_document_bits(named & (cand >= 0), docs)
         anchors = cover_anchors(blocks, bits, named)
         marked = first_bridges(scores, anchors, named, cand, count >= 2, 20)
-        lifted = lift_marked(scores, marked, cand)
+        lifted = lift_above(scores, marked, cand)
     assert syncs.total == 0, syncs.places
     torch.testing.assert_close(lifted, expected(graphs, doc_of, cand, named, scores, 20), rtol=0, atol=2e-6)
