@@ -1,17 +1,20 @@
-"""Benchmark: int8 query vectors. Does ONNX Runtime's dynamic int8 quantization of the query
-encoder keep retrieval quality, and what does it save?
+"""Benchmark: int8 query vectors (``retriever.embed_backend = "onnx-int8"``). What does ONNX
+Runtime's dynamic int8 quantization of the query encoder cost in retrieval quality, and what
+does it save?
 
-The verified float32 ONNX export of the index's model (the default query runtime) is quantized
-with ``onnxruntime.quantization.quantize_dynamic`` (int8 weights per output channel, MatMul
-nodes; activations quantized per call), into a temporary folder. Dynamic quantization scales a
+The product's path: ``Index.embed_queries(backend="onnx-int8")``, the int8 copy of the verified
+float32 ONNX export (``quantize_dynamic``: int8 weights per output channel, MatMul nodes;
+activations quantized per call), made once in the cache folder and checked against torch
+(:meth:`spectrag.index.embed.Embedder.int8_query_encoder`). Dynamic quantization scales a
 call's activations by that call's own range; the query encoder runs each query alone (one call
 each), so its vector stays a function of its text. Reported per dev set: the cosine of the int8
-vectors to the default ones, and R@2 / R@5 / MRR of ``dense``, ``hybrid`` and ``spectral`` with
-either vectors (paired bootstrap intervals of the change); then the time to embed batches of 8
-questions, the default encoder against the same encoder on the int8 export (``--threads``
-queries at once, one intra-op thread each).
+vectors to the default ones, and R@2 / R@5 / MRR and the context's recall at the default
+budget of ``dense``, ``hybrid`` and ``spectral`` with either vectors (paired bootstrap
+intervals of the change); then the time to embed batches of 8 questions with the two query
+embedders as a retriever uses them (``embed_backend`` ``onnx`` against ``onnx-int8``: as many
+queries at once as threads, one intra-op thread each).
 
-Usage: ``python bench/bench_query_int8.py [--sets docs,musique,2wiki,sample] [--threads 2]``
+Usage: ``python bench/bench_query_int8.py [--sets docs,musique,2wiki,sample]``
 """
 
 from __future__ import annotations
@@ -20,35 +23,21 @@ import _common  # noqa: F401  (before numpy / torch: thread pinning)
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
 from _common import ROOT, finish_record, md_table, new_record, results_header, write_results  # noqa: E402
 from bench_quality import METRICS, Bench  # noqa: E402
-from spectrag.config import EmbedConfig  # noqa: E402
 from spectrag.eval.metrics import paired_bootstrap_ci  # noqa: E402
-from spectrag.index.embed import model_fingerprint, onnx_export_path, resolve_model_path  # noqa: E402
-from spectrag.index.query_onnx import OnnxQueryEncoder, model_plan, session_for  # noqa: E402
-from spectrag.util.io import default_cache_dir  # noqa: E402
 
 MODES = ("dense", "hybrid", "spectral")
+FIGURES = (("R@2", "R@2"), ("R@5", "R@5"), ("MRR", "MRR"), ("R", "context recall"))  # R: the default budget's
 
 
-def quantized(export: Path, folder: Path) -> Path:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    out = folder / "query-int8.onnx"
-    quantize_dynamic(str(export), str(out), weight_type=QuantType.QInt8, per_channel=True,
-                     op_types_to_quantize=["MatMul"])
-    return out
-
-
-def quality(bench: Bench, name: str, int8: OnnxQueryEncoder) -> tuple[list[dict], dict]:
+def quality(bench: Bench, name: str) -> tuple[list[dict], dict]:
     default = bench.qvecs.clone()
-    vectors = {"default": default, "int8": torch.from_numpy(int8.encode(bench.texts)[0])}
+    vectors = {"default": default, "int8": torch.from_numpy(bench.index.embed_queries(bench.texts, backend="onnx-int8"))}
     cos = (vectors["default"] * vectors["int8"]).sum(1)
     rows = []
     for mode in MODES:
@@ -58,11 +47,11 @@ def quality(bench: Bench, name: str, int8: OnnxQueryEncoder) -> tuple[list[dict]
             per[label] = bench.scorer.per_question(bench.run(mode, {}, None))
         valid = bench.scorer.gold.n_gold > 0
         row = {"set": name, "mode": mode}
-        for m in ("R@2", "R@5", "MRR"):
+        for m, label in FIGURES:
             col = METRICS.index(m)
             a, b = (100 * float(per[v][valid, col].mean()) for v in vectors)
             lo, hi = paired_bootstrap_ci((per["int8"] - per["default"])[valid, col])
-            row[m] = f"{a:.1f} -> {b:.1f} ({b - a:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}])"
+            row[label] = f"{a:.1f} -> {b:.1f} ({b - a:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}])"
         rows.append(row)
         print(row, flush=True)
     bench.qvecs = default
@@ -70,9 +59,10 @@ def quality(bench: Bench, name: str, int8: OnnxQueryEncoder) -> tuple[list[dict]
                   "cos_median": float(cos.median()), "texts": bench.texts}
 
 
-def speed(texts: list[str], default: OnnxQueryEncoder, int8: OnnxQueryEncoder, batches: int, repeats: int) -> dict:
+def speed(texts: list[str], index, batches: int, repeats: int) -> dict:
     groups = [texts[i : i + 8] for i in range(0, 8 * batches, 8)]
-    variants = {"default": lambda b: default.encode(b)[0], "int8": lambda b: int8.encode(b)[0]}
+    variants = {"onnx": index.query_embedder("onnx").encode_queries,
+                "onnx-int8": index.query_embedder("onnx-int8").encode_queries}
     for fn in variants.values():
         fn(groups[0])
     per = {k: [] for k in variants}
@@ -90,7 +80,6 @@ def speed(texts: list[str], default: OnnxQueryEncoder, int8: OnnxQueryEncoder, b
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default="docs,musique,2wiki,sample")
-    ap.add_argument("--threads", type=int, default=2, help="queries embedded at once, one ONNX Runtime thread each")
     ap.add_argument("--batches", type=int, default=12)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "query_int8_cpu"))
@@ -98,35 +87,26 @@ def main() -> None:
     record = new_record(f"quality: one pass per set, mode and vectors; speed: per batch of 8 the median of "
                         f"{args.repeats} calls after one untimed call, variants interleaved, the median over "
                         f"{args.batches} batches", packages=("onnxruntime",))
-    config = EmbedConfig()
-    model = resolve_model_path(config.model)
-    plan = model_plan(model)
-    export = onnx_export_path(Path(default_cache_dir()) / "onnx", model_fingerprint(model), plan["dim"])
-    rows, sets, int8 = [], [], None
-    with tempfile.TemporaryDirectory() as folder:
-        for name in args.sets.split(","):
-            bench = Bench(name, True, None)  # its query vectors: the default runtime (exported at first use)
-            if int8 is None:
-                int8_path = quantized(export, Path(folder))
-                int8 = OnnxQueryEncoder(model, session_for(int8_path, 1), plan)  # quality: vectors only
-            got, info = quality(bench, name, int8)
-            rows += got
-            sets.append(info)
-        int8 = OnnxQueryEncoder(model, session_for(int8_path, 1), plan, lanes=args.threads)
-        default = OnnxQueryEncoder(model, session_for(export, 1), plan, lanes=args.threads)
-        texts = [t for s in sets for t in s["texts"]]
-        timing = speed(texts, default, int8, args.batches, args.repeats)
+    rows, sets = [], []
+    for name in args.sets.split(","):
+        bench = Bench(name, True, None)  # its query vectors: the default runtime (exported at first use)
+        got, info = quality(bench, name)
+        rows += got
+        sets.append(info)
+    texts = [t for s in sets for t in s["texts"]]
+    timing = speed(texts, bench.index, args.batches, args.repeats)
+    lanes = torch.get_num_threads()  # the query embedders' lanes (embed.num_threads 0: torch's count)
     record.update(rows=rows, sets=[{k: v for k, v in s.items() if k != "texts"} for s in sets], speed_ms=timing,
-                  threads=args.threads)
+                  lanes=lanes)
     finish_record(record)
     lines = results_header("int8 query vectors (ONNX Runtime dynamic quantization) against the default", record)
     lines += ["Cosine of each question's int8 vector to its default one: " + "; ".join(
         f"{s['set']} ({s['questions']} questions) min {s['cos_min']:.4f}, median {s['cos_median']:.4f}" for s in sets),
         "", "Quality, default -> int8 (change, 95% paired bootstrap interval):", ""]
-    lines += md_table(rows, [("set", "set", ""), ("mode", "mode", ""), ("R@2", "R@2", ""), ("R@5", "R@5", ""),
-                             ("MRR", "MRR", "")])
-    base = timing["default"]
-    lines += ["", f"Embedding batches of 8 questions, {args.threads} at once on one ONNX Runtime thread each:", ""]
+    lines += md_table(rows, [("set", "set", ""), ("mode", "mode", "")] + [(label, label, "") for _, label in FIGURES])
+    base = timing["onnx"]
+    lines += ["", f"Embedding batches of 8 questions, {lanes} at once on one ONNX Runtime thread each "
+              "(`Index.query_embedder`, as a retriever runs it):", ""]
     lines += md_table([{"variant": k, "ms": v, "ratio": v / base} for k, v in timing.items()],
                       [("variant", "variant", ""), ("ms per batch", "ms", ".1f"), ("ratio", "ratio", ".3f")])
     write_results(args.out, lines, record)

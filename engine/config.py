@@ -880,8 +880,12 @@ class RetrieverConfig(_Checked):
         is cached no sentence-transformers import, so a first query starts in a fraction of the
         time, bench/results/startup_cpu.md) or ``auto`` (``onnx`` where ONNX Runtime and onnx
         are installed, as they are with spectrag, and the device is the CPU; else the index's).
-        The torch encoder is the reference; the vectors agree to a cosine of 0.9999999. Every
-        choice gives a query the same vector alone and in any batch (default: auto).
+        The torch encoder is the reference; the vectors agree to a cosine of 0.9999999.
+        ``onnx-int8`` (opt-in, CPU only): the queries on an int8 copy of the export (ONNX
+        Runtime's dynamic quantization, made once and checked against torch), about 0.4x the
+        ``onnx`` time for a trade in quality: a cosine of 0.99 to the reference, docs-dev R@5
+        -1.2 (bench/results/query_int8_cpu.md). Every choice gives a query the same vector
+        alone and in any batch (default: auto).
     seed, expand, propagate, bridge, select, baseline_select, activation: the stage settings.
     """
 
@@ -891,7 +895,7 @@ class RetrieverConfig(_Checked):
     device: str = "auto"
     backend: str = opt("auto", choices=("auto", "compiled", "torch"))
     threads: int = opt(0, lo=0, hi=MAX_THREADS)
-    embed_backend: str = opt("auto", choices=("index", "auto", "torch", "onnx"))
+    embed_backend: str = opt("auto", choices=("index", "auto", "torch", "onnx", "onnx-int8"))
     seed: SeedConfig = field(default_factory=SeedConfig)
     expand: ExpandConfig = field(default_factory=ExpandConfig)
     propagate: PropagateConfig = field(default_factory=PropagateConfig)

@@ -68,6 +68,8 @@ def query_backend(choice: str, device: torch.device) -> str | None:
     ``auto`` takes ONNX Runtime on the CPU where it (and onnx, to export) is installed."""
     if choice == "auto":
         return "onnx" if device.type == "cpu" and _onnx_installed() else None
+    if choice == "onnx-int8" and device.type != "cpu":
+        raise ConfigError(f"retriever.embed_backend = 'onnx-int8' runs on the CPU; the retriever's device is {device}")
     return None if choice == "index" else choice
 
 

@@ -479,8 +479,9 @@ class Index:
         return self.query_embedder()
 
     def query_embedder(self, backend: str | None = None):
-        """The embedding model with ``backend`` (``torch`` / ``onnx``; None: the index's own),
-        loaded on first use and kept."""
+        """The embedding model with ``backend`` (``torch`` / ``onnx`` / ``onnx-int8``: the
+        queries on the int8 copy of the ONNX export; None: the index's own), loaded on first
+        use and kept."""
         backend = backend or self.config.embed.backend
         if backend not in self._embedders:
             if self.manifest["embedding"].get("fingerprint") == "supplied":
@@ -491,7 +492,8 @@ class Index:
             # ONNX Runtime: each query alone at its own length, as many at once as threads, one thread
             # each, longest first (0.495x a plain encode against 0.743x for padded batches on both threads on an
             # Intel Xeon, bench/results/embed_runtime_cpu_xeon.md; even on an AMD EPYC, embed_runtime_cpu.md)
-            embedder = query_embedder(replace(self.config.embed, backend=backend))
+            int8 = backend == "onnx-int8"
+            embedder = query_embedder(replace(self.config.embed, backend="onnx" if int8 else backend), int8=int8)
             check_model(self.manifest, embedder.fingerprint, embedder.dim, self.path)
             self._embedders[backend] = embedder
         return self._embedders[backend]

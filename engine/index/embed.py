@@ -33,7 +33,7 @@ import torch
 
 from spectrag.config import DEFAULT_MODEL, EmbedConfig
 from spectrag.errors import ConfigError, brief
-from spectrag.util.console import LOGGER, third_party_quiet
+from spectrag.util.console import LOGGER, root_logger_quiet, third_party_quiet
 from spectrag.util.io import default_cache_dir, printable_path
 from spectrag.index.query_onnx import LightQueryEmbedder, OnnxQueryEncoder, model_plan, session_for, write_verified
 from spectrag.util.threads import ThreadChooser
@@ -106,20 +106,28 @@ def resolve_model_path(model: str) -> Path:
     return path
 
 
-def onnx_export_path(folder: Path, fingerprint: str, dim: int) -> Path:
-    """Where the ONNX export of the model with ``fingerprint`` lives in the cache ``folder``."""
-    return folder / f"{fingerprint}-{dim}.onnx"
+# the int8 query model's least cosine to torch on the check's texts (measured on the four dev
+# sets' 873 questions: 0.990 at worst, median 0.995, bench/results/query_int8_cpu.md)
+INT8_MIN_COSINE = 0.98
 
 
-def query_embedder(config: EmbedConfig):
+def onnx_export_path(folder: Path, fingerprint: str, dim: int, *, int8: bool = False) -> Path:
+    """Where the ONNX export of the model with ``fingerprint`` lives in the cache ``folder``
+    (``int8``: its dynamically quantized copy, :meth:`Embedder.int8_query_encoder`)."""
+    return folder / f"{fingerprint}-{dim}{'-int8' if int8 else ''}.onnx"
+
+
+def query_embedder(config: EmbedConfig, *, int8: bool = False):
     """The embedder of query strings for ``config``, with no cache of vectors (queries are
     rarely repeated). With ``backend = "onnx"`` on the CPU and an export already verified
     against torch: a :class:`~spectrag.index.query_onnx.LightQueryEmbedder`, which starts
     without importing sentence-transformers (about 3 s of a cold first query) and gives the
-    same bits; else an :class:`Embedder` (which exports and verifies, for the next start)."""
+    same bits; else an :class:`Embedder` (which exports and verifies, for the next start).
+    ``int8``: the queries run on the int8 copy of the export (``RetrieverConfig.embed_backend
+    = "onnx-int8"``)."""
 
     def full():
-        return Embedder(config, cache_vectors=False)
+        return Embedder(config, cache_vectors=False, int8=int8)
 
     if config.backend != "onnx" or resolve_device(config.device) != "cpu":
         return full()
@@ -129,7 +137,7 @@ def query_embedder(config: EmbedConfig):
     if plan is None or not cache_dir:
         return full()
     fingerprint = model_fingerprint(path)
-    export = onnx_export_path(Path(cache_dir) / "onnx", fingerprint, plan["dim"])
+    export = onnx_export_path(Path(cache_dir) / "onnx", fingerprint, plan["dim"], int8=int8)
     encoder = OnnxQueryEncoder.open(path, export, config.num_threads or torch.get_num_threads())
     if encoder is None:
         return full()
@@ -300,10 +308,18 @@ class Embedder:
     class BackendUnavailable(ConfigError, ImportError):
         """The optional package an ``embed.backend`` needs is not installed."""
 
-    def __init__(self, config: EmbedConfig | None = None, *, cache_vectors: bool = True) -> None:
+    def __init__(self, config: EmbedConfig | None = None, *, cache_vectors: bool = True, int8: bool = False) -> None:
         """``cache_vectors=False``: no content-hash cache of vectors (queries are rarely
-        repeated), while the ONNX export is still kept in the cache folder."""
+        repeated), while the ONNX export is still kept in the cache folder. ``int8``:
+        :meth:`encode_queries` runs the int8 copy of the ONNX export (``backend = "onnx"``, CPU
+        only; :meth:`int8_query_encoder`); :meth:`encode` stays on the float32 export."""
         self.config = config or EmbedConfig()
+        if int8 and (self.config.backend != "onnx" or resolve_device(self.config.device) != "cpu"):
+            raise ConfigError(
+                "int8 query vectors (retriever.embed_backend = 'onnx-int8') run in ONNX Runtime on the CPU: "
+                f"embed.backend is {self.config.backend!r} and embed.device {brief(self.config.device)}"
+            )
+        self._int8 = int8
         reproducible_products()
         self.model_path = resolve_model_path(self.config.model)
         self.device = resolve_device(self.config.device)
@@ -640,11 +656,19 @@ class Embedder:
         while True:
             if fresh:
                 self._export_onnx(first.auto_model, probe, path)
-            self._ort = session_for(path, threads)
+            try:
+                self._ort = session_for(path, threads)
+            except Exception:  # a damaged copy (ONNX Runtime's own exception types): export again
+                if fresh:
+                    raise
+                fresh = True
+                continue
             cosine = self._check_onnx()
             if cosine >= 0.9999:
                 plan = model_plan(self.model_path)
                 self._light = OnnxQueryEncoder(self.model_path, self._ort, plan) if plan else None
+                if self._int8:
+                    self._light = self.int8_query_encoder(path, plan, threads)
                 try:
                     write_verified(path, cosine)  # the next start's queries need no sentence-transformers
                 except OSError:
@@ -698,16 +722,69 @@ class Embedder:
         finally:
             tmp.unlink(missing_ok=True)
 
+    def int8_query_encoder(self, export: Path, plan: dict | None, threads: int) -> OnnxQueryEncoder:
+        """The queries' encoder on the int8 copy of the verified float32 ``export``: ONNX
+        Runtime's dynamic quantization (int8 weights per output channel, each MatMul's input
+        scaled per call), written once beside the export and checked against torch (min cosine
+        :data:`INT8_MIN_COSINE`). Each query runs alone, as on the float32 export, so the
+        per-call scale is its own and its vector does not depend on its batch; texts longer than
+        the model reads are pooled on the float32 export (:meth:`encode_queries`). About 0.4x
+        the float32 export's time and docs-dev R@5 -1.2 (bench/results/query_int8_cpu.md)."""
+        if plan is None:
+            raise ConfigError(f"int8 query vectors need a text transformer with mean or CLS pooling; "
+                              f"{self.config.model!r} is of another shape: use embed_backend = 'onnx'")
+        try:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+        except ImportError as exc:
+            raise self.BackendUnavailable(f"int8 query vectors need onnxruntime.quantization ({exc})") from None
+        path = onnx_export_path(export.parent, self.fingerprint, self.dim, int8=True)
+        fresh = not path.exists()
+        while True:
+            if fresh:
+                tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.onnx")
+                try:
+                    with warnings.catch_warnings(), root_logger_quiet():
+                        warnings.simplefilter("ignore")  # the quantizer's advice to pre-process the model
+                        quantize_dynamic(str(export), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+                                         op_types_to_quantize=["MatMul"])
+                    os.replace(tmp, path)
+                finally:
+                    tmp.unlink(missing_ok=True)
+            texts = ["a", "short text", "a longer text, to give this batch a different shape " * 6]
+            try:
+                encoder = OnnxQueryEncoder(self.model_path, session_for(path, threads), plan)
+                cosine = float((encoder.encode(texts)[0] * self._torch_vectors(texts)).sum(axis=1).min())
+            except Exception:  # ONNX Runtime refuses a damaged copy (its own exception types)
+                if fresh:
+                    raise
+                encoder, cosine = None, -1.0
+            if cosine >= INT8_MIN_COSINE:
+                try:
+                    write_verified(path, cosine)
+                except OSError:
+                    pass  # a read-only cache folder: every start checks again
+                return encoder
+            if encoder is not None:
+                encoder.close()
+            path.unlink(missing_ok=True)
+            if fresh:
+                raise RuntimeError(f"the int8 copy of {self.config.model!r}'s ONNX export is too far from torch "
+                                   f"(min cosine {cosine:.4f} < {INT8_MIN_COSINE}); use embed_backend = 'onnx'")
+            fresh = True  # damaged, or quantized by another ONNX Runtime: quantize again
+
+    def _torch_vectors(self, texts: list[str]) -> np.ndarray:
+        """The torch encoder's vectors (the reference), whatever the backend. ``[B]`` -> ``[B, dim]``."""
+        session, self._ort = self._ort, None
+        try:
+            return self._encode_uncached(texts, False)
+        finally:
+            self._ort = session
+
     def _check_onnx(self) -> float:
         """Min cosine between the ONNX and torch vectors, on shapes other than the export's."""
         texts = ["a", "short text", "a longer text, to give this batch a different shape " * 6]
-        session, self._ort = self._ort, None
-        try:
-            want = self._encode_uncached(texts, False)
-        finally:
-            self._ort = session
-        got = self._encode_uncached(texts, False)
-        return float((want * got).sum(axis=1).min())
+        want = self._torch_vectors(texts)
+        return float((want * self._encode_uncached(texts, False)).sum(axis=1).min())
 
     def close(self) -> None:
         if self._light is not None:

@@ -100,7 +100,8 @@ class OnnxQueryEncoder:
     @classmethod
     def open(cls, model_path: Path, onnx_path: Path, threads: int) -> OnnxQueryEncoder | None:
         """The encoder on a verified export (None when there is none yet, it was verified under
-        another ONNX Runtime, or the model is of a shape only the full encoder runs)."""
+        another ONNX Runtime, ONNX Runtime cannot open it, or the model is of a shape only the
+        full encoder runs)."""
         plan = model_plan(model_path)
         if plan is None or not onnx_path.is_file():
             return None
@@ -112,7 +113,11 @@ class OnnxQueryEncoder:
             return None
         if marker.get("onnxruntime") != ort.__version__:
             return None
-        return cls(model_path, session_for(onnx_path, 1), plan, lanes=threads)
+        try:
+            session = session_for(onnx_path, 1)
+        except Exception:  # damaged since it was verified (ONNX Runtime's own exception types)
+            return None
+        return cls(model_path, session, plan, lanes=threads)
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
         """``[B]`` texts -> (float32 ``[B, dim]``, positions of the long texts: their rows hold

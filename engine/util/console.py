@@ -210,3 +210,20 @@ def third_party_quiet() -> Iterator[None]:
                 hf_logging.set_verbosity(item[2])
             elif item[0] == "st":
                 st_logger.setLevel(item[1])
+
+
+@contextmanager
+def root_logger_quiet() -> Iterator[None]:
+    """Silence warnings sent to the root logger (ONNX Runtime's quantizer advises pre-processing
+    through ``logging.warning``), without the side effect that call has on an unconfigured root
+    logger (``basicConfig``: a stderr handler left behind); the root's handlers and level are
+    restored after the block."""
+    root = logging.getLogger()
+    guard, level = logging.NullHandler(), root.level
+    root.addHandler(guard)  # a handler present: logging.warning() does not call basicConfig()
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.removeHandler(guard)
+        root.setLevel(level)

@@ -163,6 +163,25 @@ def test_an_unverified_or_foreign_export_takes_the_full_path(cache, full, tmp_pa
     again.close()
 
 
+def test_a_verified_export_damaged_afterwards_is_exported_again(cache, full, tmp_path):
+    folder = tmp_path / "c"
+    shutil.copytree(cache, folder)
+    (export,) = (folder / "onnx").glob("*.onnx")
+    want = full.encode_queries(TEXTS[:4])
+    export.write_bytes(b"not a model")  # its marker still says verified under this runtime
+    config = EmbedConfig(cache_dir=str(folder), device="cpu", backend="onnx")
+    first = query_embedder(config)
+    try:
+        assert isinstance(first, Embedder) and np.array_equal(first.encode_queries(TEXTS[:4]), want)
+    finally:
+        first.close()
+    light_again = query_embedder(config)
+    try:
+        assert isinstance(light_again, LightQueryEmbedder) and np.array_equal(light_again.encode_queries(TEXTS[:4]), want)
+    finally:
+        light_again.close()
+
+
 @pytest.mark.parametrize("change", ["lowercase", "max_pooling", "no_tokenizer_json", "extra_module"])
 def test_models_of_other_shapes_are_left_to_the_full_encoder(tmp_path, change):
     require_embedder()
