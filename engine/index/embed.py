@@ -666,9 +666,10 @@ class Embedder:
             cosine = self._check_onnx()
             if cosine >= 0.9999:
                 plan = model_plan(self.model_path)
-                self._light = OnnxQueryEncoder(self.model_path, self._ort, plan) if plan else None
-                if self._int8:
+                if self._int8:  # the queries on the int8 copy; long texts and encode() on this export
                     self._light = self.int8_query_encoder(path, plan, threads)
+                else:
+                    self._light = OnnxQueryEncoder(self.model_path, self._ort, plan) if plan else None
                 try:
                     write_verified(path, cosine)  # the next start's queries need no sentence-transformers
                 except OSError:

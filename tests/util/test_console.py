@@ -64,3 +64,16 @@ def test_bar_is_a_tqdm_bar_on_a_terminal_and_log_lines_elsewhere(monkeypatch):
     off = console.bar(total=1, file=io.StringIO())  # outside showing(): nothing
     assert off.disable and not isinstance(off, console.LogBar)
     assert isinstance(console.bar(total=1, file=io.StringIO(), show=True), console.LogBar)
+
+
+def test_root_logger_quiet_emits_nothing_and_leaves_the_root_logger_as_it_was(capsys):
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    root.handlers = []  # unconfigured, as in a user's script: logging.warning() would call basicConfig()
+    try:
+        with console.root_logger_quiet():
+            logging.warning("advice nobody asked for")
+        assert root.handlers == [] and root.level == level
+    finally:
+        root.handlers = saved
+    assert "advice nobody asked for" not in capsys.readouterr().err
