@@ -10,6 +10,9 @@ each (the MuSiQue questions in turn), and the run stops by itself. Reported: que
 timed requests, latency p50 / p95 / p99, errors (any status but 200, or a failed connection:
 must be 0), and the server's own batch counters (``GET /info``). Then the server gets SIGTERM
 and must exit cleanly (status 0). The variants alternate ``--rounds`` times in one run.
+``--setup NAME=ARGS`` (repeatable) adds server settings to compare in the same run, e.g.
+``--setup "int8=--config bench/configs/int8_queries.toml"``: each round runs every variant with
+the default settings, then with each setup, so a drifting machine weighs on all alike.
 
 Usage: ``python bench/bench_serve.py --index DIR [--clients 16] [--requests 400] [--rounds 1]``
 (index: ``spectrag index ../shared/data/musique/musique_train_corpus.json -o DIR``).
@@ -150,6 +153,8 @@ def main() -> None:
                          "off-no-overlap (--no-overlap: a batch is embedded after the one before is scored)")
     ap.add_argument("--start-timeout", type=float, default=300, help="seconds a server may take to come up")
     ap.add_argument("--server-args", default="", help="more arguments for every server, e.g. '--config FILE'")
+    ap.add_argument("--setup", action="append", default=[], metavar="NAME=ARGS",
+                    help="server arguments to compare with the defaults in the same rounds (repeatable)")
     ap.add_argument("--client", default="stdlib", choices=sorted(CLIENTS),
                     help="the load generator's HTTP client: stdlib (http.client, the lighter) or httpx (earlier runs)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "serve_cpu"))
@@ -158,6 +163,12 @@ def main() -> None:
         raise SystemExit(f"{QUESTIONS} is absent: this benchmark needs the MuSiQue questions")
     questions = [q["question"] for q in json.loads(QUESTIONS.read_text())]
     body = {"budget": args.budget, "k": args.k, "mode": args.mode}
+    setups = {"default": []}
+    for item in args.setup:
+        name, sep, extra = item.partition("=")
+        if not sep or not name or name in setups:
+            raise SystemExit(f"--setup {item!r}: expected NAME=ARGS with a new NAME")
+        setups[name] = extra.split()
     record = new_record(f"{args.rounds} round(s) of both variants, each a fresh server: {args.warmup} untimed warm-up "
                         f"requests, then {args.requests} timed requests from {args.clients} concurrent clients")
     record["settings"] = vars(args)
@@ -166,7 +177,9 @@ def main() -> None:
         variants = {"on": ["--max-wait-ms", str(args.max_wait_ms)], "off": ["--no-batching"],
                     "on-no-overlap": ["--max-wait-ms", str(args.max_wait_ms), "--no-overlap"],
                     "off-no-overlap": ["--no-batching", "--no-overlap"]}
-        for name, extra in ((v, variants[v]) for v in args.variants.split(",")):
+        runs = [(setup, v) for setup in setups for v in args.variants.split(",")]
+        for setup, name in runs:
+            extra = [*variants[name], *setups[setup]]
             port = free_port()
             url = f"http://127.0.0.1:{port}"
             log = tempfile.NamedTemporaryFile("w+", prefix="spectrag-serve-", suffix=".log", delete=False)
@@ -174,7 +187,7 @@ def main() -> None:
             try:
                 load(url, questions[::-1], clients=args.clients, requests=args.warmup, body=body, client_lib=args.client)
                 before = httpx.get(url + "/info").json()["stats"]
-                row = {"batching": name, "round": rnd + 1, **load(url, questions, clients=args.clients,
+                row = {"setup": setup, "batching": name, "round": rnd + 1, **load(url, questions, clients=args.clients,
                                                                   requests=args.requests, body=body,
                                                                   client_lib=args.client)}
                 after = httpx.get(url + "/info").json()["stats"]
@@ -188,27 +201,39 @@ def main() -> None:
             batches = after["batches"] - before["batches"]
             row.update(batches=batches, mean_batch=(after["queries"] - before["queries"]) / max(batches, 1),
                        max_batch=after["max_batch_seen"], exit_code=code, clean_exit=clean)
-            print(f"batching {name}: {row['qps']:.1f} q/s, p50 {row['p50_ms']:.0f} ms, p99 {row['p99_ms']:.0f} ms, "
+            print(f"{setup}, batching {name}: {row['qps']:.1f} q/s, p50 {row['p50_ms']:.0f} ms, p99 {row['p99_ms']:.0f} ms, "
                   f"{row['errors']} errors, mean batch {row['mean_batch']:.1f}, exit {code} (clean: {clean})", flush=True)
             rows.append(row)
-    on = statistics.median([r["qps"] for r in rows if r["batching"] == "on"] or [float("nan")])
-    off = statistics.median([r["qps"] for r in rows if r["batching"] == "off"] or [float("nan")])
-    medians = {v: statistics.median([r["qps"] for r in rows if r["batching"] == v]) for v in dict.fromkeys(r["batching"] for r in rows)}
-    record.update(rows=rows, speedup=on / off, median_qps=medians)
+    def median(setup: str, batching: str) -> float:
+        return statistics.median([r["qps"] for r in rows if (r["setup"], r["batching"]) == (setup, batching)] or [float("nan")])
+
+    on, off = median("default", "on"), median("default", "off")
+    label = (lambda setup, v: v) if len(setups) == 1 else (lambda setup, v: f"{setup} {v}")
+    medians = {label(st, v): median(st, v) for st, v in dict.fromkeys((r["setup"], r["batching"]) for r in rows)}
+    by_setup = {st: {"on_off": median(st, "on") / median(st, "off"), "on_vs_default": median(st, "on") / on}
+                for st in setups}
+    record.update(rows=rows, speedup=on / off, median_qps=medians, setups={k: " ".join(v) for k, v in setups.items()},
+                  by_setup=by_setup)
     finish_record(record)
     lines = results_header(f"`spectrag serve` under load: micro-batching on vs off ({args.clients} clients, "
                            f"mode {args.mode}, budget {args.budget}, k {args.k})", record)
-    lines += md_table(rows, [("batching", "batching", ""), ("round", "round", "d"), ("queries/s", "qps", ".1f"),
+    columns = [("setup", "setup", "")] if len(setups) > 1 else []
+    lines += md_table(rows, columns + [("batching", "batching", ""), ("round", "round", "d"), ("queries/s", "qps", ".1f"),
                              ("p50 ms", "p50_ms", ".0f"), ("p95 ms", "p95_ms", ".0f"), ("p99 ms", "p99_ms", ".0f"),
                              ("errors", "errors", "d"), ("batches", "batches", "d"), ("mean batch", "mean_batch", ".1f"),
                              ("largest batch", "max_batch", "d"), ("clean exit on SIGTERM", "clean_exit", "")])
-    lines += ["", (f"Micro-batched throughput / one request per call: **{on / off:.2f}x** (median queries/s per "
+    default_label = " (default settings)" if len(setups) > 1 else ""
+    lines += ["", (f"Micro-batched throughput / one request per call{default_label}: **{on / off:.2f}x** (median queries/s per "
                    "variant). " if on == on and off == off else "") +
               f"{sum(r['requests'] for r in rows):,} timed requests, {sum(r['errors'] for r in rows)} errors. "
               "Latency is measured by the client, from sending a request to reading its answer "
               f"(chunk texts included). Index: `{args.index}`; server and clients share the machine. A clean exit: "
               "the server logged a complete shutdown with no traceback (uvicorn then re-raises SIGTERM, status -15). "
               "Median queries/s: " + ", ".join(f"{v} {q:.1f}" for v, q in medians.items()) + "."]
+    for st, ratios in list(by_setup.items())[1:]:
+        lines += ["", f"Setup `{st}` (`{' '.join(setups[st])}`): micro-batched / one request per call "
+                      f"{ratios['on_off']:.2f}x; micro-batched, against the default settings in the same rounds: "
+                      f"{ratios['on_vs_default']:.2f}x."]
     write_results(args.out, lines, record)
     if any(r["errors"] or not r["clean_exit"] for r in rows):
         raise SystemExit("errors or an unclean exit: see the table")
