@@ -848,6 +848,7 @@ class ActivationConfig(_Checked):
 BASELINE_MODES = ("dense", "bm25", "hybrid", "hyde")  # hyde: dense search with an LLM-written passage
 GRAPH_MODES = ("heat", "ppr", "spectral")
 KG_MODES = ("activation", "combined")
+EMBED_BACKENDS = ("index", "auto", "torch", "onnx", "onnx-int8")  # retriever.embed_backend: the queries' encoder
 MODES = BASELINE_MODES + GRAPH_MODES + KG_MODES
 
 
@@ -895,7 +896,7 @@ class RetrieverConfig(_Checked):
     device: str = "auto"
     backend: str = opt("auto", choices=("auto", "compiled", "torch"))
     threads: int = opt(0, lo=0, hi=MAX_THREADS)
-    embed_backend: str = opt("auto", choices=("index", "auto", "torch", "onnx", "onnx-int8"))
+    embed_backend: str = opt("auto", choices=EMBED_BACKENDS)
     seed: SeedConfig = field(default_factory=SeedConfig)
     expand: ExpandConfig = field(default_factory=ExpandConfig)
     propagate: PropagateConfig = field(default_factory=PropagateConfig)

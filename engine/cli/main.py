@@ -15,7 +15,7 @@ from typing import Any, Callable
 import click
 
 from spectrag.cli.llm_options import llm_config, llm_options
-from spectrag.config import KG_SOURCES, MODES, load_retriever_config, with_llm_stages, with_openie
+from spectrag.config import EMBED_BACKENDS, KG_SOURCES, MODES, load_retriever_config, with_llm_stages, with_openie
 from spectrag.errors import SpectragError, brief
 from spectrag.index.load import FORMATS
 from spectrag.util.console import LEVELS, LOGGER, configure_logging, progress_on, showing
@@ -25,10 +25,16 @@ from spectrag.util.io import one_line, printable_path
 MAX_ERROR_CHARS = 2000  # an error line longer than this is cut (with its length)
 
 
-def _retriever_config(config_file: Path | None, mode: str | None, device: str | None = None):
-    """The online config from ``--config`` with the ``--mode`` / ``--device`` flags given on top."""
-    overrides = {**({"mode": mode} if mode else {}), **({"device": device} if device else {})}
-    return load_retriever_config(config_file, **overrides)
+def _retriever_config(config_file: Path | None, mode: str | None, device: str | None = None,
+                      embed_backend: str | None = None):
+    """The online config from ``--config`` with the ``--mode`` / ``--device`` / ``--embed-backend``
+    flags given on top."""
+    flags = {"mode": mode, "device": device, "embed_backend": embed_backend}
+    return load_retriever_config(config_file, **{k: v for k, v in flags.items() if v})
+
+
+EMBED_BACKEND_HELP = ("The queries' encoder (default: the config's, auto: ONNX Runtime on the CPU); onnx-int8: "
+                      "an int8 copy whose queries embed about 2.3x faster, R@5 up to 1.2 points lower (README, 'int8 query vectors').")
 
 
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -439,6 +445,7 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 @click.option("--config", "config_file", type=click.Path(path_type=Path),
               help="TOML file with [retriever] and stage tables ([seed], [expand], [propagate], [bridge], [select], ...).")
 @click.option("--device", help="auto, cpu or cuda[:i] (default: the config's, auto).")
+@click.option("--embed-backend", type=click.Choice(list(EMBED_BACKENDS)), help=EMBED_BACKEND_HELP)
 @click.option("--budget", type=int, help="Token budget per query: the context is the budgeted selection (default without "
               "-k: the config's, 2,000).")
 @click.option("-k", "top_k", type=int, help="Results per query: the top k (`hits`, with text) and, without --budget, "
@@ -460,7 +467,8 @@ def info_cmd(index_dir: Path, no_verify: bool, as_json: bool) -> None:
 @_console
 @_friendly
 def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...], mode: str | None,
-                 config_file: Path | None, device: str | None, budget: int | None, top_k: int | None, fmt: str,
+                 config_file: Path | None, device: str | None, embed_backend: str | None, budget: int | None,
+                 top_k: int | None, fmt: str,
                  batch_size: int, out_file: Path | None, trec_file: Path | None, depth: int, level: str,
                  no_text: bool, where: str | None, llm_flags: dict, ray_address: str | None, workers: int) -> None:
     """Retrieve for every query, in batches: the top k results with text (-k) and a context of those
@@ -468,7 +476,7 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
     from spectrag.cli.retrieve import (
         run_queries,  # imported on use: `spectrag --help` stays fast
     )
-    config = _retriever_config(config_file, mode, device)
+    config = _retriever_config(config_file, mode, device, embed_backend)
     run_queries(index_dir, query_file, list(texts), config=config, budget=budget, batch_size=batch_size,
                 out_file=out_file, trec_file=trec_file, with_text=not no_text, k=top_k, fmt=fmt, depth=depth,
                 level=level, llm=llm_config(config_file, llm_flags), ray=ray_address, workers=workers, where=where)
@@ -481,6 +489,7 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
 @click.option("--mode", type=click.Choice(list(MODES)), help="Default retrieval mode (a request may set its own).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="TOML file with [retriever] and stage tables.")
 @click.option("--device", help="auto, cpu or cuda[:i] (default: the config's, auto).")
+@click.option("--embed-backend", type=click.Choice(list(EMBED_BACKENDS)), help=EMBED_BACKEND_HELP)
 @click.option("--max-batch", default=256, show_default=True, help="Queries scored together (and the most in one request).")
 @click.option("--max-wait-ms", default=5.0, show_default=True, help="How long a batch's first request waits for others.")
 @click.option("--no-batching", is_flag=True, help="Score every request alone (for comparison).")
@@ -500,7 +509,7 @@ def retrieve_cmd(index_dir: Path, query_file: Path | None, texts: tuple[str, ...
               help="Seconds between looks for a new index generation written by an edit (0: only POST /v1/reload).")
 @_friendly
 def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_file: Path | None, device: str | None,
-              max_batch: int, max_wait_ms: float, no_batching: bool, no_overlap: bool, max_k: int, max_body_bytes: int,
+              embed_backend: str | None, max_batch: int, max_wait_ms: float, no_batching: bool, no_overlap: bool, max_k: int, max_body_bytes: int,
               body_timeout_s: float, header_timeout_s: float, graceful_s: float, log_level: str, quiet: bool,
               follow_s: float) -> None:
     """Serve retrieval over HTTP (POST /retrieve, GET /healthz, GET /info), batching concurrent requests."""
@@ -520,7 +529,7 @@ def serve_cmd(index_dir: Path, host: str, port: int, mode: str | None, config_fi
         if not lo <= value <= 86_400:  # NaN too
             raise SpectragError(f"{name} must be in [{lo:g}, 86400] {unit}, got {value}")
     with showing(sys.stderr.isatty() and not quiet):  # the load's progress bars
-        retriever = Retriever(load_index(index_dir), _retriever_config(config_file, mode, device))
+        retriever = Retriever(load_index(index_dir), _retriever_config(config_file, mode, device, embed_backend))
         # load the model, touch the state and compile (or load from numba's cache) the kernels before the first request
         retriever.retrieve("warm-up")
     settings = ServeSettings(max_batch=max_batch, max_wait_ms=max_wait_ms, batching=not no_batching,

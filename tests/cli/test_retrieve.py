@@ -138,3 +138,24 @@ def test_cli_budget_below_the_best_chunk_and_the_text_format(sample_index):
     hit = best.hits[0]
     shown = _run("retrieve", sample_index.path, "-q", question, "-k", "1", "--format", "text").output
     assert shown.count(f"{hit.title} > ") <= 1 and f"{hit.title} > {hit.title}" not in shown
+
+
+def test_cli_embed_backend_flag_picks_the_query_encoder_over_the_config(sample_index, tmp_path):
+    from spectrag.cli.main import _retriever_config
+    from spectrag.config import RetrieverConfig
+
+    config = tmp_path / "torch.toml"
+    config.write_text('[retriever]\nembed_backend = "torch"\n')
+    assert _retriever_config(config, None).embed_backend == "torch"
+    assert _retriever_config(config, None, None, "onnx-int8").embed_backend == "onnx-int8"  # the flag wins
+    out = tmp_path / "out.jsonl"
+    for backend in ("onnx-int8", "torch"):
+        result = _run("retrieve", sample_index.path, "-q", QUESTIONS[0], "-k", 5, "--device", "cpu", "--config", config,
+                      "--embed-backend", backend, "-o", out)
+        assert result.exit_code == 0, result.output
+        (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+        want = Retriever(sample_index, RetrieverConfig(device="cpu", embed_backend=backend)).retrieve(QUESTIONS[0], k=5)
+        assert [h["chunk_id"] for h in row["hits"]] == [h.chunk_id for h in want.hits], backend
+        assert [h["score"] for h in row["hits"]] == pytest.approx([h.score for h in want.hits], abs=1e-6), backend
+    bad = _run("retrieve", sample_index.path, "-q", "x", "--embed-backend", "int4")
+    assert bad.exit_code == 2 and "int4" in bad.output
