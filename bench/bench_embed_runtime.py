@@ -3,7 +3,8 @@
 Question: how long do 8 queries take to embed through ``Index.embed_queries`` (the retriever's
 path) with ``backend = "torch"`` (the per-width recipe) and ``"onnx"`` (the default on the CPU:
 each query alone at its own length in ONNX Runtime, as many at once as threads, each on one
-thread), against ONE plain ``SentenceTransformer.encode`` of the same 8 in the same process? Also
+thread) and ``"onnx-int8"`` (opt-in: the same on an int8 copy of the export), against ONE plain
+``SentenceTransformer.encode`` of the same 8 in the same process? Also
 the previous ONNX query recipe, rebuilt here for the same-run comparison: queries padded to
 fixed-width buckets (16 ... 256 wordpieces), one call per width on all threads.
 Each query's vector must be the same alone and in a batch: checked bit for bit here (alone, in
@@ -98,7 +99,7 @@ def main() -> None:
     variants = {"plain sentence-transformers encode (one call)":
                 lambda t: plain.encode(t, batch_size=64, normalize_embeddings=True)}
     loaded = {}
-    for backend in ("torch", "onnx"):
+    for backend in ("torch", "onnx", "onnx-int8"):  # onnx-int8: opt-in, its quality in query_int8_cpu.md
         try:
             start = time.perf_counter()
             index.query_embedder(backend)
