@@ -3,8 +3,9 @@ Runtime's dynamic int8 quantization of the query encoder cost in retrieval quali
 does it save?
 
 The product's path: ``Index.embed_queries(backend="onnx-int8")``, the int8 copy of the verified
-float32 ONNX export (``quantize_dynamic``: int8 weights per output channel, MatMul nodes;
-activations quantized per call), made once in the cache folder and checked against torch
+float32 ONNX export (``quantize_dynamic``: int8 weights per output channel, every MatMul node but
+the feed-forward down-projections; activations quantized per call), made once in the cache
+folder and checked against torch
 (:meth:`spectrag.index.embed.Embedder.int8_query_encoder`). Dynamic quantization scales a
 call's activations by that call's own range; the query encoder runs each query alone (one call
 each), so its vector stays a function of its text. Reported per dev set: the cosine of the int8

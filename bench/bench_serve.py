@@ -11,7 +11,7 @@ timed requests, latency p50 / p95 / p99, errors (any status but 200, or a failed
 must be 0), and the server's own batch counters (``GET /info``). Then the server gets SIGTERM
 and must exit cleanly (status 0). The variants alternate ``--rounds`` times in one run.
 ``--setup NAME=ARGS`` (repeatable) adds server settings to compare in the same run, e.g.
-``--setup "int8=--config bench/configs/int8_queries.toml"``: each round runs every variant with
+``--setup "int8=--embed-backend onnx-int8"``: each round runs every variant with
 the default settings, then with each setup, so a drifting machine weighs on all alike.
 
 Usage: ``python bench/bench_serve.py --index DIR [--clients 16] [--requests 400] [--rounds 1]``

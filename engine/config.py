@@ -883,9 +883,10 @@ class RetrieverConfig(_Checked):
         are installed, as they are with spectrag, and the device is the CPU; else the index's).
         The torch encoder is the reference; the vectors agree to a cosine of 0.9999999.
         ``onnx-int8`` (opt-in, CPU only): the queries on an int8 copy of the export (ONNX
-        Runtime's dynamic quantization, made once and checked against torch), about 0.4x the
-        ``onnx`` time for a trade in quality: a cosine of 0.99 to the reference, docs-dev R@5
-        -1.2 (bench/results/query_int8_cpu.md). Every choice gives a query the same vector
+        Runtime's dynamic quantization but for the feed-forward down-projections, made once and
+        checked against torch), about 0.6x the ``onnx`` time for a trade in quality: a cosine
+        of 0.995 to the reference, spectral R@5 within 0.1 on the dev sets, the dense baseline's
+        MuSiQue MRR -3.3 (bench/results/query_int8_cpu.md). Every choice gives a query the same vector
         alone and in any batch (default: auto).
     seed, expand, propagate, bridge, select, baseline_select, activation: the stage settings.
     """

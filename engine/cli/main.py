@@ -34,7 +34,7 @@ def _retriever_config(config_file: Path | None, mode: str | None, device: str | 
 
 
 EMBED_BACKEND_HELP = ("The queries' encoder (default: the config's, auto: ONNX Runtime on the CPU); onnx-int8: "
-                      "an int8 copy whose queries embed about 2.3x faster, R@5 up to 1.2 points lower (README, 'int8 query vectors').")
+                      "an int8 copy whose queries embed about 1.7x faster, at some cost in quality (README, 'int8 query vectors').")
 
 
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:

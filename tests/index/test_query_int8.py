@@ -18,7 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from spectrag.config import EmbedConfig, RetrieverConfig  # noqa: E402
 from spectrag.errors import ConfigError  # noqa: E402
-from spectrag.index.embed import INT8_MIN_COSINE, Embedder, query_embedder  # noqa: E402
+from spectrag.index.embed import INT8_MIN_COSINE, INT8_RECIPE, Embedder, down_projections, query_embedder  # noqa: E402
 from spectrag.index.query_onnx import LightQueryEmbedder, verified_marker  # noqa: E402
 from spectrag.retriever import query_backend  # noqa: E402
 
@@ -57,7 +57,7 @@ def reference(cache):
 
 
 def int8_export(cache):
-    (path,) = (cache / "onnx").glob("*-int8.onnx")
+    (path,) = (cache / "onnx").glob(f"*-{INT8_RECIPE}.onnx")
     return path
 
 
@@ -67,6 +67,18 @@ def test_the_int8_copy_is_checked_against_torch_and_marked(full, cache):
     marker = json.loads(verified_marker(int8_export(cache)).read_text())
     assert marker["onnxruntime"] == onnxruntime.__version__
     assert INT8_MIN_COSINE <= marker["min_cosine"] < 0.9999  # quantized: close, not the float32 bits
+
+
+def test_the_feed_forward_down_projections_stay_float32(full, cache):
+    import onnx
+
+    (export,) = [p for p in (cache / "onnx").glob("*.onnx") if INT8_RECIPE not in p.name]
+    down = down_projections(export)
+    assert len(down) == 6 and all("output/dense" in n and "attention" not in n for n in down), down  # MiniLM-L6
+    quantized = onnx.load(str(int8_export(cache)))
+    ops = {node.name: node.op_type for node in quantized.graph.node}
+    assert all(ops[n] == "MatMul" for n in down)  # left as they were
+    assert sum(op == "MatMulInteger" for op in ops.values()) >= 24  # Q, K, V, attention output, up-projection x 6
 
 
 def test_int8_vectors_are_near_the_reference_and_long_texts_keep_the_float32_vector(full, cache, reference):
