@@ -109,6 +109,8 @@ def resolve_model_path(model: str) -> Path:
 # the int8 query model's least cosine to torch on the check's texts (measured on the four dev
 # sets' 873 questions: 0.995 at worst, bench/results/query_int8_cpu.md)
 INT8_MIN_COSINE = 0.98
+# what an ONNX copy's vectors are checked against torch on: shapes other than the export's probe
+_CHECK_TEXTS = ("a", "short text", "a longer text, to give this batch a different shape " * 6)
 INT8_RECIPE = "int8-fp32down"  # in the cached copy's name: a copy made by another recipe is not reused
 
 
@@ -381,6 +383,7 @@ class Embedder:
         self._ort = None
         self._light: OnnxQueryEncoder | None = None  # the ONNX query path (spectrag.index.query_onnx)
         self._ort_inputs: list[str] = []
+        self._reference: np.ndarray | None = None  # torch's vectors of _CHECK_TEXTS (_reference_vectors)
         self._tmp_dir: str | None = None
         if self.config.backend == "onnx" and self._cpu:
             try:
@@ -667,37 +670,56 @@ class Embedder:
             folder = Path(self._tmp_dir)
         path = onnx_export_path(folder, self.fingerprint, self.dim)
         threads = self.config.num_threads or torch.get_num_threads()
+
+        def open_export(copy: Path):
+            session = session_for(copy, threads)
+            self._ort = session  # what _encode_uncached runs on
+            try:
+                return session, self._encode_uncached(list(_CHECK_TEXTS), False)
+            finally:
+                self._ort = None
+
+        self._ort = self._checked_copy(
+            path, lambda copy: self._export_onnx(first.auto_model, probe, copy), open_export, 0.9999,
+            lambda cosine: f"the ONNX export of {self.config.model!r} disagrees with torch (min cosine "
+                           f"{cosine:.6f}); use embed.backend = 'torch'")
+        plan = model_plan(self.model_path)
+        if self._int8:  # the queries on the int8 copy; long texts and encode() on this export
+            self._light = self.int8_query_encoder(path, plan, threads)
+        else:
+            self._light = OnnxQueryEncoder(self.model_path, self._ort, plan) if plan else None
+        return self._ort
+
+    def _checked_copy(self, path: Path, make, open_copy, min_cosine: float, refused):
+        """What ``open_copy(path)`` opens, ``(it, vectors of _CHECK_TEXTS)``, once those vectors
+        are within ``min_cosine`` of torch's; then ``path`` is marked verified for the next
+        start. A copy already at ``path`` that does not open (damaged) or does not pass (made by
+        other versions) is made again by ``make(path)``, once; a new copy that fails raises
+        ``RuntimeError(refused(cosine))``."""
+        want = self._reference_vectors()
         fresh = not path.exists()
         while True:
             if fresh:
-                self._export_onnx(first.auto_model, probe, path)
+                make(path)
             try:
-                self._ort = session_for(path, threads)
-            except Exception:  # a damaged copy (ONNX Runtime's own exception types): export again
+                opened, got = open_copy(path)
+                cosine = float((want * got).sum(axis=1).min())
+            except Exception:  # ONNX Runtime refuses a damaged copy (its own exception types)
                 if fresh:
                     raise
-                fresh = True
-                continue
-            cosine = self._check_onnx()
-            if cosine >= 0.9999:
-                plan = model_plan(self.model_path)
-                if self._int8:  # the queries on the int8 copy; long texts and encode() on this export
-                    self._light = self.int8_query_encoder(path, plan, threads)
-                else:
-                    self._light = OnnxQueryEncoder(self.model_path, self._ort, plan) if plan else None
+                opened, cosine = None, -1.0
+            if cosine >= min_cosine:
                 try:
                     write_verified(path, cosine)  # the next start's queries need no sentence-transformers
                 except OSError:
                     pass  # a read-only cache folder: every start checks again
-                return self._ort
-            self._ort = None
+                return opened
+            if hasattr(opened, "close"):
+                opened.close()
             path.unlink(missing_ok=True)
             if fresh:
-                raise RuntimeError(
-                    f"the ONNX export of {self.config.model!r} disagrees with torch (min cosine "
-                    f"{cosine:.6f}); use embed.backend = 'torch'"
-                )
-            fresh = True  # a copy exported by other versions of torch/transformers: export again
+                raise RuntimeError(refused(cosine))
+            fresh = True  # damaged, or made by other versions of torch / transformers / ONNX Runtime
 
     def _export_onnx(self, model, probe: dict, path: Path) -> None:
 
@@ -755,54 +777,37 @@ class Embedder:
             from onnxruntime.quantization import QuantType, quantize_dynamic
         except ImportError as exc:
             raise self.BackendUnavailable(f"int8 query vectors need onnxruntime.quantization ({exc})") from None
-        path = onnx_export_path(export.parent, self.fingerprint, self.dim, int8=True)
-        fresh = not path.exists()
-        while True:
-            if fresh:
-                tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.onnx")
-                try:
-                    with warnings.catch_warnings(), root_logger_quiet():
-                        warnings.simplefilter("ignore")  # the quantizer's advice to pre-process the model
-                        quantize_dynamic(str(export), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
-                                         op_types_to_quantize=["MatMul"], nodes_to_exclude=down_projections(export))
-                    os.replace(tmp, path)
-                finally:
-                    tmp.unlink(missing_ok=True)
-            texts = ["a", "short text", "a longer text, to give this batch a different shape " * 6]
+
+        def quantize(copy: Path) -> None:
+            tmp = copy.with_name(f"{copy.stem}.{os.getpid()}.tmp.onnx")
             try:
-                encoder = OnnxQueryEncoder(self.model_path, session_for(path, threads), plan)
-                cosine = float((encoder.encode(texts)[0] * self._torch_vectors(texts)).sum(axis=1).min())
-            except Exception:  # ONNX Runtime refuses a damaged copy (its own exception types)
-                if fresh:
-                    raise
-                encoder, cosine = None, -1.0
-            if cosine >= INT8_MIN_COSINE:
-                try:
-                    write_verified(path, cosine)
-                except OSError:
-                    pass  # a read-only cache folder: every start checks again
-                return encoder
-            if encoder is not None:
-                encoder.close()
-            path.unlink(missing_ok=True)
-            if fresh:
-                raise RuntimeError(f"the int8 copy of {self.config.model!r}'s ONNX export is too far from torch "
-                                   f"(min cosine {cosine:.4f} < {INT8_MIN_COSINE}); use embed_backend = 'onnx'")
-            fresh = True  # damaged, or quantized by another ONNX Runtime: quantize again
+                with warnings.catch_warnings(), root_logger_quiet():
+                    warnings.simplefilter("ignore")  # the quantizer's advice to pre-process the model
+                    quantize_dynamic(str(export), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+                                     op_types_to_quantize=["MatMul"], nodes_to_exclude=down_projections(export))
+                os.replace(tmp, copy)
+            finally:
+                tmp.unlink(missing_ok=True)
 
-    def _torch_vectors(self, texts: list[str]) -> np.ndarray:
-        """The torch encoder's vectors (the reference), whatever the backend. ``[B]`` -> ``[B, dim]``."""
-        session, self._ort = self._ort, None
-        try:
-            return self._encode_uncached(texts, False)
-        finally:
-            self._ort = session
+        def open_copy(copy: Path):
+            encoder = OnnxQueryEncoder(self.model_path, session_for(copy, threads), plan)
+            return encoder, encoder.encode(list(_CHECK_TEXTS))[0]
 
-    def _check_onnx(self) -> float:
-        """Min cosine between the ONNX and torch vectors, on shapes other than the export's."""
-        texts = ["a", "short text", "a longer text, to give this batch a different shape " * 6]
-        want = self._torch_vectors(texts)
-        return float((want * self._encode_uncached(texts, False)).sum(axis=1).min())
+        return self._checked_copy(
+            onnx_export_path(export.parent, self.fingerprint, self.dim, int8=True), quantize, open_copy,
+            INT8_MIN_COSINE, lambda cosine: f"the int8 copy of {self.config.model!r}'s ONNX export is too far from "
+                                            f"torch (min cosine {cosine:.4f} < {INT8_MIN_COSINE}); use embed_backend = 'onnx'")
+
+    def _reference_vectors(self) -> np.ndarray:
+        """The torch encoder's vectors of :data:`_CHECK_TEXTS` (what a copy is checked against),
+        computed once. ``[3, dim]``."""
+        if self._reference is None:
+            session, self._ort = self._ort, None
+            try:
+                self._reference = self._encode_uncached(list(_CHECK_TEXTS), False)
+            finally:
+                self._ort = session
+        return self._reference
 
     def close(self) -> None:
         if self._light is not None:
