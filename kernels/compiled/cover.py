@@ -44,12 +44,12 @@ def _reach_rows(lo, hi, candidates, bits, several, indptr_a, indices_a, indptr_b
                 slot_of[candidates[b, i]] = -1
 
 
-def _walk_rows(lo, hi, candidates, bits, several, scores, reach, depth, marked):
+def _walk_rows(lo, hi, candidates, bits, several, scores, reach, depth, n, marked):
     width = candidates.shape[1]
     values = np.empty(width, np.float32)
     ids = np.empty(width, np.int64)
-    slots = np.empty(width, np.int64)
     keys = np.empty(width, np.uint64)
+    slot_of = np.full(n, -1, np.int64)  # chunk -> its pool slot, for the chunks the walk may meet
     for b in range(lo, hi):
         for i in range(width):
             marked[b, i] = False
@@ -61,20 +61,17 @@ def _walk_rows(lo, hi, candidates, bits, several, scores, reach, depth, marked):
             if candidates[b, i] >= 0 and bits[b, i] < 0:
                 values[count] = scores[b, i]
                 ids[count] = candidates[b, i]
-                slots[count] = i
+                slot_of[candidates[b, i]] = i
                 count += 1
         order = top_by_value_then_id(values, ids, count, depth, keys)
         covered = np.uint64(0)
         for r in range(order.shape[0]):
-            v = np.int64(order[r] & U32)
-            i = -1
-            for c in range(count):  # the slot of chunk v (a chunk is in a pool at most once)
-                if ids[c] == v:
-                    i = slots[c]
-                    break
+            i = slot_of[np.int64(order[r] & U32)]  # a chunk is in a pool at most once
             if reach[b, i] & ~covered:
                 marked[b, i] = True
                 covered |= reach[b, i]
+        for c in range(count):
+            slot_of[ids[c]] = -1
 
 
 _reach_rows = jit(_reach_rows)
@@ -102,6 +99,7 @@ def first_bridges_compiled(candidates: np.ndarray, bits: np.ndarray, several: np
     """The candidates the walk down ``scores`` marks (:func:`spectrag.rescore.cover.first_bridges`)
     given :func:`cover_reach_compiled`'s ``reach``. Shapes: ``[B, P]`` (``scores`` float32) -> bool ``[B, P]``."""
     marked = np.empty(candidates.shape, np.bool_)
+    n = int(candidates.max(initial=-1)) + 1
     parallel_rows(_walk_rows, candidates.shape[0], candidates, bits, several, np.ascontiguousarray(scores, np.float32),
-                  reach, int(depth), marked, threads=threads)
+                  reach, int(depth), n, marked, threads=threads)
     return marked
