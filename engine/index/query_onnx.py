@@ -3,7 +3,7 @@
 Ours because importing sentence-transformers (it pulls in transformers and scikit-learn) takes
 about 3 s on a 2-core machine, while a query needs only the model's ``tokenizer.json`` (read by
 ``tokenizers``, the library under transformers' fast tokenizers), the transformer exported once
-to ONNX (:meth:`spectrag.index.embed.Embedder._onnx_session`) and the mean or CLS pooling its
+to ONNX (:meth:`spectrag.index.onnx_copies.OnnxCopies._onnx_session`) and the mean or CLS pooling its
 ``1_Pooling/config.json`` names. Models of any other shape, and exports not yet verified
 against torch, go through :class:`spectrag.index.embed.Embedder`; the vectors are the same bits
 either way (tests/index/test_query_onnx.py holds this).
