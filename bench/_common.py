@@ -192,8 +192,15 @@ def machine_line(info: dict) -> str:
         share = info["others_cpu"]
         load += (f"; during the run other processes kept {100 * share['others']:.0f}% of the CPUs busy"
                  f" and the hypervisor took {100 * share['steal']:.0f}%")
+    if info.get("speed_start"):
+        s, e = info["speed_start"], info.get("speed_end")
+        load += (f"; speed probe (`_common.speed_probe`): float32 GEMM on one thread {s['gemm_GFLOPs']:.1f} GFLOP/s, "
+                 f"copy {s['copy_GBps']:.1f} GB/s at the start")
+        if e:
+            load += f", {e['gemm_GFLOPs']:.1f} GFLOP/s and {e['copy_GBps']:.1f} GB/s at the end"
     skip = {"cpu", "logical_cpus", "affinity_cpus", "memory_gib", "torch_threads", "omp_threads",
-            "omp_wait_policy", "load_average_start", "load_average_end", "gpu", "cuda", "others_cpu"}
+            "omp_wait_policy", "load_average_start", "load_average_end", "gpu", "cuda", "others_cpu",
+            "speed_start", "speed_end"}
     versions = ", ".join(f"{k} {v}" for k, v in info.items() if k not in skip)
     return (f"Machine: {what}{info['cpu']}, {info['logical_cpus']} logical CPUs (affinity {info['affinity_cpus']}), "
             f"{info['memory_gib']} GiB RAM; threads: torch {info['torch_threads']}, OMP/MKL/OpenBLAS "
@@ -201,11 +208,53 @@ def machine_line(info: dict) -> str:
             f"{versions}.")
 
 
+def speed_probe() -> dict:
+    """How fast this machine runs now: float32 matrix products of the query encoder's
+    feed-forward shape (``[256, 384] @ [384, 1536]``) in GFLOP/s on one thread and a 64 MiB copy
+    in GB/s (read + write), each the best of several short runs, about 0.2 s in all. A VM's speed
+    can drift by tens of percent within an hour while its load average and steal time stay low,
+    so a record carries this probe at its start and its end: figures of two records are
+    comparable only where their probes are. numpy's own BLAS, not torch's MKL: MKL fixes its
+    reproducibility mode at its first product, which must stay the product's to make
+    (:func:`spectrag.index.embed.reproducible_products`)."""
+    import numpy as np
+
+    def best(fn, runs: int) -> float:
+        fn()  # first touch: allocation and page faults are not the machine's speed
+        out = float("inf")
+        for _ in range(runs):
+            start = time.perf_counter()
+            fn()
+            out = min(out, time.perf_counter() - start)
+        return out
+
+    try:
+        from threadpoolctl import threadpool_limits
+
+        one_thread = threadpool_limits(1, user_api="blas")
+    except ImportError:  # then the BLAS threads pin_threads set
+        from contextlib import nullcontext
+
+        one_thread = nullcontext()
+    rng = np.random.default_rng(0)
+    a, w = rng.standard_normal((256, 384), dtype=np.float32), rng.standard_normal((384, 1536), dtype=np.float32)
+    out = np.empty((256, 1536), dtype=np.float32)
+    with one_thread:
+        gemm = 2 * 256 * 384 * 1536 / best(lambda: np.matmul(a, w, out=out), 25) / 1e9
+    src = np.ones(64 * 2**20 // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    copy = 2 * src.nbytes / best(lambda: np.copyto(dst, src), 5) / 1e9
+    return {"gemm_GFLOPs": round(gemm, 1), "copy_GBps": round(copy, 2)}
+
+
 def new_record(runs: str, *, device=None, packages: tuple[str, ...] = ()) -> dict:
-    """The start of a results record: command, date, :func:`machine_info` (now, before the
-    timed runs) and ``runs`` (how each figure is measured, e.g. "median of 3 after one warm-up")."""
+    """The start of a results record: command, date, :func:`machine_info` and
+    :func:`speed_probe` (now, before the timed runs) and ``runs`` (how each figure is measured,
+    e.g. "median of 3 after one warm-up")."""
+    machine = machine_info(device, packages)
+    machine["speed_start"] = speed_probe()
     return {"command": command_line(), "date": time.strftime("%Y-%m-%d %H:%M"),
-            "machine": machine_info(device, packages), "runs": runs, "started": time.time(),
+            "machine": machine, "runs": runs, "started": time.time(),
             "cpu_counters_start": cpu_counters()}
 
 
@@ -218,7 +267,10 @@ def finish_record(record: dict) -> dict:
     :data:`BUSY_WARNING`: the timings shared the machine)."""
     record["wall_seconds"] = time.time() - record["started"]
     record["machine"]["load_average_end"] = load_average()
-    share = others_cpu(record.pop("cpu_counters_start", None), cpu_counters(), record["machine"]["affinity_cpus"])
+    share = None
+    if "cpu_counters_start" in record:  # the probe's own CPU time is not the run's
+        share = others_cpu(record.pop("cpu_counters_start"), cpu_counters(), record["machine"]["affinity_cpus"])
+    record["machine"]["speed_end"] = speed_probe()
     if share is not None:
         record["machine"]["others_cpu"] = share
         if share["others"] + share["steal"] > BUSY_WARNING:
