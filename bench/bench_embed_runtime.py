@@ -2,11 +2,12 @@
 
 Question: how long do 8 queries take to embed through ``Index.embed_queries`` (the retriever's
 path) with ``backend = "torch"`` (the per-width recipe) and ``"onnx"`` (the default on the CPU:
-each query alone at its own length in ONNX Runtime, as many at once as threads, each on one
-thread) and ``"onnx-int8"`` (opt-in: the same on an int8 copy of the export), against ONE plain
-``SentenceTransformer.encode`` of the same 8 in the same process? Also
-the previous ONNX query recipe, rebuilt here for the same-run comparison: queries padded to
-fixed-width buckets (16 ... 256 wordpieces), one call per width on all threads.
+each query at its own length in ONNX Runtime, the queries of one token length stacked in one
+call, as many calls at once as threads, each on one thread) and ``"onnx-int8"`` (opt-in: an int8
+copy of the export, each query alone), against ONE plain ``SentenceTransformer.encode`` of the
+same 8 in the same process? Also two earlier ONNX query recipes, rebuilt here for the same-run
+comparison: each query alone at its own length (the default until stacking), and queries padded
+to fixed-width buckets (16 ... 256 wordpieces), one call per width on all threads.
 Each query's vector must be the same alone and in a batch: checked bit for bit here (alone, in
 its batch of 8, in a batch of 64) for every runtime, and the cosine to the plain encode is given.
 
@@ -14,8 +15,9 @@ The variants run interleaved, batch by batch (``--batches`` batches of ``--size`
 questions, each timed as the median of ``--repeats`` calls), so a busy machine slows all alike;
 reported: the median over batches of each variant's ms and of its ratio to the plain encode.
 
-Usage: ``python bench/bench_embed_runtime.py --index DIR [--batches 20] [--size 8]``
-(without ONNX Runtime only torch is measured).
+Usage: ``python bench/bench_embed_runtime.py --index DIR [--batches 12] [--size 8]``
+(without ONNX Runtime only torch is measured); ``--questions all`` draws the batches from the
+MuSiQue, 2wiki-dev and docs-dev questions (861), for larger batches.
 """
 
 from __future__ import annotations
@@ -29,7 +31,18 @@ import numpy as np
 
 from _common import ROOT, finish_record, md_table, new_record, results_header, write_results
 
-QUESTIONS = ROOT.parent / "shared" / "data" / "musique" / "musique_train.json"
+DATA = ROOT.parent / "shared" / "data"
+QUESTIONS = DATA / "musique" / "musique_train.json"
+
+
+def questions_of(which: str) -> list[str]:
+    """MuSiQue's questions (``musique``), or with 2wiki-dev's and docs-dev's after them (``all``)."""
+    out = [q["question"] for q in json.loads(QUESTIONS.read_text())]
+    if which == "all":
+        out += [q["question"] for q in json.loads((DATA / "2wiki-dev" / "2wikimultihopqa.json").read_text())]
+        out += [json.loads(line)["text"] for line in (DATA / "docs-dev" / "queries.jsonl").read_text().splitlines()
+                if line.strip()]
+    return out
 
 
 def timed(fn, repeats: int) -> float:
@@ -79,6 +92,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=12)
     parser.add_argument("--size", type=int, default=8, help="queries per batch (default: 8)")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per batch and variant")
+    parser.add_argument("--questions", choices=("musique", "all"), default="musique",
+                        help="where the batches come from (all: MuSiQue, 2wiki-dev and docs-dev, 861 questions)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "embed_runtime_cpu"))
     args = parser.parse_args()
 
@@ -91,9 +106,9 @@ def main() -> None:
     record = new_record(f"per batch the median of {args.repeats} calls after one untimed call, variants "
                         "interleaved batch by batch; the median over batches",
                         packages=("sentence_transformers", "transformers", "onnxruntime"))
-    questions = [q["question"] for q in json.loads(QUESTIONS.read_text())]
+    questions = questions_of(args.questions)
     if args.batches * args.size > len(questions):  # an empty batch would time nothing and skew the ratio
-        parser.error(f"--batches {args.batches} of --size {args.size}: {QUESTIONS} holds {len(questions)} questions "
+        parser.error(f"--batches {args.batches} of --size {args.size}: --questions {args.questions} holds {len(questions)} questions "
                      f"(at most {len(questions) // args.size} batches)")
     plain = SentenceTransformer(str(resolve_model_path(index.config.embed.model)), device="cpu")
     variants = {"plain sentence-transformers encode (one call)":
@@ -115,6 +130,13 @@ def main() -> None:
 
         light = index.query_embedder("onnx")
         if hasattr(light, "encoder"):
+            from dataclasses import replace
+
+            from spectrag.index.embed import query_embedder
+
+            alone = query_embedder(replace(index.config.embed, backend="onnx"))
+            alone.encoder.stack = False
+            variants["earlier onnx default: each query alone at its own length"] = alone.encode_queries
             path = resolve_model_path(index.config.embed.model)
             export = onnx_export_path(Path(index.config.embed.cache_dir or default_cache_dir()) / "onnx",
                                       model_fingerprint(path), light.encoder.dim)
@@ -145,9 +167,10 @@ def main() -> None:
                   load_seconds=loaded)
     finish_record(record)
     lines = results_header(f"Query embedding, batches of {args.size}: runtimes vs one plain encode", record) + [
-        f"{args.batches} batches of {args.size} MuSiQue questions; torch threads {torch.get_num_threads()}; "
-        f"ONNX Runtime: the default runs {torch.get_num_threads()} queries at once on one intra-op thread "
-        f"each, the previous recipe one call per width on {torch.get_num_threads()} intra-op threads. "
+        f"{args.batches} batches of {args.size} questions ({args.questions}); torch threads {torch.get_num_threads()}; "
+        f"ONNX Runtime: the default stacks the queries of one token length in one call and runs "
+        f"{torch.get_num_threads()} calls at once on one intra-op thread each, the earlier default each query "
+        f"alone on the same lanes, the bucket recipe one call per width on {torch.get_num_threads()} intra-op threads. "
         "Invariance: each of 64 questions embedded alone, in "
         "batches of 8 and in one batch of 64, compared bit for bit (rows differing alone vs in 64).",
         "",

@@ -489,9 +489,8 @@ class Index:
                     f"{self.path}: built from embeddings supplied by the caller; pass query vectors, not strings"
                 )
             # queries are rarely repeated: no content-hash cache of vectors (an ONNX export is still cached)
-            # ONNX Runtime: each query alone at its own length, as many at once as threads, one thread
-            # each, longest first (0.495x a plain encode against 0.743x for padded batches on both threads on an
-            # Intel Xeon, bench/results/embed_runtime_cpu_xeon.md; even on an AMD EPYC, embed_runtime_cpu.md)
+            # ONNX Runtime: each query at its own length, stacked with those of its length, as many calls
+            # at once as threads, one thread each, largest first (bench/results/embed_runtime_cpu_xeon.md)
             int8 = backend == "onnx-int8"
             embedder = query_embedder(replace(self.config.embed, backend="onnx" if int8 else backend), int8=int8)
             check_model(self.manifest, embedder.fingerprint, embedder.dim, self.path)

@@ -133,7 +133,7 @@ def query_embedder(config: EmbedConfig, *, int8: bool = False):
         return full()
     fingerprint = model_fingerprint(path)
     export = onnx_export_path(Path(cache_dir) / "onnx", fingerprint, plan["dim"], int8=int8)
-    encoder = OnnxQueryEncoder.open(path, export, config.num_threads or torch.get_num_threads())
+    encoder = OnnxQueryEncoder.open(path, export, config.num_threads or torch.get_num_threads(), stack=not int8)
     if encoder is None:
         return full()
     return LightQueryEmbedder(encoder, fingerprint, config.long_texts == "pool", full)
@@ -330,10 +330,11 @@ class Embedder(OnnxCopies):
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors, each a function of its text alone, bit for bit. ``[B]`` -> float32 ``[B, dim]``.
 
-        With ONNX Runtime (``backend = "onnx"``) each text runs alone at its own length on this
-        embedder's session (:class:`~spectrag.index.query_onnx.OnnxQueryEncoder`; ONNX Runtime's
-        bits at one input shape do not move with the thread count, so these are the light query
-        path's bits, tests/index/test_query_onnx.py). Texts longer than the model reads, the
+        With ONNX Runtime (``backend = "onnx"``) each text runs at its own length on this
+        embedder's session, stacked with the texts of its length
+        (:class:`~spectrag.index.query_onnx.OnnxQueryEncoder`; a row's bits do not depend on the
+        rows stacked with it, nor on the thread count, so these are the light query path's bits,
+        tests/index/test_query_onnx.py). Texts longer than the model reads, the
         torch path and models of other shapes go through :meth:`encode` (its per-width recipe)."""
         texts = list(texts)
         if self._ort is None or not texts or self._light is None:

@@ -182,8 +182,8 @@ class OnnxCopies:
         Runtime's dynamic quantization of every MatMul but the feed-forward down-projections
         (:func:`down_projections`; int8 weights per output channel, each MatMul's input scaled
         per call), written once beside the export and checked against torch (min cosine
-        :data:`INT8_MIN_COSINE`). Each query runs alone, as on the float32 export, so the
-        per-call scale is its own and its vector does not depend on its batch; texts longer than
+        :data:`INT8_MIN_COSINE`). Each query runs alone (the float32 export stacks texts of one
+        length), so the per-call scale is its own and its vector does not depend on its batch; texts longer than
         the model reads are pooled on the float32 export (:meth:`encode_queries`). About 0.6x
         the float32 export's time, R@5 within 0.1 on the four dev sets
         (bench/results/query_int8_cpu.md)."""
@@ -207,7 +207,7 @@ class OnnxCopies:
                 tmp.unlink(missing_ok=True)
 
         def open_copy(copy: Path):
-            encoder = OnnxQueryEncoder(self.model_path, session_for(copy, threads), plan)
+            encoder = OnnxQueryEncoder(self.model_path, session_for(copy, threads), plan, stack=False)
             return encoder, encoder.encode(list(_CHECK_TEXTS))[0]
 
         return self._checked_copy(

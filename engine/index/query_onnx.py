@@ -8,16 +8,22 @@ to ONNX (:meth:`spectrag.index.onnx_copies.OnnxCopies._onnx_session`) and the me
 against torch, go through :class:`spectrag.index.embed.Embedder`; the vectors are the same bits
 either way (tests/index/test_query_onnx.py holds this).
 
-Each text runs alone, at its own length (no padding), so its vector is a function of its text
-alone: ONNX Runtime's bits at one input shape do not move with the thread count
-(tests/index/test_query_onnx.py). ``lanes`` texts run at a time, each on one thread: ONNX
-Runtime's intra-op threads split one short text's small products poorly, and padding a batch
-to a shared width costs more than it saves (bench/results/embed_runtime_cpu_xeon.md).
+Each text runs at its own length (no padding), so its vector is a function of its text alone:
+texts of the same token length run stacked in one call (``[n, L]``), every other text in calls
+of its own. A row of ONNX Runtime's float32 products and of the pooling does not depend on the
+rows stacked with it, so a text gets the same bits alone and stacked (tests/index/
+test_query_onnx.py holds this), and the bits at one input shape do not move with the thread
+count; a stacked call runs larger matrix products, closer to the CPU's peak (0.61x the time of
+each text alone for 256 questions, bench/results/embed_runtime_cpu_xeon.md). The int8 copy runs
+each text alone: its dynamic quantization scales a call's activations by the whole call's range.
+``lanes`` calls run at a time, each on one thread: ONNX Runtime's intra-op threads split one
+short text's small products poorly, and padding texts to a shared width costs more than it saves.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -77,13 +83,16 @@ def model_plan(model_path: Path) -> dict | None:
 class OnnxQueryEncoder:
     """``encode(texts: [B] str) -> float32 [B, dim]``, rows L2-normalized, each row a function
     of its text alone. ``long``: positions of texts longer than one window of the model (the
-    caller embeds those with the full encoder when ``long_texts = "pool"``). ``lanes``: texts
-    run at once, each on a thread of its own (``session`` then has one intra-op thread)."""
+    caller embeds those with the full encoder when ``long_texts = "pool"``). ``lanes``: calls
+    run at once, each on a thread of its own (``session`` then has one intra-op thread).
+    ``stack``: texts of one token length share a call (module docstring; False for a model
+    whose rows depend on their call, as the int8 copy's do)."""
 
-    def __init__(self, model_path: Path, session, plan: dict, lanes: int = 1) -> None:
+    def __init__(self, model_path: Path, session, plan: dict, lanes: int = 1, *, stack: bool = True) -> None:
         from tokenizers import Tokenizer
 
         self.session = session
+        self.stack = stack
         self.inputs = [i.name for i in session.get_inputs()]
         self.dim = plan["dim"]
         self.max_tokens = plan["max_tokens"]
@@ -98,7 +107,7 @@ class OnnxQueryEncoder:
         self.room = self.max_tokens - self.tokenizer.num_special_tokens_to_add(False) - _PIECE_MARGIN
 
     @classmethod
-    def open(cls, model_path: Path, onnx_path: Path, threads: int) -> OnnxQueryEncoder | None:
+    def open(cls, model_path: Path, onnx_path: Path, threads: int, *, stack: bool = True) -> OnnxQueryEncoder | None:
         """The encoder on a verified export (None when there is none yet, it was verified under
         another ONNX Runtime, ONNX Runtime cannot open it, or the model is of a shape only the
         full encoder runs)."""
@@ -117,7 +126,7 @@ class OnnxQueryEncoder:
             session = session_for(onnx_path, 1)
         except Exception:  # damaged since it was verified (ONNX Runtime's own exception types)
             return None
-        return cls(model_path, session, plan, lanes=threads)
+        return cls(model_path, session, plan, lanes=threads, stack=stack)
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
         """``[B]`` texts -> (float32 ``[B, dim]``, positions of the long texts: their rows hold
@@ -127,28 +136,44 @@ class OnnxQueryEncoder:
         encodings = self.tokenizer.encode_batch([str(t).strip() for t in texts])
         special = self.tokenizer.num_special_tokens_to_add(False)
         long = [i for i, e in enumerate(encodings) if e.overflowing or len(e.ids) - special > self.room]
-        if self.lanes > 1 and len(encodings) > 1:
+        calls = self.calls([len(e.ids) for e in encodings])
+        if self.lanes > 1 and len(calls) > 1:
             if self._pool is None or self._pool_pid != os.getpid():  # a fork copies no threads
                 self._pool, self._pool_pid = ThreadPoolExecutor(self.lanes, thread_name_prefix="spectrag-query"), os.getpid()
-            # longest first: the lanes then finish together (8 MuSiQue questions, 2 lanes: 17.4
-            # against 19.2 ms in submission order); each row is still its text's alone
-            order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
-            rows = [None] * len(encodings)
-            for i, row in zip(order, self._pool.map(self._alone, [encodings[i] for i in order])):
-                rows[i] = row
+            # largest first, each lane taking the next when it is free: the lanes finish together
+            # (8 MuSiQue questions, 2 lanes: 17.4 against 19.2 ms in submission order)
+            vectors = list(self._pool.map(lambda rows: self._run([encodings[i] for i in rows]), calls))
         else:
-            rows = [self._alone(e) for e in encodings]
-        out = np.stack(rows) if rows else np.empty((0, self.dim), dtype=np.float32)
+            vectors = [self._run([encodings[i] for i in rows]) for rows in calls]
+        out = np.empty((len(encodings), self.dim), dtype=np.float32)
+        for rows, got in zip(calls, vectors):
+            out[rows] = got
         return out, long
 
-    def _alone(self, encoding) -> np.ndarray:
-        """One text's vector, the text alone at its own length. -> float32 ``[dim]``."""
-        ids = np.asarray([encoding.ids], dtype=np.int64)
-        mask = np.asarray([encoding.attention_mask], dtype=np.int64)
+    def calls(self, lengths: list[int]) -> list[list[int]]:
+        """The model calls that embed texts of these token ``lengths``: positions of texts of one
+        length (each text alone without ``stack``), a length's texts cut into as many calls as
+        the lanes need to share the tokens evenly; the largest calls first."""
+        if not self.stack:
+            return sorted(([i] for i in range(len(lengths))), key=lambda rows: -lengths[rows[0]])
+        same: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            same.setdefault(n, []).append(i)
+        share = sum(lengths) / self.lanes
+        calls = []
+        for n, rows in same.items():
+            parts = min(len(rows), max(1, math.ceil(n * len(rows) / share))) if self.lanes > 1 else 1
+            calls += [rows[k * len(rows) // parts:(k + 1) * len(rows) // parts] for k in range(parts)]
+        return sorted(calls, key=lambda rows: -lengths[rows[0]] * len(rows))
+
+    def _run(self, encodings: list) -> np.ndarray:
+        """Texts of one token length in one call, each row its text's alone. -> float32 ``[n, dim]``."""
+        ids = np.asarray([e.ids for e in encodings], dtype=np.int64)
+        mask = np.asarray([e.attention_mask for e in encodings], dtype=np.int64)
         feed = {"input_ids": ids, "attention_mask": mask,
-                "token_type_ids": np.asarray([encoding.type_ids], dtype=np.int64)}
+                "token_type_ids": np.asarray([e.type_ids for e in encodings], dtype=np.int64)}
         hidden = self.session.run(None, {name: feed[name] for name in self.inputs})[0]
-        return self.pool(hidden, mask)[0]
+        return self.pool(hidden, mask)
 
     def close(self) -> None:
         if self._pool is not None and self._pool_pid == os.getpid():

@@ -108,6 +108,29 @@ def test_a_query_gets_the_same_bits_alone_in_any_batch_on_either_path(full, cach
         light.close()
 
 
+def test_the_int8_copy_runs_each_text_alone(full, cache):
+    """Dynamic quantization scales a call's activations by the whole call's range, so texts of
+    one length are not stacked on the int8 copy as they are on the float32 export."""
+    light = query_embedder(config(cache, 1), int8=True)
+    texts = ["who founded the railway", "who closed the railway", "who built the railway", "when was the flood"]
+    try:
+        lengths = [len(x.ids) for x in light.encoder.tokenizer.encode_batch(texts)]
+        assert len(set(lengths)) < len(texts), "no length repeats: the case would test nothing"
+        shapes = []
+        session = light.encoder.session
+
+        class Counting:
+            def run(self, outputs, feed):
+                shapes.append(feed["input_ids"].shape)
+                return session.run(outputs, feed)
+
+        light.encoder.session = Counting()
+        light.encode_queries(texts)
+        assert sorted(shapes) == sorted((1, n) for n in lengths)
+    finally:
+        light.close()
+
+
 def test_the_int8_copy_is_reused_and_a_damaged_one_made_again(full, cache):
     path = int8_export(cache)
     stamp = path.stat().st_mtime_ns

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +95,7 @@ def test_vectors_agree_with_the_torch_reference(cache, full):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_lanes_and_threads_do_not_move_a_vector(cache, full, threads):
-    """Each text runs alone at its own length: on ``threads`` lanes of one intra-op thread each
+    """Each text runs at its own length: on ``threads`` lanes of one intra-op thread each
     (the light path) or one text at a time on the full encoder's two-thread session, alone or
     in any batch, a query's vector has the same bits."""
     e = light(cache, num_threads=threads)
@@ -109,14 +110,15 @@ def test_lanes_and_threads_do_not_move_a_vector(cache, full, threads):
     assert e.encoder._pool is None  # closed with the embedder
 
 
-def test_lanes_take_the_longest_texts_first(cache, full):
-    """Longest first, so the lanes finish together; each row still lands at its text's place."""
+def test_lanes_take_the_largest_calls_first(cache, full):
+    """Largest calls first, so the lanes finish together; each row still lands at its text's place."""
     e = light(cache, num_threads=2)
+    lengths = [len(x.ids) for x in e.encoder.tokenizer.encode_batch([t.strip() for t in TEXTS[:8]])]
     seen = []
 
     class InOrder:  # the lanes' pool, run in the calling thread so that the order is observable
         def map(self, fn, items):
-            return [fn(item) for item in items if not seen.append(len(item.ids))]
+            return [fn(rows) for rows in items if not seen.append(sum(lengths[i] for i in rows))]
 
     e.encoder._pool, e.encoder._pool_pid = InOrder(), os.getpid()
     try:
@@ -126,6 +128,58 @@ def test_lanes_take_the_longest_texts_first(cache, full):
         np.testing.assert_array_equal(got, full.encode_queries(TEXTS[:8]))
     finally:
         e.close()
+
+
+class CountingSession:
+    """An ONNX Runtime session that records the ``[n, L]`` shape of every call."""
+
+    def __init__(self, session) -> None:
+        self.session, self.shapes = session, []
+
+    def run(self, outputs, feed):
+        self.shapes.append(feed["input_ids"].shape)
+        return self.session.run(outputs, feed)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_texts_of_one_length_share_a_call_and_keep_their_bits(cache, full, threads):
+    """Texts of one token length run stacked in one call ``[n, L]`` (cut in parts for the
+    lanes), every other text in calls of its own length, never padded; each row is its text's
+    bits alone, as the full encoder gives them."""
+    e = light(cache, num_threads=threads)
+    texts = [" ".join(WORDS[k : k + 6]) for k in range(len(WORDS) - 6)] + TEXTS[:10]
+    lengths = [len(x.ids) for x in e.encoder.tokenizer.encode_batch(texts)]
+    counts = Counter(lengths)
+    assert max(counts.values()) >= 4, "no length repeats: the case would test nothing"
+    e.encoder.session = spy = CountingSession(e.encoder.session)
+    try:
+        got = e.encode_queries(texts)
+        alone = np.stack([e.encode_queries([t])[0] for t in texts])
+    finally:
+        e.close()
+    calls = spy.shapes[: len(spy.shapes) - len(texts)]  # the batch's calls, before the ones alone
+    assert sum(n * width for n, width in calls) == sum(lengths)  # never padded
+    assert sum(n for n, _ in calls) == len(texts) and {width for _, width in calls} == set(counts)
+    if threads == 1:  # one call per length
+        assert sorted(calls) == sorted((n, width) for width, n in counts.items())
+    else:
+        assert len(calls) < len(texts)
+    np.testing.assert_array_equal(got, alone)
+    np.testing.assert_array_equal(got, full.encode_queries(texts))
+
+
+def test_the_calls_share_the_tokens_among_the_lanes():
+    from types import SimpleNamespace
+
+    from spectrag.index.query_onnx import OnnxQueryEncoder
+
+    lengths = [5, 3, 5, 5, 5, 5, 5, 5, 5]
+    two = OnnxQueryEncoder.calls(SimpleNamespace(stack=True, lanes=2), lengths)
+    assert two == [[0, 2, 3, 4], [5, 6, 7, 8], [1]]  # 40 tokens of length 5 in two parts, largest first
+    assert OnnxQueryEncoder.calls(SimpleNamespace(stack=True, lanes=1), lengths) == [[0, 2, 3, 4, 5, 6, 7, 8], [1]]
+    alone = OnnxQueryEncoder.calls(SimpleNamespace(stack=False, lanes=2), [3, 7, 5])
+    assert alone == [[1], [2], [0]]  # each text alone, longest first
+    assert OnnxQueryEncoder.calls(SimpleNamespace(stack=True, lanes=2), []) == []
 
 
 def _encode_in_child(queue, embedder) -> None:
