@@ -32,6 +32,9 @@ import numpy as np
 import torch
 
 _SUPPORTED_POOLING = ("pooling_mode_mean_tokens", "pooling_mode_cls_token")
+# the most tokens one stacked call holds: its attention scores take n L^2 x heads floats, so 256
+# texts of 256 tokens in one call would take 0.8 GB with 12 heads (at 2,048 tokens, 25 MB)
+MAX_CALL_TOKENS = 2048
 _PIECE_MARGIN = 4  # as Embedder._PIECE_MARGIN: a text longer than a window less this is pooled in pieces
 
 
@@ -153,7 +156,8 @@ class OnnxQueryEncoder:
     def calls(self, lengths: list[int]) -> list[list[int]]:
         """The model calls that embed texts of these token ``lengths``: positions of texts of one
         length (each text alone without ``stack``), a length's texts cut into as many calls as
-        the lanes need to share the tokens evenly; the largest calls first."""
+        the lanes need to share the tokens evenly and as :data:`MAX_CALL_TOKENS` allows; the
+        largest calls first."""
         if not self.stack:
             return sorted(([i] for i in range(len(lengths))), key=lambda rows: -lengths[rows[0]])
         same: dict[int, list[int]] = {}
@@ -162,7 +166,11 @@ class OnnxQueryEncoder:
         share = sum(lengths) / self.lanes
         calls = []
         for n, rows in same.items():
-            parts = min(len(rows), max(1, math.ceil(n * len(rows) / share))) if self.lanes > 1 else 1
+            parts = max(1, math.ceil(n * len(rows) / share)) if self.lanes > 1 else 1
+            parts = max(parts, math.ceil(len(rows) / max(1, MAX_CALL_TOKENS // n)))
+            if parts > 1:  # a length cut in parts is cut for every lane alike
+                parts = math.ceil(parts / self.lanes) * self.lanes
+            parts = min(len(rows), parts)
             calls += [rows[k * len(rows) // parts:(k + 1) * len(rows) // parts] for k in range(parts)]
         return sorted(calls, key=lambda rows: -lengths[rows[0]] * len(rows))
 

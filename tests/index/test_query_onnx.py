@@ -171,7 +171,7 @@ def test_texts_of_one_length_share_a_call_and_keep_their_bits(cache, full, threa
 def test_the_calls_share_the_tokens_among_the_lanes():
     from types import SimpleNamespace
 
-    from spectrag.index.query_onnx import OnnxQueryEncoder
+    from spectrag.index.query_onnx import MAX_CALL_TOKENS, OnnxQueryEncoder
 
     lengths = [5, 3, 5, 5, 5, 5, 5, 5, 5]
     two = OnnxQueryEncoder.calls(SimpleNamespace(stack=True, lanes=2), lengths)
@@ -180,6 +180,9 @@ def test_the_calls_share_the_tokens_among_the_lanes():
     alone = OnnxQueryEncoder.calls(SimpleNamespace(stack=False, lanes=2), [3, 7, 5])
     assert alone == [[1], [2], [0]]  # each text alone, longest first
     assert OnnxQueryEncoder.calls(SimpleNamespace(stack=True, lanes=2), []) == []
+    # long texts: at most MAX_CALL_TOKENS tokens a call (its attention scores grow with n L^2)
+    long = OnnxQueryEncoder.calls(SimpleNamespace(stack=True, lanes=1), [256] * 20 + [MAX_CALL_TOKENS + 1])
+    assert sorted(len(rows) for rows in long) == [1, 6, 7, 7] and all(256 * len(r) <= MAX_CALL_TOKENS for r in long[:3])
 
 
 def _encode_in_child(queue, embedder) -> None:
