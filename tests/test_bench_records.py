@@ -1,5 +1,6 @@
 """The benchmarks' records say how much of the machine other processes used during a run
-(bench/_common.py: ``others_cpu``), so a timing taken on a shared machine is flagged."""
+(bench/_common.py: ``others_cpu``), so a timing taken on a shared machine is flagged, and how fast
+the machine ran at the run's start and end (``speed_probe``)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,28 @@ def test_a_process_burning_cpu_beside_the_run_is_counted_and_flagged(common, cap
     assert "cpu_counters_start" not in record
     if share["others"] + share["steal"] > common.BUSY_WARNING:
         assert "shared the machine" in capsys.readouterr().err
+
+
+def test_a_record_carries_the_speed_probe_at_its_start_and_end(common):
+    record = common.finish_record(common.new_record("nothing timed"))
+    machine = record["machine"]
+    for key in ("speed_start", "speed_end"):
+        assert machine[key]["gemm_GFLOPs"] > 0 and machine[key]["copy_GBps"] > 0
+    line = common.machine_line(machine)
+    assert f"float32 GEMM on one thread {machine['speed_start']['gemm_GFLOPs']:.1f} GFLOP/s" in line
+    assert "speed_start" not in line and "at the end" in line
+
+
+def test_the_speed_probe_leaves_mkl_to_the_embedders_strict_mode():
+    """MKL fixes its reproducibility mode at its first product: a probe on torch (MKL) run before
+    the first embedder took the torch query recipe's batch invariance in a benchmark run. The
+    probe runs on numpy's BLAS, so a process that probes, then embeds, keeps row-invariant products
+    (on a CPU where MKL's default mode is not, the probe on torch makes this fail)."""
+    code = ("import sys; sys.path.insert(0, 'bench'); import _common; _common.speed_probe()\n"
+            "from spectrag.index.embed import _rows_invariant, reproducible_products\n"
+            "reproducible_products()\n"
+            "print(_rows_invariant(((384, 384), (384, 1536), (1536, 384))))")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "MKL_CBWR"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "True"
