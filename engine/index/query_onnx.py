@@ -13,11 +13,13 @@ texts of the same token length run stacked in one call (``[n, L]``), every other
 of its own. A row of ONNX Runtime's float32 products and of the pooling does not depend on the
 rows stacked with it, so a text gets the same bits alone and stacked (tests/index/
 test_query_onnx.py holds this), and the bits at one input shape do not move with the thread
-count; a stacked call runs larger matrix products, closer to the CPU's peak (0.61x the time of
-each text alone for 256 questions, bench/results/embed_runtime_cpu_xeon.md). The int8 copy runs
+count; a stacked call runs larger matrix products, closer to the CPU's peak (0.55-0.62x the time of
+each text alone for 256 questions, bench/results/embed_runtime_cpu_xeon_b256.md). The int8 copy runs
 each text alone: its dynamic quantization scales a call's activations by the whole call's range.
 ``lanes`` calls run at a time, each on one thread: ONNX Runtime's intra-op threads split one
-short text's small products poorly, and padding texts to a shared width costs more than it saves.
+short text's small products poorly. Texts are never padded to a shared width: nothing in ONNX
+Runtime promises that a padded row keeps its bits (its softmax and product blocking could group
+it otherwise on another CPU), and the padding is work.
 """
 
 from __future__ import annotations
