@@ -210,11 +210,11 @@ def machine_line(info: dict) -> str:
 
 def speed_probe() -> dict:
     """How fast this machine runs now: float32 matrix products of the query encoder's
-    feed-forward shape (``[256, 384] @ [384, 1536]``) in GFLOP/s on one thread and a 64 MiB copy
-    in GB/s (read + write), each the best of several short runs, about 0.2 s in all. A VM's speed
-    can drift by tens of percent within an hour while its load average and steal time stay low,
-    so a record carries this probe at its start and its end: figures of two records are
-    comparable only where their probes are. numpy's own BLAS, not torch's MKL: MKL fixes its
+    feed-forward shape (``[256, 384] @ [384, 1536]``) in GFLOP/s on one thread (the best of 25
+    products) and numpy's 64 MiB copy in GB/s (read + write, :func:`copy_bandwidth`), about 0.3 s
+    in all. A VM's speed can drift by tens of percent within an hour while its load average and
+    steal time stay low, so a record carries this probe at its start and its end: figures of two
+    records are comparable only where their probes are. numpy's own BLAS, not torch's MKL: MKL fixes its
     reproducibility mode at its first product, which must stay the product's to make
     (:func:`spectrag.index.embed.reproducible_products`)."""
     import numpy as np
@@ -241,9 +241,7 @@ def speed_probe() -> dict:
     out = np.empty((256, 1536), dtype=np.float32)
     with one_thread:
         gemm = 2 * 256 * 384 * 1536 / best(lambda: np.matmul(a, w, out=out), 25) / 1e9
-    src = np.ones(64 * 2**20 // 4, dtype=np.float32)
-    dst = np.empty_like(src)
-    copy = 2 * src.nbytes / best(lambda: np.copyto(dst, src), 5) / 1e9
+    copy = copy_bandwidth(mib=64, repeats=5)["numpy_GBps"]
     return {"gemm_GFLOPs": round(gemm, 1), "copy_GBps": round(copy, 2)}
 
 

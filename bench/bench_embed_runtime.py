@@ -23,7 +23,6 @@ MuSiQue, 2wiki-dev and docs-dev questions (861), for larger batches.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -32,17 +31,15 @@ import numpy as np
 from _common import ROOT, finish_record, md_table, new_record, results_header, write_results
 
 DATA = ROOT.parent / "shared" / "data"
-QUESTIONS = DATA / "musique" / "musique_train.json"
 
 
 def questions_of(which: str) -> list[str]:
-    """MuSiQue's questions (``musique``), or with 2wiki-dev's and docs-dev's after them (``all``)."""
-    out = [q["question"] for q in json.loads(QUESTIONS.read_text())]
-    if which == "all":
-        out += [q["question"] for q in json.loads((DATA / "2wiki-dev" / "2wikimultihopqa.json").read_text())]
-        out += [json.loads(line)["text"] for line in (DATA / "docs-dev" / "queries.jsonl").read_text().splitlines()
-                if line.strip()]
-    return out
+    """MuSiQue's questions (``musique``), or with 2wiki-dev's and docs-dev's after them (``all``),
+    as the evaluation reads them (:func:`spectrag.eval.datasets.load_dataset`)."""
+    from spectrag.eval.datasets import load_dataset
+
+    sets = (("musique", "musique"),) + ((("2wiki", "2wiki-dev"), ("beir", "docs-dev")) if which == "all" else ())
+    return [q.text for name, folder in sets for q in load_dataset(name, DATA / folder).questions]
 
 
 def timed(fn, repeats: int) -> float:

@@ -255,6 +255,18 @@ def forked_result(target, *args, timeout: float = 60.0):
     return queue.get(timeout=5)
 
 
+class CountingSession:
+    """An ONNX Runtime session that records the ``[n, L]`` shape of every call (which texts a
+    query encoder runs together)."""
+
+    def __init__(self, session) -> None:
+        self.session, self.shapes = session, []
+
+    def run(self, outputs, feed):
+        self.shapes.append(feed["input_ids"].shape)
+        return self.session.run(outputs, feed)
+
+
 def shared_file(*parts: str) -> Path:
     """A file under ../shared/data, or skip the test with the reason."""
     path = SHARED_DATA.joinpath(*parts)

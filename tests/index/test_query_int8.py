@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import require_embedder, require_modules
+from conftest import CountingSession, require_embedder, require_modules
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -116,17 +116,9 @@ def test_the_int8_copy_runs_each_text_alone(full, cache):
     try:
         lengths = [len(x.ids) for x in light.encoder.tokenizer.encode_batch(texts)]
         assert len(set(lengths)) < len(texts), "no length repeats: the case would test nothing"
-        shapes = []
-        session = light.encoder.session
-
-        class Counting:
-            def run(self, outputs, feed):
-                shapes.append(feed["input_ids"].shape)
-                return session.run(outputs, feed)
-
-        light.encoder.session = Counting()
+        light.encoder.session = spy = CountingSession(light.encoder.session)
         light.encode_queries(texts)
-        assert sorted(shapes) == sorted((1, n) for n in lengths)
+        assert sorted(spy.shapes) == sorted((1, n) for n in lengths)
     finally:
         light.close()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import forked_result, require_embedder, require_modules
+from conftest import CountingSession, forked_result, require_embedder, require_modules
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -128,17 +128,6 @@ def test_lanes_take_the_largest_calls_first(cache, full):
         np.testing.assert_array_equal(got, full.encode_queries(TEXTS[:8]))
     finally:
         e.close()
-
-
-class CountingSession:
-    """An ONNX Runtime session that records the ``[n, L]`` shape of every call."""
-
-    def __init__(self, session) -> None:
-        self.session, self.shapes = session, []
-
-    def run(self, outputs, feed):
-        self.shapes.append(feed["input_ids"].shape)
-        return self.session.run(outputs, feed)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
