@@ -5,7 +5,10 @@ call) against the earlier one (each text alone), in the same process, interleave
 A user scoring a file of questions (`spectrag retrieve INDEX --queries FILE`) waits for this
 path: at large batches the query encoder is most of it. Both recipes give every query the same
 vector bits (checked here, question by question), so the contexts are the same; only the time
-differs. Default settings (spectral, the 2,000-token context, torch's thread count).
+differs. Default settings (spectral, the 2,000-token context, torch's thread count). The peers'
+way is timed in the same rounds: one plain sentence-transformers ``encode`` of each batch, then
+the SpectRAG public code one query at a time (``bench/peers.py``, the same budget, numpy at the
+process's threads); its contexts are its own method's, so only its time compares.
 
     python bench/bench_retrieve_texts.py --index DIR [--queries 768] [--batch 256] [--rounds 3]
 
@@ -26,13 +29,18 @@ import argparse  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from bench_embed_runtime import questions_of  # noqa: E402
+from peers import SpectragCodePeer  # noqa: E402
 
+from spectrag.config import RetrieverConfig  # noqa: E402
+from spectrag.index.embed import resolve_model_path  # noqa: E402
 from spectrag.retriever import Retriever  # noqa: E402
 
 ROOT = _common.ROOT
 RECIPES = {True: "stacked (default)", False: "each text alone (earlier default)"}
+PEER = "the peers' way: plain sentence-transformers encode, then the SpectRAG code per query"
 
 
 def main() -> None:
@@ -43,7 +51,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "retrieve_texts_cpu"))
     args = ap.parse_args()
-    record = _common.new_record(f"median of {args.rounds} rounds, the two recipes alternated in each, after one "
+    record = _common.new_record(f"median of {args.rounds} rounds, the two recipes and the peers' way in turn in each, after one "
                                 "warm-up batch")
     texts = questions_of("all")[: args.queries]
     retriever = Retriever(args.index)
@@ -51,7 +59,22 @@ def main() -> None:
     encoder = getattr(retriever.index.query_embedder("onnx"), "encoder", None)
     if encoder is None:
         raise SystemExit("the index's ONNX query export is not verified yet: run one query first (spectrag retrieve)")
-    seconds: dict[bool, list[float]] = {True: [], False: []}
+    from sentence_transformers import SentenceTransformer
+
+    index = retriever.index
+    plain = SentenceTransformer(str(resolve_model_path(index.config.embed.model)), device="cpu")
+    peer = SpectragCodePeer(np.asarray(index.embeddings, dtype=np.float32), index.graph["weights"],
+                            index.graph["coordinates"], np.array([c.n_tokens for c in index.chunks]))
+    budget = RetrieverConfig().budget
+
+    def peers_way() -> None:
+        for lo in range(0, len(texts), args.batch):
+            vectors = plain.encode(texts[lo : lo + args.batch], batch_size=64, normalize_embeddings=True)
+            for q in vectors:
+                peer.query(q, budget)
+
+    peers_way()  # warm-up
+    seconds: dict[object, list[float]] = {True: [], False: [], PEER: []}
     vectors, contexts = {}, {}
     for _ in range(args.rounds):
         for stack in (True, False):
@@ -60,6 +83,10 @@ def main() -> None:
             contexts[stack] = retriever.retrieve(texts, batch_size=args.batch)
             seconds[stack].append(time.perf_counter() - start)
             print(f"{RECIPES[stack]}: {seconds[stack][-1]:.2f} s", flush=True)
+        start = time.perf_counter()
+        peers_way()
+        seconds[PEER].append(time.perf_counter() - start)
+        print(f"{PEER}: {seconds[PEER][-1]:.2f} s", flush=True)
     for stack in (True, False):
         encoder.stack = stack
         vectors[stack] = retriever.embed(texts).numpy()
@@ -67,21 +94,23 @@ def main() -> None:
     same_vectors = int((vectors[True] == vectors[False]).all(axis=1).sum())
     same_contexts = sum([c.chunk_id for c in a.chunks] == [c.chunk_id for c in b.chunks] and a.ranking == b.ranking
                         for a, b in zip(contexts[True], contexts[False]))
-    rows = [{"recipe": RECIPES[s], "s": statistics.median(seconds[s]), "qps": len(texts) / statistics.median(seconds[s])}
-            for s in (True, False)]
+    rows = [{"recipe": RECIPES.get(s, s), "s": statistics.median(seconds[s]),
+             "qps": len(texts) / statistics.median(seconds[s])} for s in (True, False, PEER)]
     record.update(queries=len(texts), batch=args.batch, threads=torch.get_num_threads(), results=rows,
-                  same_vectors=same_vectors, same_contexts=same_contexts, raw_seconds=seconds)
+                  same_vectors=same_vectors, same_contexts=same_contexts,
+                  raw_seconds={RECIPES.get(k, k): v for k, v in seconds.items()})
     _common.finish_record(record)
-    speedup = rows[0]["qps"] / rows[1]["qps"]
+    speedup, over_peer = rows[0]["qps"] / rows[1]["qps"], rows[0]["qps"] / rows[2]["qps"]
     lines = _common.results_header("Batch retrieval from query texts: the query encoder's recipes", record) + [
         f"{len(texts)} questions (MuSiQue, 2wiki-dev, docs-dev in that order) through `Retriever.retrieve` in batches "
         f"of {args.batch}, default settings (mode spectral, 2,000-token contexts), torch threads "
         f"{torch.get_num_threads()}. Index: `{args.index}`.",
         "",
-        *_common.md_table(rows, [("query encoder recipe", "recipe", ""), ("s (median)", "s", ".2f"),
+        *_common.md_table(rows, [("path", "recipe", ""), ("s (median)", "s", ".2f"),
                                  ("queries/s", "qps", ".1f")]),
         "",
-        f"Stacked / alone: **{speedup:.2f}x** the queries per second. Same vector bits for {same_vectors} of "
+        f"Stacked / alone: **{speedup:.2f}x** the queries per second; stacked / the peers' way: **{over_peer:.2f}x**. "
+        f"Same vector bits for {same_vectors} of "
         f"{len(texts)} questions, the same context chunks and ranking for {same_contexts} of {len(texts)}.",
     ]
     _common.write_results(args.out, lines, record)
