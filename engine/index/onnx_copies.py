@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -90,11 +91,8 @@ class OnnxCopies:
 
         def open_export(copy: Path):
             session = session_for(copy, threads)
-            self._ort = session  # what _encode_uncached runs on
-            try:
+            with self._running_on(session):
                 return session, self._encode_uncached(list(_CHECK_TEXTS), False)
-            finally:
-                self._ort = None
 
         self._ort = self._checked_copy(
             path, lambda copy: self._export_onnx(first.auto_model, probe, copy), open_export, 0.9999,
@@ -219,9 +217,16 @@ class OnnxCopies:
         """The torch encoder's vectors of :data:`_CHECK_TEXTS` (what a copy is checked against),
         computed once. ``[3, dim]``."""
         if self._reference is None:
-            session, self._ort = self._ort, None
-            try:
+            with self._running_on(None):
                 self._reference = self._encode_uncached(list(_CHECK_TEXTS), False)
-            finally:
-                self._ort = session
         return self._reference
+
+    @contextmanager
+    def _running_on(self, session):
+        """The embedder's forward passes on ``session`` (None: torch) inside the block, its own
+        runtime after. Only while the embedder is being made, so no other thread encodes on it."""
+        own, self._ort = self._ort, session
+        try:
+            yield
+        finally:
+            self._ort = own
