@@ -22,7 +22,9 @@ ones for "after". Per dev set (MuSiQue, 2wiki-dev), at one thread:
         --sets musique,2wiki,docs --out bench/results/ppr_chebyshev_cpu   # a setting, not a commit
 
 With ``--before-config KEY=VALUE`` "before" is this checkout with one setting changed
-(``RetrieverConfig.replace`` keyword paths; the value read as Python, else as a string).
+(``RetrieverConfig.replace`` keyword paths; the value read as Python, else as a string). With
+``--before-without MODULE:CLASS.ATTR`` "before" is this checkout without an optional fast path
+(e.g. ``spectrag.index.dense:TorchScan.search_unordered``).
 
 Results: bench/results/spectral_speed_cpu.md / .json.
 """
@@ -132,6 +134,36 @@ class ConfigVariant:
             yield
         finally:
             Retriever.score_batch = score_batch
+
+
+class WithoutVariant:
+    """"Before" as this checkout without some attributes (``module:Class.name``): an optional fast
+    path that the code looks up where it exists (``getattr(index, "search_unordered", ...)``),
+    deleted inside :meth:`before`."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.targets = []
+        for path in paths:
+            module, _, dotted = path.partition(":")
+            owner = importlib.import_module(module)
+            *parents, name = dotted.split(".")
+            for part in parents:
+                owner = getattr(owner, part)
+            if name not in vars(owner):
+                raise SystemExit(f"--before-without {path}: {owner!r} has no attribute {name!r} of its own")
+            self.targets.append((owner, name, vars(owner)[name]))
+        self.modules: list[str] = []
+        self.added: list[str] = []
+
+    @contextmanager
+    def before(self):
+        for owner, name, _ in self.targets:
+            delattr(owner, name)
+        try:
+            yield
+        finally:
+            for owner, name, value in self.targets:
+                setattr(owner, name, value)
 
 
 def parse_changes(items: list[str]) -> dict:
@@ -244,13 +276,15 @@ def _nothing():
 
 
 def markdown(record: dict) -> str:
-    if record.get("before_config"):
+    if record.get("before_without"):
+        title = f"this checkout without {', '.join(record['before_without'])} (before) and with it (after)"
+    elif record.get("before_config"):
         what = ", ".join(f"{k} = {v!r}" for k, v in record["before_config"].items())
         title = f"this checkout with {what} (before) and with its defaults (after)"
     else:
         title = f"the kernels of {record['base']} (before) and of this checkout (after)"
     lines = _common.results_header(f"Spectral against hybrid and the per-query peer at one thread: {title}", record)
-    if not record.get("before_config"):
+    if not record.get("before_config") and not record.get("before_without"):
         lines += [f"Kernel modules that differ: {', '.join(record['modules']) or 'none'}."
                   + (f" Added since then, run by both variants (this checkout's pipeline calls them): "
                      f"{', '.join(record['added'])}." if record.get("added") else ""), ""]
@@ -286,6 +320,8 @@ def main() -> None:
     ap.add_argument("--base", default=None, help="commit of the 'before' kernels (default: merge base with main)")
     ap.add_argument("--before-config", action="append", default=[], metavar="KEY=VALUE",
                     help="'before' is this checkout with this setting (repeatable) instead of a commit's kernels")
+    ap.add_argument("--before-without", action="append", default=[], metavar="MODULE:CLASS.ATTR",
+                    help="'before' is this checkout without this attribute (repeatable): an optional fast path")
     ap.add_argument("--sets", default="musique,2wiki")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=5)
@@ -302,8 +338,12 @@ def main() -> None:
     record = _common.new_record(f"medians of {args.rounds} interleaved rounds after a warm-up of each variant")
     record["base"], record["indexes"] = git("rev-parse", "--short", base).strip(), []
     record["before_config"] = changes
+    record["before_without"] = args.before_without
     with tempfile.TemporaryDirectory() as folder:
-        variants = ConfigVariant(changes) if changes else Variants(base, Path(folder))
+        if args.before_without:
+            variants = WithoutVariant(args.before_without)
+        else:
+            variants = ConfigVariant(changes) if changes else Variants(base, Path(folder))
         record["modules"], record["added"] = variants.modules, variants.added
         for name in args.sets.split(","):
             got = dataset_index(name)

@@ -61,3 +61,50 @@ def test_merged_shard_candidates_equal_the_unsharded_search_with_ties():
         got = merge_topk(parts, 25)
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0], want[0])
+
+
+def _ordered_only(scan):
+    """``scan``'s sorted search alone (as FAISS offers): what exact_search used before search_unordered."""
+
+    class Ordered:
+        ntotal = scan.ntotal
+        search = scan.search
+
+    return Ordered()
+
+
+def test_the_unordered_scan_finds_the_sorted_scans_hits_and_the_same_exact_top_k():
+    """TorchScan.search_unordered (numpy's introselect) keeps the same hits as the sorted
+    search's top-k in another order, and exact_search gives the same ids and float64 scores
+    with either, also where duplicate vectors tie across the k-th place and with a filter that
+    leaves fewer rows than asked for."""
+    import torch
+
+    from spectrag.index.dense import TorchScan, exact_search
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((700, 24)).astype(np.float32)
+    x[::13] = x[5]  # 54 identical vectors: ties past any k below 54
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    xq = np.concatenate([x[[5, 6]], rng.standard_normal((60, 24)).astype(np.float32)])
+    scan = TorchScan(x)
+    product = (torch.from_numpy(xq) @ torch.from_numpy(x).T).numpy()  # the scan's own product, the same bits
+    allowed = rng.random((len(xq), len(x))) < 0.5
+    allowed[1] = False
+    allowed[1, :9] = True  # fewer allowed rows than any k below
+    for k in (1, 10, 40):
+        for mask in (None, allowed):
+            s_sorted, i_sorted = scan.search(xq, k + 16, allowed=mask)
+            s_any, i_any = scan.search_unordered(xq, k + 16, allowed=mask)
+            assert s_any.shape == s_sorted.shape and i_any.dtype == np.int64
+            # the same scores per row as multisets, each hit's score its own
+            np.testing.assert_array_equal(np.sort(s_any, axis=1), np.sort(s_sorted, axis=1))
+            real = i_any >= 0
+            np.testing.assert_array_equal(s_any[real], product[np.nonzero(real)[0], i_any[real]])
+            assert ((i_any == -1) == np.isneginf(s_any)).all()
+            if mask is None:
+                assert not (np.diff(s_any, axis=1) <= 0).all()  # not sorted: the fast path ran
+            want = exact_search(_ordered_only(scan), x, xq, k, allowed=mask)
+            got = exact_search(scan, x, xq, k, allowed=mask)
+            np.testing.assert_array_equal(got[1], want[1])
+            np.testing.assert_array_equal(got[0], want[0])
