@@ -1,10 +1,11 @@
-"""The dense index (spectrag.index.dense): FAISS search against a numpy brute force (tie-aware),
-the torch backend, on the ``device`` fixture's devices, against FAISS, and results that do not
-depend on the batch size."""
+"""The dense index (spectrag.index.dense): the CPU default (the torch scan) against a numpy brute
+force (tie-aware), against FAISS's flat search and the torch backend on the ``device`` fixture's
+devices, results that do not depend on the batch size, and the scan's unordered selection."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from spectrag.index.dense import DenseIndex
 
@@ -22,21 +23,27 @@ def test_dense_search_equals_numpy_brute_force(sample_index):
         assert np.all(brute[b][ids[b]] >= expected[-1] - 1e-5)
 
 
-def test_torch_backend_equals_faiss(sample_index, device):
+def test_the_scan_faiss_and_torch_backends_agree(sample_index, device):
+    """The CPU default (``auto``: the torch scan), FAISS's flat search and the torch backend on
+    the ``device`` fixture's devices give the same hits (exact float64 re-scoring)."""
     xq = sample_index.embed_queries(QUESTIONS)
+    assert sample_index.dense.backend == "scan"
     s1, i1 = sample_index.dense.search(xq, 15)
-    s2, i2 = DenseIndex(np.asarray(sample_index.embeddings), backend="torch", device=str(device)).search(xq, 15)
-    np.testing.assert_allclose(s1, s2, atol=1e-5)
-    np.testing.assert_array_equal(i1, i2)
+    x = np.asarray(sample_index.embeddings)
+    for other in (DenseIndex(x, backend="faiss"), DenseIndex(x, backend="torch", device=str(device))):
+        s2, i2 = other.search(xq, 15)
+        np.testing.assert_allclose(s1, s2, atol=1e-5)
+        np.testing.assert_array_equal(i1, i2)
 
 
-def test_dense_results_do_not_depend_on_batch_size():
-    # FAISS uses a BLAS kernel once B * d is large; its rounding must not reorder near-ties
+@pytest.mark.parametrize("backend", ["scan", "faiss"])
+def test_dense_results_do_not_depend_on_batch_size(backend):
+    # FAISS and torch use another BLAS kernel once B * d is large; its rounding must not reorder near-ties
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2000, 64)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     x[7] = x[3]  # an exact tie
-    index = DenseIndex(x)
+    index = DenseIndex(x, backend=backend)
     queries = np.tile(x[3:4] + 0.001, (2500, 1)).astype(np.float32)
     _, big = index.search(queries, 12)
     _, one = index.search(queries[:1], 12)

@@ -1,6 +1,9 @@
 """The light ONNX query path (spectrag.index.query_onnx): the same token ids and the same vector
-bits as the full encoder's ONNX path, a query's vector the same alone and in any batch, and a
-cold start that never imports sentence-transformers once the export is verified."""
+bits as the full encoder's ONNX path (which runs the same OnnxQueryEncoder: these tests hold the
+two products' paths together), each vector the bits of sentence-transformers' own tokenizer and
+pooling modules on the same model run (the independent reference), a query's vector the same
+alone and in any batch, and a cold start that never imports sentence-transformers once the
+export is verified."""
 
 from __future__ import annotations
 
@@ -87,6 +90,30 @@ def test_vectors_are_the_full_encoders_bits_alone_and_in_any_batch(cache, full, 
         ref.close()
 
 
+def test_each_vector_is_sentence_transformers_pooling_of_its_own_model_run(cache, full):
+    """An independent reference for the tokenizing, pooling and normalizing the light encoder
+    does itself: each text tokenized by sentence-transformers' tokenizer, run alone on the same
+    ONNX session, then pooled and normalized by the model's own sentence-transformers modules
+    (``Embedder._pooled``). The light encoder's vector of the text, alone and in the batch, has
+    those bits."""
+    import torch
+
+    e = light(cache)
+    try:
+        batch, long = e.encoder.encode(TEXTS)
+        short = [i for i in range(len(TEXTS)) if i not in long]
+        assert len(short) >= len(TEXTS) - 3  # the 251- and 400-word texts are the long ones
+        for i in short:
+            features = full._preprocess([TEXTS[i]])
+            feed = {name: features[name].numpy() for name in full._ort_inputs}
+            with torch.inference_mode():
+                want = full._pooled(dict(features), full._ort.run(None, feed)[0])[0]
+            np.testing.assert_array_equal(e.encoder.encode([TEXTS[i]])[0][0], want, err_msg=repr(TEXTS[i][:40]))
+            np.testing.assert_array_equal(batch[i], want, err_msg=repr(TEXTS[i][:40]))
+    finally:
+        e.close()
+
+
 def test_vectors_agree_with_the_torch_reference(cache, full):
     torch_vectors = Embedder(EmbedConfig(cache_dir="", device="cpu"), cache_vectors=False).encode_queries(TEXTS)
     got = light(cache).encode_queries(TEXTS)
@@ -171,7 +198,9 @@ def test_the_calls_share_the_tokens_among_the_lanes():
     assert OnnxQueryEncoder.calls(SimpleNamespace(stack=True, lanes=2), []) == []
     # long texts: at most MAX_CALL_TOKENS tokens a call (its attention scores grow with n L^2)
     long = OnnxQueryEncoder.calls(SimpleNamespace(stack=True, lanes=1), [256] * 20 + [MAX_CALL_TOKENS + 1])
-    assert sorted(len(rows) for rows in long) == [1, 6, 7, 7] and all(256 * len(r) <= MAX_CALL_TOKENS for r in long[:3])
+    assert sorted(len(rows) for rows in long) == [1, 6, 7, 7] and [20] in long  # the over-long text alone
+    stacked = [r for r in long if r != [20]]
+    assert all(256 * len(r) <= MAX_CALL_TOKENS for r in stacked) and sorted(sum(stacked, [])) == list(range(20))
 
 
 def _encode_in_child(queue, embedder) -> None:
