@@ -551,6 +551,7 @@ def test_stale_siblings_are_cleaned_only_when_ours_and_stale(tmp_path):
 
 def test_the_lock_file_is_removed_after_success_and_failure(tmp_path):
     import threading
+    import time
 
     from spectrag.build import build_index
     from spectrag.errors import CorpusError
@@ -573,6 +574,7 @@ def test_the_lock_file_is_removed_after_success_and_failure(tmp_path):
         for _ in range(20):
             with index_lock(tmp_path / "idx"):
                 inside[0] += 1
+                time.sleep(0.002)  # long enough for the others to come in, were the lock not held
                 overlaps.append(inside[0])
                 inside[0] -= 1
 

@@ -178,17 +178,19 @@ def test_openie_file_beside_a_hipporag_corpus_is_found(tmp_path):
     assert cache_folder(ds, config, tmp_path) != cache_folder(ds, IndexConfig(), tmp_path)
 
 
-def test_sweep_covers_activation_settings_exactly_when_the_mode_runs(evaluated):
-    result, _ = evaluated
+def test_sweep_covers_activation_settings_exactly_when_the_mode_runs(evaluated, kg_index, tmp_path):
+    """Without a knowledge graph (the sample index) the activation mode is skipped and so are its
+    settings in the sweep; with one (``kg_index``) both run."""
     activation_params = {p for p, (mode, _) in SWEEP.items() if mode == "activation"}
     assert activation_params == {"activation.k", "activation.tau_d"}
-    if "activation" in result["methods"]:
-        assert activation_params <= set(result["sweep"])
-        for param in activation_params:
-            values = [p["value"] for p in result["sweep"][param]["points"]]
-            assert len(values) >= 4 and values == sorted(values)
-    else:
-        assert not activation_params & set(result["sweep"])
+    result, _ = evaluated
+    assert "activation" not in result["methods"] and not activation_params & set(result["sweep"])
+    with_kg = evaluate("sample", index=kg_index, methods=["activation"], sweep=True, budget=1500, out=tmp_path,
+                       plots=False)
+    assert "activation" in with_kg["methods"] and activation_params <= set(with_kg["sweep"])
+    for param in activation_params:
+        values = [p["value"] for p in with_kg["sweep"][param]["points"]]
+        assert len(values) >= 4 and values == sorted(values)
 
 
 def test_sweep_sets_nested_settings():

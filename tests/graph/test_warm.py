@@ -91,9 +91,9 @@ def test_warm_kmeans_keeps_the_clusters_it_is_given():
     points = centres[labels] + 0.1 * rng.standard_normal((200, 3))
     got, k = warm_kmeans(points, labels[:190], GraphConfig(clusters=4))
     assert k == 4
-    # the same partition, up to renaming
+    # the same partition, up to renaming: four labels, each given to exactly one cluster
     pairs = set(zip(got.tolist(), labels.tolist()))
-    assert len(pairs) == 4
+    assert len(pairs) == 4 and len(set(got.tolist())) == 4
 
 
 def test_warm_kmeans_on_few_points_prints_no_faiss_warning(capfd):

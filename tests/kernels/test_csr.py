@@ -31,7 +31,13 @@ def test_csr_int32_same_product():
     torch.testing.assert_close(A32 @ X, A @ X, rtol=0, atol=0)
 
 
-def test_heat_and_ppr_same_result_with_int64_or_int32_operators():
+def test_heat_and_ppr_take_int64_or_int32_operators_and_match_dense_references():
+    """An int64 CSR and its int32 copy give the same heat and PPR bits (the kernels run the
+    int32 operator either way), and both match dense references computed without the kernels:
+    scipy's expm for the heat kernel, a dense solve of the personalized PageRank system."""
+    import numpy as np
+    import scipy.linalg
+
     from spectrag.kernels.csr import csr_int32
     from spectrag.kernels.heat import chebyshev_heat
     from spectrag.kernels.pagerank import personalized_pagerank, random_walk_operator
@@ -42,13 +48,22 @@ def test_heat_and_ppr_same_result_with_int64_or_int32_operators():
     s = deg.clamp(min=1e-12).rsqrt()
     L = (torch.eye(n) - s[:, None] * A.to_dense() * s[None, :]).to_sparse_csr()
     X = torch.rand(n, 3, dtype=torch.float64)
-    torch.testing.assert_close(
-        chebyshev_heat(L.double(), X, 1.0), chebyshev_heat(csr_int32(L.double()), X, 1.0), rtol=0, atol=0
-    )
+    heat = chebyshev_heat(L.double(), X, 1.0)
+    torch.testing.assert_close(heat, chebyshev_heat(csr_int32(L.double()), X, 1.0), rtol=0, atol=0)
+    expm = scipy.linalg.expm(-L.to_dense().double().numpy()) @ X.numpy()
+    np.testing.assert_allclose(heat.numpy(), expm, rtol=0, atol=1e-6)  # within the kernel's default tol = 1e-6
     op = random_walk_operator(A, dtype=torch.float64)
     assert op.PT.crow_indices().dtype == torch.int32
     r64 = personalized_pagerank(A.double(), X)
     torch.testing.assert_close(personalized_pagerank(op, X).scores, r64.scores, rtol=1e-12, atol=1e-14)
+    # the dense reference: x = d P^T x + (1 - d) p with P = D^-1 A (no dangling node here), per column
+    a = A.to_dense().double().numpy()
+    assert (a.sum(1) > 0).all()
+    PT = (a / a.sum(1, keepdims=True)).T
+    d = 0.85
+    p = X.numpy() / X.numpy().sum(0, keepdims=True)
+    exact = np.linalg.solve(np.eye(n) - d * PT, (1 - d) * p)
+    np.testing.assert_allclose(r64.scores.numpy(), exact / exact.sum(0, keepdims=True), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -432,12 +432,6 @@ def _laplacian(n: int, seed: int) -> torch.Tensor:
     return torch.from_numpy(np.diag(a.sum(1)) - a)
 
 
-def test_lanczos_v0_none_is_the_default_run(device):
-    lap = _laplacian(300, 0).to(device)
-    a, b = lanczos_eigsh(lap, 6), lanczos_eigsh(lap, 6, v0=None)
-    assert torch.equal(a.eigenvectors, b.eigenvectors) and a.n_matvec == b.n_matvec
-
-
 @pytest.mark.parametrize("noise", [0.0, 1e-3, 1.0])
 def test_lanczos_warm_start_matches_eigh(noise, device):
     lap = _laplacian(300, 1)
