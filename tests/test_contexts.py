@@ -19,10 +19,19 @@ def retriever(sample_index):
 @pytest.mark.parametrize("text", ["Hello world, this is a plain sentence of words.", "日本語のテキストです。ünïcödé ok",
                                   "a" * 300, "   spaced   out   "])
 def test_cut_to_tokens_gives_the_longest_fitting_prefix(text):
+    from spectrag.util.tokens import get_encoding
+
+    enc = get_encoding()
+    ids = enc.encode_ordinary(text)
+    # every prefix of the text that ends at a token boundary (a character cut in two dropped)
+    prefixes = {enc.decode_bytes(ids[:k]).decode("utf-8", errors="ignore") for k in range(len(ids) + 1)}
+    prefixes = [p for p in prefixes if text.startswith(p)]
     total = count_tokens([text])[0]
     for limit in range(0, total + 2):
         cut, n = cut_to_tokens(text, limit)
         assert text.startswith(cut) and n == count_tokens([cut])[0] <= limit
+        longest = max((p for p in prefixes if count_tokens([p])[0] <= limit), key=len)
+        assert len(cut) == len(longest), (limit, cut, longest)  # none of them fits and is longer
         if limit >= total:
             assert cut == text
     assert cut_to_tokens(text, 1)[1] == 1  # one token of any non-empty text
@@ -37,6 +46,7 @@ def test_a_budget_below_the_best_chunk_gives_that_chunk_cut(retriever):
         chunk = ctx.chunks[0]
         assert chunk.chunk_id == best and chunk.truncated and chunk.phase == "core"
         assert full.text.startswith(chunk.text) and 1 <= chunk.n_tokens <= budget
+        assert chunk.text == cut_to_tokens(full.text, budget)[0]  # the longest prefix that fits
         assert chunk.n_tokens == count_tokens([chunk.text])[0] == ctx.used_tokens
         assert [h.chunk_id for h in ctx.hits] == [best] and ctx.hits[0].text == full.text
         assert ctx.to_json()["chunks"][0]["truncated"] is True

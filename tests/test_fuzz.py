@@ -122,19 +122,53 @@ def test_config_tables_are_valid_or_a_config_error(tables, online):
         assert _finite(config.to_dict()), "a non-finite value got through"
 
 
+@st.composite
+def csr_parts(draw):
+    """``(rows, cols, indptr, indices, data)``: arbitrary lists, or a well-formed CSR matrix with
+    at most one of its parts damaged (so that both the refusals and the acceptances are tried)."""
+    rows, cols = draw(st.integers(0, 6)), draw(st.integers(0, 6))
+    dtype = draw(st.sampled_from([np.int64, np.int32, np.float32, np.uint8]))
+    if draw(st.booleans()):
+        return (rows, cols, np.asarray(draw(st.lists(st.integers(-3, 12), max_size=8)), dtype=np.int64).astype(dtype),
+                np.asarray(draw(st.lists(st.integers(-3, 9), max_size=10)), dtype=np.int64).astype(dtype),
+                np.asarray(draw(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), max_size=10)),
+                           dtype=np.float32))
+    m = sp.random(rows, cols, density=draw(st.sampled_from([0.0, 0.3, 1.0])), format="csr", dtype=np.float32,
+                  random_state=draw(st.integers(0, 1000)))
+    indptr, indices, data = m.indptr.astype(dtype), m.indices.astype(dtype), m.data.copy()
+    damage = draw(st.sampled_from(["none", "indptr", "indices", "data"]))
+    part = {"indptr": indptr, "indices": indices, "data": data}.get(damage)
+    if part is not None and part.size:
+        values = [float("nan"), float("inf"), -1.0, 99.0] if part.dtype.kind == "f" else [99] if part.dtype.kind == "u" \
+            else [-1, 99]
+        part[draw(st.integers(0, part.size - 1))] = draw(st.sampled_from(values))
+    return rows, cols, indptr, indices, data
+
+
 @FAST
-@given(rows=st.integers(0, 6), cols=st.integers(0, 6),
-       indptr=st.lists(st.integers(-3, 12), max_size=8), indices=st.lists(st.integers(-3, 9), max_size=10),
-       data=st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), max_size=10),
-       dtype=st.sampled_from([np.int64, np.int32, np.float32, np.uint8]))
-def test_validated_csr_parts_are_safe_for_scipy(rows, cols, indptr, indices, data, dtype):
-    parts = (np.asarray(indptr, dtype=dtype), np.asarray(indices, dtype=dtype), np.asarray(data, dtype=np.float32))
+@given(csr=csr_parts())
+def test_validated_csr_parts_are_safe_for_scipy(csr):
+    rows, cols, *parts = csr
     try:
         check_csr(*parts, "m", (rows, cols))
     except IndexFormatError:
         return
     m = sp.csr_matrix((parts[2], parts[1], parts[0]), shape=(rows, cols))
     assert np.isfinite(m @ np.ones(cols, dtype=np.float32)).all()
+
+
+def test_a_well_formed_csr_passes_the_check_and_a_damaged_one_does_not():
+    """The acceptance side of the property above, pinned: scipy's own CSR matrices pass, and one
+    damaged part (an index out of range, a non-finite value, a decreasing indptr) is refused."""
+    m = sp.random(5, 7, density=0.4, format="csr", dtype=np.float32, random_state=3)
+    for dtype in (np.int32, np.int64):
+        check_csr(m.indptr.astype(dtype), m.indices.astype(dtype), m.data, "m", (5, 7))
+    check_csr(m.indptr, m.indices, None, "m", (5, 7))  # pattern only
+    bad_index, bad_value, bad_ptr = m.indices.copy(), m.data.copy(), m.indptr.copy()
+    bad_index[0], bad_value[0], bad_ptr[2] = 7, np.nan, bad_ptr[3] + 1
+    for parts in ((m.indptr, bad_index, m.data), (m.indptr, m.indices, bad_value), (bad_ptr, m.indices, m.data)):
+        with pytest.raises(IndexFormatError):
+            check_csr(*parts, "m", (5, 7))
 
 
 def _edit(manifest, path, value):

@@ -97,10 +97,14 @@ def test_pools_do_not_depend_on_the_batch():
     rng = np.random.default_rng(7)
     graph = random_graph(rng, 2000, 0.004, dyadic=False)
     ids, w = random_seeds(rng, 40, 2000, 20, dyadic=False)
-    full_ids, full_pri = expand(ids, w, graph, max_candidates=200)
     before = torch.get_num_threads()
     try:
-        torch.set_num_threads(2)
+        batches = {}
+        for threads in (1, 2):  # the compiled kernel splits a batch of 40 rows over the threads
+            torch.set_num_threads(threads)
+            batches[threads] = expand(ids, w, graph, max_candidates=200)
+        full_ids, full_pri = batches[2]
+        assert torch.equal(batches[1][0], full_ids) and torch.equal(batches[1][1], full_pri)
         for b in (0, 13, 39):
             one_ids, one_pri = expand(ids[b : b + 1], w[b : b + 1], graph, max_candidates=200)
             assert torch.equal(one_ids[0], full_ids[b]) and torch.equal(one_pri[0], full_pri[b])

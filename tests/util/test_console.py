@@ -46,9 +46,10 @@ def test_log_bar_is_quiet_for_a_stage_shorter_than_its_interval(lines):
 def test_log_bar_names_the_running_step_and_slow_rates(lines):
     shown = console.LogBar(total=3, desc="graph", unit=" steps", every=0.0)
     shown.set_postfix_str("entity")
+    shown.start_t -= 10.0  # the first step took 10 s: a rate below one a second
     shown.update(1)
     shown.close()
-    assert "graph: 1/3 steps (33%) [entity]" in lines[0]
+    assert "graph: 1/3 steps (33%) [entity], 10.0 s per steps, about 20 s left" in lines[0]
     assert console.duration(42) == "42 s" and console.duration(185) == "3 min 5 s" and console.duration(7800) == "2 h 10 min"
 
 
