@@ -163,14 +163,9 @@ class TorchScan:
     def search(self, xq: np.ndarray, m: int, *, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The ``m`` best rows per query (``allowed [B, n]``: among those; ids -1 and scores
         -inf past the last allowed one). Shapes: ``xq [B, d]`` -> float32, int64 ``[B, min(m, n)]``."""
-        q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(self.xb.device)
-        mask = None if allowed is None else torch.from_numpy(np.ascontiguousarray(allowed, dtype=np.bool_)).to(
-            self.xb.device)
+        q, mask = self._on_device(xq, allowed)
         if q.shape[0] * self.ntotal <= ONE_PRODUCT_MAX:  # small: one product, one top-k (ties are re-scored)
-            scores = q @ self.xb.T
-            if mask is not None:
-                scores.masked_fill_(~mask, float("-inf"))
-            s, i = torch.topk(scores, min(m, self.ntotal), dim=1)
+            s, i = torch.topk(self._scores(q, mask), min(m, self.ntotal), dim=1)
             if mask is not None:
                 i = i.masked_fill(s == float("-inf"), -1)
         else:
@@ -186,16 +181,28 @@ class TorchScan:
         m = min(m, self.ntotal)
         if self.xb.device.type != "cpu" or m >= self.ntotal or xq.shape[0] * self.ntotal > ONE_PRODUCT_MAX:
             return self.search(xq, m, allowed=allowed)
-        q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32))
-        scores = (q @ self.xb.T).numpy()
-        if allowed is not None:
-            scores[~np.ascontiguousarray(allowed, dtype=np.bool_)] = -np.inf
+        q, mask = self._on_device(xq, allowed)
+        scores = self._scores(q, mask).numpy()
         cut = self.ntotal - m
         ids = np.argpartition(scores, cut, axis=1)[:, cut:]
         found = np.take_along_axis(scores, ids, axis=1)
-        if allowed is not None:
+        if mask is not None:
             ids[found == -np.inf] = -1
         return found, ids
+
+    def _on_device(self, xq: np.ndarray, allowed: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The queries and the filter as tensors where the vectors are."""
+        q = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(self.xb.device)
+        mask = None if allowed is None else torch.from_numpy(np.ascontiguousarray(allowed, dtype=np.bool_)).to(
+            self.xb.device)
+        return q, mask
+
+    def _scores(self, q: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """All inner products in one block, -inf where ``mask`` is False. ``[B, d]`` -> ``[B, n]``."""
+        scores = q @ self.xb.T
+        if mask is not None:
+            scores.masked_fill_(~mask, float("-inf"))
+        return scores
 
 
 def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -109,7 +109,8 @@ class OnnxQueryEncoder:
         self.tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
         self.tokenizer.no_padding()  # each text runs at its own length
         self.tokenizer.enable_truncation(self.max_tokens)
-        self.room = self.max_tokens - self.tokenizer.num_special_tokens_to_add(False) - _PIECE_MARGIN
+        self.special = self.tokenizer.num_special_tokens_to_add(False)  # [CLS] and [SEP]
+        self.room = self.max_tokens - self.special - _PIECE_MARGIN
 
     @classmethod
     def open(cls, model_path: Path, onnx_path: Path, threads: int, *, stack: bool = True) -> OnnxQueryEncoder | None:
@@ -139,8 +140,7 @@ class OnnxQueryEncoder:
         # sentence-transformers strips each text before tokenizing; tokenized here, in the calling
         # thread (a fast tokenizer must not be shared between threads)
         encodings = self.tokenizer.encode_batch([str(t).strip() for t in texts])
-        special = self.tokenizer.num_special_tokens_to_add(False)
-        long = [i for i, e in enumerate(encodings) if e.overflowing or len(e.ids) - special > self.room]
+        long = [i for i, e in enumerate(encodings) if e.overflowing or len(e.ids) - self.special > self.room]
         calls = self.calls([len(e.ids) for e in encodings])
         if self.lanes > 1 and len(calls) > 1:
             if self._pool is None or self._pool_pid != os.getpid():  # a fork copies no threads
