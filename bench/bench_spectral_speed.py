@@ -14,7 +14,10 @@ ones for "after". Per dev set (MuSiQue, 2wiki-dev), at one thread:
   given), one after the other, and the SpectRAG-code peer (``bench/peers.py``, one query at a
   time) in each round; medians over the rounds, by the wall clock and by the calling thread's
   CPU time (everything runs on that one thread: on a busy machine the CPU time leaves out the
-  time spent waiting for a core, which the wall clock does not).
+  time spent waiting for a core, which the wall clock does not). The variants' order alternates
+  from round to round, and an untimed batch of each mode follows the peer, so that neither
+  variant always meets the caches the peer left (with the order fixed, an A/A run measured
+  the first variant 3% slower than the same code run second).
 
     python bench/bench_spectral_speed.py                  # base: the merge base with main
     python bench/bench_spectral_speed.py --base 6d72958 --rounds 7
@@ -250,8 +253,11 @@ def speed(index, texts, qvecs, variants: Variants, budget: int, batch: int, roun
         with variants.before() if variant == "before" else _nothing():
             batch_of("spectral"), batch_of("hybrid")
     with _common.limit_threads(1):
-        for _ in range(rounds):
-            for variant in ("before", "after"):
+        for i in range(rounds):
+            # the variant that runs first in a round meets caches the peer left cold (an A/A run
+            # measured the first one 3% slower): the order alternates, and a settling batch
+            # follows the peer
+            for variant in ("before", "after") if i % 2 == 0 else ("after", "before"):
                 with variants.before() if variant == "before" else _nothing():
                     for mode in ("spectral", "hybrid"):
                         sec = {}
@@ -262,6 +268,7 @@ def speed(index, texts, qvecs, variants: Variants, budget: int, batch: int, roun
             w, c = timed(lambda: [peer.query(q, budget) for q in qv])
             wall["peer"].append(w / len(qv) * batch)
             cpu["peer"].append(c / len(qv) * batch)
+            batch_of("spectral"), batch_of("hybrid")  # settling, untimed
     qps = {k: batch / statistics.median(v) for k, v in wall.items()}
     qps_cpu = {k: batch / statistics.median(v) for k, v in cpu.items()}
     stage_ms = {k: {s: round(1000 * statistics.median(x[s] for x in v), 1) for s in v[0]} for k, v in stages.items()}
@@ -335,7 +342,8 @@ def main() -> None:
     torch.set_num_threads(1)
     changes = parse_changes(args.before_config)
     base = args.base or git("merge-base", "HEAD", "main").strip()
-    record = _common.new_record(f"medians of {args.rounds} interleaved rounds after a warm-up of each variant")
+    record = _common.new_record(f"medians of {args.rounds} interleaved rounds after a warm-up of each variant; the "
+                                "variants' order alternates by round, and an untimed batch of each mode follows the peer")
     record["base"], record["indexes"] = git("rev-parse", "--short", base).strip(), []
     record["before_config"] = changes
     record["before_without"] = args.before_without
