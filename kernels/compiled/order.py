@@ -10,20 +10,51 @@ from spectrag.kernels.compiled.runtime import jit
 U32 = np.uint64(0xFFFFFFFF)
 SIGN = np.uint64(0x80000000)
 SHIFT = np.uint64(32)
+GROUP = 8  # values per group of the floor's maxima (top_by_value_then_id)
+
+
+def _key(bits, index):
+    """The sort key of a float32 value's ``bits`` (uint32) and its id."""
+    u = np.uint64(bits)
+    ordered = (u ^ U32) if (u & SIGN) else (u | SIGN)
+    return ((U32 - ordered) << SHIFT) | np.uint64(index)
+
+
+_key = jit(_key, inline=True)
 
 
 def top_by_value_then_id(values, ids, count, k, keys):
     """The best ``min(k, count)`` of ``values[:count]`` (float32, not NaN) with their ``ids``,
     by value descending then id ascending, as sorted keys (the id in the low 32 bits, ``key &
-    U32``): one partition and a sort of what it keeps. ``keys``: scratch of ``count`` entries."""
+    U32``): one partition and a sort of what it keeps. ``keys``: scratch of ``count`` entries.
+
+    Many values for few places (``count >= 32 k``, e.g. BM25's matches for its 50 seeds): the
+    ``k``-th largest of the maxima of groups of :data:`GROUP` values is a floor (``k`` groups
+    reach it, so the ``k``-th largest value does too), and only values at or above it are
+    keyed and partitioned: the same result from a fraction of the values."""
     bits = values[:count].view(np.uint32)
-    for i in range(count):
-        u = np.uint64(bits[i])
-        ordered = (u ^ U32) if (u & SIGN) else (u | SIGN)
-        keys[i] = ((U32 - ordered) << SHIFT) | np.uint64(ids[i])
-    if count <= k:
-        return np.sort(keys[:count])
-    return np.sort(np.partition(keys[:count], k - 1)[:k])
+    kept = 0
+    if k >= 1 and count >= 32 * k:
+        groups = count // GROUP
+        maxima = np.empty(groups, np.float32)
+        for g in range(groups):
+            m = values[g * GROUP]
+            for t in range(1, GROUP):
+                if values[g * GROUP + t] > m:
+                    m = values[g * GROUP + t]
+            maxima[g] = m
+        floor = np.partition(maxima, groups - k)[groups - k]
+        for i in range(count):
+            if values[i] >= floor:
+                keys[kept] = _key(bits[i], ids[i])
+                kept += 1
+    else:
+        for i in range(count):
+            keys[i] = _key(bits[i], ids[i])
+        kept = count
+    if kept <= k:
+        return np.sort(keys[:kept])
+    return np.sort(np.partition(keys[:kept], k - 1)[:k])
 
 
 top_by_value_then_id = jit(top_by_value_then_id)

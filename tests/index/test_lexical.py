@@ -87,12 +87,14 @@ def test_compiled_search_equals_scipy_bitwise(method):
     same ids, order and float32 scores; rows without a match end in id -1, score 0."""
     bm = BM25Index.build(_corpus(2, 500), BM25Config(method=method, stemmer=""))
     queries = _corpus(3, 41) + ["unknownword", "castle castle king", "king"]
+    matches = np.diff((bm.query_matrix(queries) @ bm.matrix).tocsr().indptr)
     for k in (1, 7, 60, 1000):
         s_ref, i_ref = bm.search(queries, k, backend="scipy")
         s_c, i_c = bm.search(queries, k, backend="compiled")
         np.testing.assert_array_equal(i_c, i_ref)
         np.testing.assert_array_equal(s_c, s_ref)
     assert (i_c[len(queries) - 3] == -1).all() and (s_c[len(queries) - 3] == 0).all()
+    assert (matches >= 32 * 7).sum() > 10  # rows with many matches for few places: the top-k's floor runs
 
 
 # --------------------------------------------------------------------------- BM25Index.extend
