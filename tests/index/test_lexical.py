@@ -279,3 +279,42 @@ def test_query_matrices_of_one_tokenizer_call_equal_each_group_alone(sample_inde
         assert np.array_equal(bm.query_matrix(texts).toarray(), want)
     assert a.toarray().max() == 2 and b.toarray().max() == 3  # repeated terms are counted
     assert [m.shape for m in bm.query_matrices([], ["x"])] == [(0, len(bm.vocab)), (1, len(bm.vocab))]
+
+
+# --------------------------------------------------------------------------- query tokenizer
+
+def _texts_to_tokenize() -> list[str]:
+    """Questions and passages of the dev sets (when present), and text no corpus has: other
+    scripts, digits, underscores, apostrophes, combining marks, stopwords in capitals."""
+    from conftest import SHARED_DATA
+
+    texts = ["The THE the a An", "it's O'Neil's don't", "x y z ab", "snake_case_words and CamelCase",
+             "naïve café Ærøskøbing e\u0301te\u0301", "北京大学 東京 данные Ωmega", "3.14 2nd 1990s x86_64",
+             "", "   ", "running runs ran runner", "!!! ??? ---", "ǅemal ﬁnal straße ΣΊΣΥΦΟΣ"]
+    musique = SHARED_DATA / "musique" / "musique_train.json"
+    if musique.exists():
+        texts += [q["question"] for q in json.loads(musique.read_text())]
+        corpus = json.loads((SHARED_DATA / "musique" / "musique_train_corpus.json").read_text())
+        texts += [p["title"] + " " + p["text"] for p in corpus[:400]]
+    docs = SHARED_DATA / "docs-dev" / "queries.jsonl"
+    if docs.exists():
+        texts += [json.loads(line)["text"] for line in docs.read_text().splitlines() if line.strip()]
+    rng = np.random.default_rng(7)
+    alphabet = list("abcXYZ _'-.éßİıΣς中٣") + ["\u0301", "\u200b", "\t", "\n"]
+    texts += ["".join(rng.choice(alphabet, size=int(rng.integers(0, 40)))) for _ in range(300)]
+    return texts
+
+
+@pytest.mark.parametrize("stemmer,stopwords", [("en", "en"), ("", "en"), ("en", ""), ("", "")])
+def test_query_tokens_are_bm25s_tokens(stemmer, stopwords):
+    """The query tokenizer gives bm25s.tokenize's terms (the ones the chunks were indexed with)
+    for questions, passages and odd text, with and without a stemmer and stopwords."""
+    import bm25s
+
+    bm = BM25Index.build(_corpus(2, 50), BM25Config(stemmer=stemmer, stopwords=stopwords))
+    texts = _texts_to_tokenize()
+    want = bm25s.tokenize(texts, lower=True, stopwords=stopwords or None,
+                          stemmer=lexical._stemmer(stemmer), return_ids=False, show_progress=False)
+    got = bm._tokenize(texts)
+    assert got == want
+    assert sum(map(len, got)) > 500 and any(not t for t in got)  # the case has terms, and texts without any
