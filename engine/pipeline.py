@@ -271,7 +271,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     if mode in PROPAGATION_MODES and sc.lexical_weight > 0 and batch.terms is not None and state.bm25 is not None:
         # r: dense and BM25 evidence together, each standardized over the query's pool (rescore.relevance)
         lexical = _lexical(state, batch.terms, candidates, compiled)
-        relevance = calibrated_relevance(relevance, lexical, mask, weight=sc.lexical_weight)
+        relevance = calibrated_relevance(relevance, lexical, mask, weight=sc.lexical_weight,
+                                         compiled=compiled)
     proximity = torch.zeros_like(relevance)
     keep = None  # [B, P] bool: candidates past the evidence cut whatever their score
     if mode in PROPAGATION_MODES:
@@ -303,7 +304,8 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
             target = None  # what a chunk reached from a named document brings: the question beyond the names
             if bc.target_lexical_weight > 0 and batch.name_terms is not None and lexical is not None:
                 beyond = lexical - _lexical(state, batch.name_terms, candidates, compiled)  # BM25 is linear in the terms
-                target = calibrated_relevance(cosine, beyond, mask, weight=bc.target_lexical_weight)
+                target = calibrated_relevance(cosine, beyond, mask, weight=bc.target_lexical_weight,
+                                              compiled=compiled)
             bridged = ranked_bridged = graph_evidence(
                 relation_blocks[0], relation_blocks[1] if len(relation_blocks) > 1 else None, relevance, candidates,
                 named_mask, docs, bc, target=target)

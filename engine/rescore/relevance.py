@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+from spectrag.kernels.compiled.relevance import calibrated_compiled
+
 
 def pool_moments(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and population standard deviation of each row over its real entries (0, 0 for a row
@@ -41,13 +43,18 @@ def pool_moments(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, tor
 
 
 def calibrated_relevance(dense: torch.Tensor, lexical: torch.Tensor, mask: torch.Tensor, *,
-                         weight: float = 0.5, eps: float = 1e-9) -> torch.Tensor:
+                         weight: float = 0.5, eps: float = 1e-9, compiled: bool = False) -> torch.Tensor:
     """``r`` of the module docstring. Args: ``dense`` cosines, ``lexical`` BM25 scores (0 where
     a candidate shares no term with the query), ``mask`` the real candidates, all ``[B, P]``;
-    ``weight``: ``w``, the lexical evidence's weight against the dense one's 1 (default: 0.5).
-    Returns ``[B, P]`` in ``dense``'s dtype, 0 on padding."""
+    ``weight``: ``w``, the lexical evidence's weight against the dense one's 1 (default: 0.5);
+    ``compiled``: the z-scores and ``r`` by the compiled CPU kernel (this is its reference; the
+    same bits). Returns ``[B, P]`` in ``dense``'s dtype, 0 on padding."""
     mu_d, sd_d = pool_moments(dense, mask)
     mu_b, sd_b = pool_moments(lexical, mask)
+    if compiled:
+        return torch.from_numpy(calibrated_compiled(
+            dense.numpy(), lexical.numpy(), mask.numpy(), mu_d.numpy().ravel(), sd_d.numpy().ravel(),
+            mu_b.numpy().ravel(), sd_b.numpy().ravel(), weight, eps))
     z_d = torch.where(sd_d > eps, (dense.to(torch.float64) - mu_d) / sd_d.clamp(min=eps), torch.zeros_like(mu_d))
     varies = sd_b > eps
     z_b = torch.where(varies, (lexical.to(torch.float64) - mu_b) / sd_b.clamp(min=eps), torch.zeros_like(mu_b))

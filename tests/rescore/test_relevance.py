@@ -59,3 +59,20 @@ def test_lexical_evidence_lifts_what_bm25_prefers():
     r = calibrated_relevance(dense, lexical, mask, weight=0.5)[0]
     assert float(r[1]) > float(r[0])  # equal cosines: the one BM25 likes first
     assert float(r.max()) <= float(dense.max()) + 1e-6 + float(dense.std(unbiased=False)) * 2  # on the cosine scale
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("w", [0.5, 2.0])
+def test_compiled_equals_torch_bit_for_bit(seed, w):
+    """The compiled kernel (the CPU path) forms every value by the torch path's float64
+    operations in the same order: the same bits, padding, one-candidate pools, BM25 that does
+    not vary and cosines that do not vary included."""
+    pytest.importorskip("numba")
+    dense, lexical, mask = _case(seed)
+    dense[3] = 0.25  # cosines that do not vary: z_d = 0
+    for dtype in (torch.float32, torch.float64):
+        d = dense.to(dtype)
+        want = calibrated_relevance(d, lexical, mask, weight=w)
+        got = calibrated_relevance(d, lexical, mask, weight=w, compiled=True)
+        assert got.dtype == dtype and torch.equal(got, want)
+    assert int((want != dense.to(torch.float64)).sum()) > 50  # the calibration moved most values
