@@ -37,6 +37,7 @@ from spectrag.index.lexical import DeviceTerms
 from spectrag.expand.blocks import candidate_blocks
 from spectrag.expand.pool import expand
 from spectrag.kernels import compiled as compiled_kernels
+from spectrag.kernels.compiled.documents import named_in_compiled
 from spectrag.kernels.compiled.gather import gathered_dot_compiled
 from spectrag.kernels.gather import gathered_dot
 from spectrag.propagate.activation import ActivationBatch, activate
@@ -127,9 +128,13 @@ class BatchResult:
         return torch.where(pos >= 0, self.candidates.gather(1, pos.clamp(min=0)), torch.full_like(pos, -1))
 
 
-def named_in(named: sp.csr_matrix | NamedChunks, candidates: torch.Tensor) -> torch.Tensor:
-    """Which candidates are chunks of a document their query names. ``[B, n]``, ``[B, P]`` -> bool ``[B, P]``."""
+def named_in(named: sp.csr_matrix | NamedChunks, candidates: torch.Tensor, *,
+             compiled: bool = False) -> torch.Tensor:
+    """Which candidates are chunks of a document their query names (``compiled``, for a CSR
+    ``named``: by the compiled CPU kernel, the same answer). ``[B, n]``, ``[B, P]`` -> bool ``[B, P]``."""
     n = named.shape[1]
+    if compiled and not isinstance(named, NamedChunks):
+        return torch.from_numpy(named_in_compiled(named.indptr, named.indices, n, candidates.numpy()))
     if isinstance(named, NamedChunks):
         keys = named.keys.to(candidates.device)
     else:
@@ -294,11 +299,11 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
             proximity = (2 * proximity + activation) / 3
         stage("propagate")
         protect = bc.protect_named and named_all is not None and named_all.nnz > 0
-        named_mask = named_in(named_all, candidates) if protect else None
+        named_mask = named_in(named_all, candidates, compiled=compiled) if protect else None
         named_chunks = named_mask  # every candidate chunk of a named document (the cover's)
         docs = state.doc_codes[candidates.clamp(min=0)].masked_fill(~mask, -1)
         if protect and bc.named_best_chunk:  # a named document is represented by its best chunk
-            named_mask = named_best_chunks(named_mask, relevance, docs, candidates)
+            named_mask = named_best_chunks(named_mask, relevance, docs, candidates, compiled=compiled)
         bridged = ranked_bridged = relevance  # the selection's and the ranking's evidence
         if bridging:
             target = None  # what a chunk reached from a named document brings: the question beyond the names

@@ -495,3 +495,29 @@ def test_directed_graph_is_refused_and_would_split_the_blocks_settings(device):
     a = _run_setting(directed, q[:4], "ppr", "torch", "dense")
     b = _run_setting(directed, q[:4], "ppr", "torch", "sparse")
     assert float((a.proximity - b.proximity).abs().max()) > 0.05
+
+
+def test_named_in_compiled_equals_the_search_and_the_device_keys():
+    """Which candidates are named chunks: the compiled kernel (CPU), the sorted-key search on a
+    CSR and on NamedChunks (the device path) against a plain set lookup; padding, rows that name
+    nothing, named chunks outside the pool."""
+    pytest.importorskip("numba")
+    import scipy.sparse as sp
+
+    from spectrag.pipeline import named_in
+    from spectrag.seed.titles import NamedChunks
+
+    rng = np.random.default_rng(5)
+    batch, n, width = 13, 300, 40
+    named = sp.random(batch, n, density=0.06, random_state=rng, format="csr", dtype=np.float32)
+    named = sp.diags(np.r_[0.0, np.ones(batch - 1)]) @ named  # the first query names nothing
+    named.eliminate_zeros()
+    named = named.tocsr()
+    candidates = torch.from_numpy(np.stack([rng.permutation(n)[:width] for _ in range(batch)]))
+    candidates[torch.from_numpy(rng.random((batch, width)) < 0.2)] = -1
+    want = torch.tensor([[c >= 0 and c in set(named.indices[named.indptr[b]:named.indptr[b + 1]].tolist())
+                          for c in candidates[b].tolist()] for b in range(batch)])
+    assert int(want.sum()) > 20 and not bool(want[0].any())
+    assert torch.equal(named_in(named, candidates), want)
+    assert torch.equal(named_in(NamedChunks.from_csr(named, "cpu"), candidates), want)
+    assert torch.equal(named_in(named, candidates, compiled=True), want)

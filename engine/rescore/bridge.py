@@ -27,6 +27,7 @@ from spectrag.config import BridgeConfig
 from spectrag.kernels.blocks import BlockGraph
 from spectrag.kernels.compiled.blocks import PoolGraphs
 from spectrag.kernels.compiled.bridge import bridge_compiled
+from spectrag.kernels.compiled.documents import best_per_document_compiled
 from spectrag.kernels.csr import csr_entries
 from spectrag.kernels.topk import positions_by_score_then_id
 
@@ -105,9 +106,13 @@ def bridge_relevance(
     return x
 
 
-def best_per_document(best: torch.Tensor, docs: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+def best_per_document(best: torch.Tensor, docs: torch.Tensor, candidates: torch.Tensor, *,
+                      compiled: bool = False) -> torch.Tensor:
     """``best`` kept at each query's best entry per document (ties: the smaller chunk id), -inf
-    elsewhere. Shapes: ``best/docs/candidates [B, P]`` (-inf / -1 where nothing) -> ``[B, P]``."""
+    elsewhere; ``compiled``: by the compiled CPU kernel (this is its reference; the same bits).
+    Shapes: ``best/docs/candidates [B, P]`` (-inf / -1 where nothing) -> ``[B, P]``."""
+    if compiled:
+        return torch.from_numpy(best_per_document_compiled(best.numpy(), docs.numpy(), candidates.numpy()))
     live = torch.isfinite(best) & (candidates >= 0)
     if not bool(live.any()):
         return best
@@ -156,13 +161,14 @@ def lift_above(scores: torch.Tensor, keep: torch.Tensor, candidates: torch.Tenso
 
 
 def named_best_chunks(named: torch.Tensor, relevance: torch.Tensor, docs: torch.Tensor,
-                      candidates: torch.Tensor) -> torch.Tensor:
+                      candidates: torch.Tensor, *, compiled: bool = False) -> torch.Tensor:
     """Of each document a query names, its most relevant candidate chunk (ties: the smaller id):
     the document's representative, protected and vouching; its other chunks keep their own
-    scores (a long page's sections would otherwise fill the top of the ranking). Shapes:
+    scores (a long page's sections would otherwise fill the top of the ranking); ``compiled``: by
+    the compiled CPU kernel (:func:`best_per_document`). Shapes:
     ``named/relevance/docs/candidates [B, P]`` -> bool ``[B, P]``."""
     keyed = torch.where(named, relevance.to(torch.float64), torch.full_like(relevance, float("-inf"), dtype=torch.float64))
-    return torch.isfinite(best_per_document(keyed, docs, candidates))
+    return torch.isfinite(best_per_document(keyed, docs, candidates, compiled=compiled))
 
 
 def graph_evidence(relations: BlockGraph, citations: BlockGraph | None, relevance: torch.Tensor,

@@ -4,10 +4,13 @@ device, same tolerance)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from spectrag.kernels.blocks import BlockGraph
+from spectrag.rescore.bridge import best_per_document, named_best_chunks
 from spectrag.rescore.bridge import bridge_relevance as _bridge
 
 
@@ -148,3 +151,52 @@ def test_other_candidates_start_from_the_question_beyond_the_names(seed, device)
                          target=target)
     assert torch.all(off >= r)
 
+
+
+def _documents_case(seed: int, dtype: torch.dtype, batch: int = 11, width: int = 40):
+    g = torch.Generator().manual_seed(seed)
+    candidates = torch.stack([torch.randperm(500, generator=g)[:width] for _ in range(batch)])
+    candidates[torch.rand(batch, width, generator=g) < 0.15] = -1  # padding
+    docs = torch.randint(0, 9, (batch, width), generator=g).masked_fill(candidates < 0, -1)
+    best = (torch.randint(0, 4, (batch, width), generator=g).to(dtype) / 4)  # ties within a document
+    best[torch.rand(batch, width, generator=g) < 0.2] = float("-inf")  # nothing reached
+    best[0] = torch.where(torch.rand(width, generator=g) < 0.5, torch.tensor(-0.0, dtype=dtype), torch.tensor(0.0, dtype=dtype))
+    best[1] = float("-inf")  # a query where nothing is live
+    return best.masked_fill(candidates < 0, float("-inf")), docs, candidates
+
+
+def _best_per_document_reference(best, docs, candidates):
+    out = torch.full_like(best, float("-inf"))
+    for b in range(best.shape[0]):
+        winner: dict[int, tuple[float, int, int]] = {}
+        for i in range(best.shape[1]):
+            v, c = float(best[b, i]), int(candidates[b, i])
+            if c < 0 or not math.isfinite(v):
+                continue
+            d = int(docs[b, i])
+            if d not in winner or (v, -c) > (winner[d][0], -winner[d][1]):
+                winner[d] = (v, c, i)
+        for v, c, i in winner.values():
+            out[b, i] = best[b, i]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_best_per_document_torch_and_compiled_equal_a_plain_loop(seed, dtype):
+    """Each document's best candidate (ties to the smaller chunk id, -0.0 equal to 0.0), the
+    others -inf: the torch path against a per-query loop, the compiled kernel bit for bit."""
+    pytest.importorskip("numba")
+    best, docs, candidates = _documents_case(seed, dtype)
+    want = _best_per_document_reference(best, docs, candidates)
+    got = best_per_document(best, docs, candidates)
+    assert torch.equal(got, want)
+    fast = best_per_document(best, docs, candidates, compiled=True)
+    assert fast.dtype == dtype and torch.equal(fast, got)
+    assert torch.equal(torch.signbit(fast[0]), torch.signbit(got[0]))  # the kept zeros keep their sign
+    tied = sum(int(((best[b] == v) & (docs[b] == d) & torch.isfinite(best[b])).sum()) > 1
+               for b in range(best.shape[0]) for v, d in zip(best[b].tolist(), docs[b].tolist()))
+    assert tied > 10 and bool(torch.isinf(got[1]).all())  # ties within documents, a query with nothing live
+    named = torch.isfinite(best)
+    assert torch.equal(named_best_chunks(named, best.float(), docs, candidates, compiled=True),
+                       named_best_chunks(named, best.float(), docs, candidates))
