@@ -331,7 +331,9 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
                 s = s + config.activation.beta * activation
             if cover is not None:  # each named document's first bridge right under the named chunks
                 s = cover.lift(s)
-            return protect_named(s, relevance, named_mask, candidates, floor=bc.named_floor) if protect else s
+            if not protect:
+                return s
+            return protect_named(s, relevance, named_mask, candidates, floor=bc.named_floor, compiled=compiled)
 
         # the named documents' first bridges in the selection too (2Wiki at 500 tokens: every gold
         # passage in the context for 75.5% of the questions instead of 66.8%, quality_context_2wiki.md)

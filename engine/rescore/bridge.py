@@ -28,6 +28,7 @@ from spectrag.kernels.blocks import BlockGraph
 from spectrag.kernels.compiled.blocks import PoolGraphs
 from spectrag.kernels.compiled.bridge import bridge_compiled
 from spectrag.kernels.compiled.documents import best_per_document_compiled
+from spectrag.kernels.compiled.lift import lift_above_compiled, protected_compiled
 from spectrag.kernels.csr import csr_entries
 from spectrag.kernels.topk import positions_by_score_then_id
 
@@ -132,15 +133,19 @@ def best_per_document(best: torch.Tensor, docs: torch.Tensor, candidates: torch.
 
 
 def protect_named(scores: torch.Tensor, relevance: torch.Tensor, named: torch.Tensor, candidates: torch.Tensor, *,
-                  floor: float = 0.5, eps: float = 1e-3) -> torch.Tensor:
+                  floor: float = 0.5, eps: float = 1e-3, compiled: bool = False) -> torch.Tensor:
     """Chunks of documents the question names stay on top: a named candidate whose relevance is
     at least ``floor`` times its query's best gets ``max(s, o) + eps (1 + s)``, ``o`` the best
     score of the other candidates, so it ranks above every one of them and the named chunks keep
     their own order (the map is increasing in ``s``). Bridging can then add second-hop chunks
     but cannot push down the passages the question asks about by name.
 
+    ``compiled``: by the compiled CPU kernels (this is their reference; the same bits).
     Shapes: ``scores/relevance/candidates [B, P]`` (-inf / -1 on padding), ``named [B, P]`` bool.
     """
+    if compiled:
+        keep = protected_compiled(relevance.numpy(), named.numpy(), candidates.numpy(), floor)
+        return lift_above(scores, torch.from_numpy(keep), candidates, eps=eps, compiled=True) if keep.any() else scores
     mask = candidates >= 0
     r_top = relevance.masked_fill(~mask, float("-inf")).amax(dim=1, keepdim=True)
     keep = named & mask & (relevance >= floor * r_top)
@@ -149,11 +154,15 @@ def protect_named(scores: torch.Tensor, relevance: torch.Tensor, named: torch.Te
     return lift_above(scores, keep, candidates, eps=eps)
 
 
-def lift_above(scores: torch.Tensor, keep: torch.Tensor, candidates: torch.Tensor, *, eps: float = 1e-3) -> torch.Tensor:
+def lift_above(scores: torch.Tensor, keep: torch.Tensor, candidates: torch.Tensor, *, eps: float = 1e-3,
+               compiled: bool = False) -> torch.Tensor:
     """``scores`` with the ``keep`` candidates above every other real one, in their own order:
     ``max(s, o) + eps (1 + s)``, ``o`` the best score of the others (increasing in ``s``). The
     lift of the named chunks (:func:`protect_named`) and of their first bridges
-    (:mod:`spectrag.rescore.cover`). Shapes: ``[B, P]`` -> ``[B, P]``."""
+    (:mod:`spectrag.rescore.cover`); ``compiled``: by the compiled CPU kernel (the same bits).
+    Shapes: ``[B, P]`` -> ``[B, P]``."""
+    if compiled:
+        return torch.from_numpy(lift_above_compiled(scores.numpy(), keep.numpy(), candidates.numpy(), eps))
     mask = candidates >= 0
     others = scores.masked_fill(~mask | keep, float("-inf")).amax(dim=1, keepdim=True)
     lifted = torch.maximum(scores, others) + eps * (1.0 + scores)
@@ -195,7 +204,8 @@ def graph_evidence(relations: BlockGraph, citations: BlockGraph | None, relevanc
     chunks' start is unchanged). Shapes: ``[B, P]``; ``named`` bool or None (no query names a
     document), ``docs`` the candidates' document codes (-1 padded) -> ``[B, P]``.
     """
-    start = protect_named(relevance, relevance, named, candidates, floor=config.named_floor) \
+    start = protect_named(relevance, relevance, named, candidates, floor=config.named_floor,
+                          compiled=isinstance(relations, PoolGraphs)) \
         if named is not None and config.named_sources else relevance
     if config.others_beyond_names and target is not None and named is not None:
         untouched = named | ~named.any(dim=1, keepdim=True)  # the named chunks, and queries that name none

@@ -30,6 +30,7 @@ import torch
 from spectrag.kernels.blocks import BlockGraph
 from spectrag.kernels.compiled.blocks import PoolGraphs
 from spectrag.kernels.compiled.cover import cover_reach_compiled, first_bridges_compiled
+from spectrag.kernels.compiled.documents import named_document_bits_compiled
 from spectrag.kernels.topk import positions_by_score_then_id
 from spectrag.rescore.bridge import lift_above
 
@@ -110,7 +111,7 @@ class NamedCover:
                 self.candidates.numpy(), self.bits.numpy(), self.several.numpy(), scores.numpy(), self.reach, self.depth))
         else:
             marked = first_bridges(scores, self.anchors, self.named, self.candidates, self.several, self.depth)
-        return lift_above(scores, marked, self.candidates)
+        return lift_above(scores, marked, self.candidates, compiled=self.reach is not None)
 
 
 def named_cover(graphs: list[BlockGraph | PoolGraphs], named: torch.Tensor, docs: torch.Tensor,
@@ -118,7 +119,11 @@ def named_cover(graphs: list[BlockGraph | PoolGraphs], named: torch.Tensor, docs
     """The batch's :class:`NamedCover` (None on the CPU when no query names two documents: one host
     read; a device reads nothing back). ``named``: every candidate chunk of a named document;
     ``graphs``: the pools' relational and citation subgraphs. Shapes: ``[B, P]``."""
-    bits, count = named_document_bits(named & (candidates >= 0), docs)
+    if graphs and isinstance(graphs[0], PoolGraphs):  # a CPU batch: the compiled kernel, the same numbers
+        bits, count = (torch.from_numpy(a) for a in named_document_bits_compiled((named & (candidates >= 0)).numpy(),
+                                                                                  docs.numpy()))
+    else:
+        bits, count = named_document_bits(named & (candidates >= 0), docs)
     several = count >= 2
     if candidates.device.type == "cpu" and not bool(several.any()):  # most queries name one document or none
         return None

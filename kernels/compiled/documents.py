@@ -73,3 +73,34 @@ def named_in_compiled(indptr: np.ndarray, indices: np.ndarray, n: int, candidate
     parallel_rows(_named_rows, candidates.shape[0], np.asarray(indptr, np.int64), np.asarray(indices, np.int64),
                   np.ascontiguousarray(candidates, np.int64), int(n), out, threads=threads)
     return out
+
+
+def _bits_rows(lo, hi, named, docs, number, count):
+    width = named.shape[1]
+    codes = np.empty(width, np.int64)
+    for b in range(lo, hi):
+        k = 0
+        for i in range(width):
+            if named[b, i]:
+                codes[k] = docs[b, i]
+                k += 1
+        distinct = np.unique(codes[:k])  # ascending document codes
+        count[b] = distinct.shape[0]
+        for i in range(width):
+            number[b, i] = np.searchsorted(distinct, docs[b, i]) if named[b, i] else -1
+
+
+_bits_rows = jit(_bits_rows)
+
+
+def named_document_bits_compiled(named: np.ndarray, docs: np.ndarray, *,
+                                 threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each named candidate's document numbered within its query in document-code order (-1
+    elsewhere) and the number of named documents per query
+    (:func:`spectrag.rescore.cover.named_document_bits`, its reference). Shapes: ``named [B, P]``
+    bool, ``docs [B, P]`` int64 -> ``[B, P]`` int64, ``[B]`` int64."""
+    number = np.empty(named.shape, np.int64)
+    count = np.empty(named.shape[0], np.int64)
+    parallel_rows(_bits_rows, named.shape[0], np.ascontiguousarray(named, np.bool_), np.ascontiguousarray(docs, np.int64),
+                  number, count, threads=threads)
+    return number, count

@@ -120,6 +120,22 @@ def test_named_document_bits_number_each_querys_documents_in_code_order():
     assert count.tolist() == [2, 0, 3]
 
 
+def test_named_document_bits_compiled_equal_torch():
+    """The compiled numbering (the CPU path) against the torch one on random pools: many
+    documents, repeated codes, rows naming nothing or everything."""
+    pytest.importorskip("numba")
+    from spectrag.kernels.compiled.documents import named_document_bits_compiled
+
+    g = torch.Generator().manual_seed(3)
+    named = torch.rand(50, 60, generator=g) < 0.3
+    named[0], named[1] = False, True
+    docs = torch.randint(0, 25, (50, 60), generator=g)
+    want = named_document_bits(named, docs)
+    got = named_document_bits_compiled(named.numpy(), docs.numpy())
+    assert torch.equal(torch.from_numpy(got[0]), want[0]) and torch.equal(torch.from_numpy(got[1]), want[1])
+    assert int(want[1].max()) > 10 and int(want[1][0]) == 0
+
+
 def test_the_device_stage_reads_nothing_back_to_the_host():
     """On a device the cover is fixed-shape tensor work: no ``.item()``, ``nonzero``, boolean-mask
     index or data-sized op (spectrag.util.syncs.SyncCounter, here on the CPU's tensors)."""
