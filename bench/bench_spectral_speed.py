@@ -54,7 +54,7 @@ from contextlib import contextmanager  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench_peers import dataset_index  # noqa: E402
+from bench_peers import cached_query_vectors, dataset_index  # noqa: E402
 from peers import SpectragCodePeer  # noqa: E402
 from spectrag.config import BASELINE_MODES, GRAPH_MODES, KG_MODES, RetrieverConfig  # noqa: E402
 from spectrag.retriever import Retriever  # noqa: E402
@@ -358,13 +358,7 @@ def main() -> None:
             if got is None:
                 continue
             index, texts, info = got
-            cache = ROOT / "bench" / ".cache" / f"qvecs-{name}-{len(texts)}.npy"
-            if cache.exists():
-                qvecs = torch.from_numpy(np.load(cache))
-            else:
-                qvecs = torch.from_numpy(index.embed_queries(texts))
-                cache.parent.mkdir(parents=True, exist_ok=True)
-                np.save(cache, qvecs.numpy())
+            qvecs = cached_query_vectors(index, name, texts)
             print(f"== {name}: {len(texts)} questions", flush=True)
             res = {**info, "speed": [], "equality": []}
             if not args.no_equality:

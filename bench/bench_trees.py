@@ -62,24 +62,14 @@ def load_tree(root: Path) -> None:
 
 def indexes(sets: list[str]):
     """Each dev set's cached index, questions and query vectors (embedded once, cached)."""
-    import numpy as np
-    import torch
-
-    from bench_peers import dataset_index
+    from bench_peers import cached_query_vectors, dataset_index
 
     for name in sets:
         got = dataset_index(name)
         if got is None:
             continue
         index, texts, info = got
-        cache = ROOT / "bench" / ".cache" / f"qvecs-{name}-{len(texts)}.npy"
-        if cache.exists():
-            qvecs = torch.from_numpy(np.load(cache))
-        else:
-            qvecs = torch.from_numpy(index.embed_queries(texts))
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            np.save(cache, qvecs.numpy())
-        yield name, index, texts, qvecs, info
+        yield name, index, texts, cached_query_vectors(index, name, texts), info
 
 
 def child_speed(args) -> dict:
