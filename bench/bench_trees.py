@@ -159,14 +159,17 @@ def run_child(tree: Path, args, *extra: str) -> dict:
 
 
 def compare(a: dict, b: dict) -> list[dict]:
-    import numpy as np
-
     if a.keys() != b.keys():
         raise SystemExit(f"the trees ran different modes: {sorted(set(a) ^ set(b))}")
+    def same(x, y) -> bool:  # the bytes: a sign of zero, a dtype or a NaN's payload counts
+        return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+
     table = []
     for key in a:
+        if len(a[key]) != len(b[key]):
+            raise SystemExit(f"{key}: {len(a[key])} questions before, {len(b[key])} after")
         fields = a[key][0].keys()
-        differ = {f: sum(not np.array_equal(x[f], y[f]) for x, y in zip(a[key], b[key])) for f in fields}
+        differ = {f: sum(not same(x[f], y[f]) for x, y in zip(a[key], b[key])) for f in fields}
         table.append({"set": key[0], "mode": key[1], "budget": key[2], "questions": len(a[key]), **differ})
     return table
 
@@ -224,6 +227,8 @@ def main() -> None:
         return
     if not args.before:
         ap.error("--before COMMIT is required")
+    if args.rounds < 1 or args.batches < 1:
+        ap.error("--rounds and --batches must be at least 1")
     git = ["git", "-C", str(ROOT)]
     before = subprocess.run([*git, "rev-parse", "--short", args.before], check=True, capture_output=True,
                             text=True).stdout.strip()

@@ -30,7 +30,7 @@ def _expand_rows(lo, hi, seed_ids, seed_w, indptr, indices, data, hops, allowed,
     state = np.zeros(n, np.uint8)  # bit 1: seed, 2: in the union, 4: in the next frontier, 8: in this one
     union = np.empty(n, np.int64)
     cur = np.empty(n, np.int64)
-    new = np.empty(n, np.int64)
+    new = np.empty(n + 1, np.int64)  # + 1: the write past the last first visit (a frontier of every node)
     values = np.empty(n, np.float32)
     nodes = np.empty(n, np.int64)
     keys = np.empty(n, np.uint64)

@@ -13,7 +13,7 @@ from spectrag.kernels.compiled.runtime import jit, parallel_rows
 
 def _lift_rows(lo, hi, scores, keep, candidates, one, eps, out):
     for b in range(lo, hi):
-        others = -np.inf
+        others = -np.inf  # float64 here; max(s, others) + ... is exact in float64 and rounds once to the dtype
         for i in range(scores.shape[1]):
             if candidates[b, i] >= 0 and not keep[b, i] and scores[b, i] > others:
                 others = scores[b, i]
@@ -25,9 +25,9 @@ def _lift_rows(lo, hi, scores, keep, candidates, one, eps, out):
 _lift_rows = jit(_lift_rows)
 
 
-def _protected_rows(lo, hi, relevance, named, candidates, floor, keep):
+def _protected_rows(lo, hi, relevance, named, candidates, floor, lowest, keep):
     for b in range(lo, hi):
-        top = -np.inf
+        top = lowest  # -inf in the relevance's dtype: floor * top is then that dtype's product, as torch's
         for i in range(relevance.shape[1]):
             if candidates[b, i] >= 0 and relevance[b, i] > top:
                 top = relevance[b, i]
@@ -57,5 +57,6 @@ def protected_compiled(relevance: np.ndarray, named: np.ndarray, candidates: np.
     (``floor`` rounded to the relevance's dtype, as torch does). Shapes: ``[B, P]`` -> bool ``[B, P]``."""
     keep = np.empty(relevance.shape, np.bool_)
     parallel_rows(_protected_rows, relevance.shape[0], np.ascontiguousarray(relevance), np.ascontiguousarray(named, np.bool_),
-                  np.ascontiguousarray(candidates, np.int64), relevance.dtype.type(floor), keep, threads=threads)
+                  np.ascontiguousarray(candidates, np.int64), relevance.dtype.type(floor), relevance.dtype.type(-np.inf),
+                  keep, threads=threads)
     return keep

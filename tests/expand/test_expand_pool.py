@@ -145,3 +145,26 @@ def test_a_filter_mask_keeps_the_walk_on_allowed_nodes(trial, device):
     assert allowed.gather(1, want_ids.clamp(min=0))[real].all()
     unfiltered, _ = expand(ids, w, graph, max_candidates=p, hops=hops)
     assert trial > 0 or not torch.equal(unfiltered, want_ids) or not real.any()
+
+
+def test_a_frontier_of_every_node_stays_inside_the_kernels_buffers(tmp_path):
+    """A hop whose frontier reaches every node, then visits one again (a complete graph): the
+    compiled expansion writes each visit's slot before it knows whether the visit is new, so
+    its buffer must hold n + 1 slots. Run with numba's bounds checking on (a fresh cache, in a
+    child process: the flag is read at compile time), where one slot short raises IndexError."""
+    pytest.importorskip("numba")
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, scipy.sparse as sp\n"
+        "from spectrag.kernels.compiled.expand import expand_compiled\n"
+        "for n in (2, 4, 9):\n"
+        "    W = sp.csr_matrix(np.ones((n, n), np.float32) - np.eye(n, dtype=np.float32))\n"
+        "    ids, pri = expand_compiled(np.array([[0, -1], [1, 0]]), np.ones((2, 2), np.float32), W.indptr,\n"
+        "                               W.indices, W.data, max_candidates=n, hops=3)\n"
+        "    assert (np.sort(ids, axis=1) == np.arange(n)).all(), ids\n"
+    )
+    env = {**__import__("os").environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]

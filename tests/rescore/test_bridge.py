@@ -226,6 +226,15 @@ def test_lift_and_protection_compiled_equal_torch_bit_for_bit(seed, dtype):
         want = protect_named(scores, relevance, named, candidates, floor=floor)
         got = protect_named(scores, relevance, named, candidates, floor=floor, compiled=True)
         assert got.dtype == dtype and torch.equal(got, want)
+    # relevance exactly on the floor's bar, float32(floor * best), where a bar formed in float64
+    # would leave out what torch keeps (floor 0.3 is not exact in binary)
+    rel = torch.tensor([[0.56063944, 0.16819184, 0.1681918]])
+    on_bar = torch.tensor([[False, True, True]])
+    ids3 = torch.tensor([[0, 1, 2]])
+    for r in (rel.double(), rel):
+        want = protect_named(r.clone(), r, on_bar, ids3, floor=0.3)
+        assert torch.equal(protect_named(r.clone(), r, on_bar, ids3, floor=0.3, compiled=True), want)
+    assert float(want[0, 1]) > float(rel[0, 0])  # float32: the chunk on the bar is kept and lifted
     keep = named & (candidates >= 0)
     want = lift_above(scores, keep, candidates, eps=1e-3)
     got = lift_above(scores, keep, candidates, eps=1e-3, compiled=True)
