@@ -80,3 +80,28 @@ def test_the_speed_probe_leaves_mkl_to_the_embedders_strict_mode():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_the_engine_trees_comparison_counts_bytes_not_values(monkeypatch):
+    """bench/bench_trees.py compares two engines' answers byte for byte: a zero's sign or a dtype
+    counts as a difference, equal arrays do not, and differing question counts are refused."""
+    import os
+
+    import numpy as np
+
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY"):
+        monkeypatch.setenv(var, os.environ.get(var, ""))  # restored afterwards: the script pins them at import
+        if not os.environ[var]:
+            monkeypatch.delenv(var)
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("bench_trees_under_test", ROOT / "bench" / "bench_trees.py")
+    trees = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trees)
+    row = {"scores": np.array([0.0, 1.5], np.float32), "ranking": np.array([3, 1])}
+    key = ("musique", "spectral", 2000)
+    same = trees.compare({key: [row]}, {key: [{k: v.copy() for k, v in row.items()}]})
+    assert same == [{"set": "musique", "mode": "spectral", "budget": 2000, "questions": 1, "scores": 0, "ranking": 0}]
+    signed = {"scores": np.array([-0.0, 1.5], np.float32), "ranking": row["ranking"].astype(np.int32)}
+    assert trees.compare({key: [row]}, {key: [signed]})[0] | {} == {**same[0], "scores": 1, "ranking": 1}
+    with pytest.raises(SystemExit, match="questions"):
+        trees.compare({key: [row]}, {key: [row, row]})
