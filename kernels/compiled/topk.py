@@ -123,3 +123,41 @@ def product_at(q_indptr: np.ndarray, q_indices: np.ndarray, q_data: np.ndarray, 
     parallel_rows(_product_at_rows, batch, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data, int(n),
                   candidates, out, peak, threads=threads)
     return out, peak
+
+
+def _allowed_top_rows(lo, hi, scores, allowed, m, out_scores, out_ids):
+    n = scores.shape[1]
+    values = np.empty(n, np.float32)
+    ids = np.empty(n, np.int64)
+    keys = np.empty(n, np.uint64)
+    for b in range(lo, hi):
+        count = 0
+        for j in range(n):
+            if allowed[b, j]:
+                values[count] = scores[b, j]
+                ids[count] = j
+                count += 1
+        order = top_by_value_then_id(values, ids, count, m, keys)
+        for j in range(m):
+            if j < order.shape[0]:
+                c = np.int64(order[j] & U32)
+                out_ids[b, j] = c
+                out_scores[b, j] = scores[b, c]
+            else:
+                out_ids[b, j] = -1
+                out_scores[b, j] = -np.inf
+
+
+_allowed_top_rows = jit(_allowed_top_rows)
+
+
+def allowed_topk(scores: np.ndarray, allowed: np.ndarray, m: int, *, threads: int | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The ``m`` best allowed entries of each row, by score then smaller column, -1 / -inf past
+    the last allowed one: a filtered scan's hits without a selection over the filtered-out
+    entries (numpy's introselect over a row of mostly -inf was 40x slower). Shapes: ``scores
+    [B, n]`` float32, ``allowed [B, n]`` bool -> float32 scores, int64 ids ``[B, m]``."""
+    out_scores, out_ids = np.empty((scores.shape[0], m), np.float32), np.empty((scores.shape[0], m), np.int64)
+    parallel_rows(_allowed_top_rows, scores.shape[0], np.ascontiguousarray(scores, np.float32),
+                  np.ascontiguousarray(allowed, np.bool_), int(m), out_scores, out_ids, threads=threads)
+    return out_scores, out_ids

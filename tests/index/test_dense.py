@@ -115,3 +115,29 @@ def test_the_unordered_scan_finds_the_sorted_scans_hits_and_the_same_exact_top_k
             got = exact_search(scan, x, xq, k, allowed=mask)
             np.testing.assert_array_equal(got[1], want[1])
             np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_the_filtered_scan_takes_the_best_allowed_entries_by_score_then_id():
+    """With a filter the unordered scan selects among the allowed entries only (compiled): the
+    top m of each row's allowed scores by score then smaller id, -1 / -inf past the last allowed
+    one; rows that allow nothing, fewer than m, and ties across the m-th place."""
+    pytest.importorskip("numba")
+    from spectrag.kernels.compiled.topk import allowed_topk
+
+    rng = np.random.default_rng(4)
+    scores = rng.integers(0, 6, (40, 300)).astype(np.float32) / 5  # many ties
+    allowed = rng.random((40, 300)) < 0.3
+    allowed[0] = False
+    allowed[1] = False
+    allowed[1, [3, 7]] = True
+    allowed[2] = True
+    for m in (1, 5, 66):
+        got_s, got_i = allowed_topk(scores, allowed, m)
+        for b in range(40):
+            cols = np.flatnonzero(allowed[b])
+            order = cols[np.lexsort((cols, -scores[b, cols]))][:m]
+            want_i = np.full(m, -1)
+            want_i[: len(order)] = order
+            np.testing.assert_array_equal(got_i[b], want_i)
+            np.testing.assert_array_equal(got_s[b][: len(order)], scores[b, order])
+            assert np.isneginf(got_s[b][len(order):]).all()
