@@ -31,6 +31,19 @@ def _accumulate_row(b, q_indptr, q_indices, q_data, m_indptr, m_indices, m_data,
     return count
 
 
+def _emit_top(order, row, empty, out_scores, out_ids):
+    """One row's top-k keys (:func:`top_by_value_then_id`) as ids and their ``row`` values,
+    ``-1`` and ``empty`` past the last."""
+    for j in range(out_ids.shape[0]):
+        if j < order.shape[0]:
+            c = np.int64(order[j] & U32)
+            out_ids[j] = c
+            out_scores[j] = row[c]
+        else:
+            out_ids[j] = -1
+            out_scores[j] = empty
+
+
 def _clear_row(acc, seen, touched, count):
     for i in range(count):
         acc[touched[i]] = 0.0
@@ -38,6 +51,7 @@ def _clear_row(acc, seen, touched, count):
 
 
 _accumulate_row = jit(_accumulate_row)
+_emit_top = jit(_emit_top, inline=True)
 _clear_row = jit(_clear_row)
 
 
@@ -59,15 +73,7 @@ def _product_topk_rows(lo, hi, q_indptr, q_indices, q_data, m_indptr, m_indices,
                 values[kept] = acc[c]
                 ids[kept] = c
                 kept += 1
-        order = top_by_value_then_id(values, ids, kept, k, keys)
-        for j in range(k):
-            if j < order.shape[0]:
-                c = np.int64(order[j] & U32)
-                out_ids[b, j] = c
-                out_scores[b, j] = acc[c]
-            else:
-                out_ids[b, j] = -1
-                out_scores[b, j] = 0.0
+        _emit_top(top_by_value_then_id(values, ids, kept, k, keys), acc, np.float32(0.0), out_scores[b], out_ids[b])
         _clear_row(acc, seen, touched, count)
 
 
@@ -137,15 +143,8 @@ def _allowed_top_rows(lo, hi, scores, allowed, m, out_scores, out_ids):
                 values[count] = scores[b, j]
                 ids[count] = j
                 count += 1
-        order = top_by_value_then_id(values, ids, count, m, keys)
-        for j in range(m):
-            if j < order.shape[0]:
-                c = np.int64(order[j] & U32)
-                out_ids[b, j] = c
-                out_scores[b, j] = scores[b, c]
-            else:
-                out_ids[b, j] = -1
-                out_scores[b, j] = -np.inf
+        _emit_top(top_by_value_then_id(values, ids, count, m, keys), scores[b], np.float32(-np.inf), out_scores[b],
+                  out_ids[b])
 
 
 _allowed_top_rows = jit(_allowed_top_rows)
