@@ -101,7 +101,7 @@ def main() -> None:
 
     index = spectrag.load_index(args.index)
     record = new_record(f"per batch the median of {args.repeats} calls after one untimed call, variants "
-                        "interleaved batch by batch; the median over batches",
+                        "interleaved batch by batch, their order reversed every other batch; the median over batches",
                         packages=("sentence_transformers", "transformers", "onnxruntime"))
     questions = questions_of(args.questions)
     if args.batches * args.size > len(questions):  # an empty batch would time nothing and skew the ratio
@@ -143,7 +143,9 @@ def main() -> None:
     ms = {name: [] for name in variants}
     for b in range(args.batches):
         batch = questions[b * args.size : (b + 1) * args.size]
-        for name, fn in variants.items():
+        # the variants' order reversed every other batch: the plain encode (every ratio's
+        # denominator) must not always follow the same variant's calls
+        for name, fn in (list(variants.items()) if b % 2 == 0 else list(variants.items())[::-1]):
             ms[name].append(timed(lambda: fn(batch), args.repeats))
         print(f"batch {b + 1}/{args.batches}", {k: round(v[-1], 1) for k, v in ms.items()}, flush=True)
 
