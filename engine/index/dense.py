@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from spectrag.errors import ConfigError, IndexFormatError
-from spectrag.kernels import compiled as compiled_kernels
 from spectrag.kernels import tiled_topk_ip
 from spectrag.kernels.compiled.gather import rescore_compiled
 from spectrag.kernels.compiled.topk import allowed_topk
@@ -186,15 +185,12 @@ class TorchScan:
         if self.xb.device.type != "cpu" or m >= self.ntotal or xq.shape[0] * self.ntotal > ONE_PRODUCT_MAX:
             return self.search(xq, m, allowed=allowed)
         q, mask = self._on_device(xq, allowed)
-        if mask is not None and compiled_kernels.available():  # a filter: select among the allowed only
-            return allowed_topk(self._scores(q, None).numpy(), mask.numpy(), m)
-        scores = self._scores(q, mask).numpy()
+        scores = self._scores(q, None).numpy()
+        if mask is not None:  # a filter: select among the allowed entries only
+            return allowed_topk(scores, mask.numpy(), m)
         cut = self.ntotal - m
         ids = np.argpartition(scores, cut, axis=1)[:, cut:]
-        found = np.take_along_axis(scores, ids, axis=1)
-        if mask is not None:
-            ids[found == -np.inf] = -1
-        return found, ids
+        return np.take_along_axis(scores, ids, axis=1), ids
 
     def _on_device(self, xq: np.ndarray, allowed: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The queries and the filter as tensors where the vectors are."""

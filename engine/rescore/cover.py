@@ -119,15 +119,16 @@ def named_cover(graphs: list[BlockGraph | PoolGraphs], named: torch.Tensor, docs
     """The batch's :class:`NamedCover` (None on the CPU when no query names two documents: one host
     read; a device reads nothing back). ``named``: every candidate chunk of a named document;
     ``graphs``: the pools' relational and citation subgraphs. Shapes: ``[B, P]``."""
-    if graphs and isinstance(graphs[0], PoolGraphs):  # a CPU batch: the compiled kernel, the same numbers
-        bits, count = (torch.from_numpy(a) for a in named_document_bits_compiled((named & (candidates >= 0)).numpy(),
-                                                                                  docs.numpy()))
+    compiled = bool(graphs) and isinstance(graphs[0], PoolGraphs)  # a CPU batch: the compiled kernels, the same marks
+    real = named & (candidates >= 0)
+    if compiled:
+        bits, count = (torch.from_numpy(a) for a in named_document_bits_compiled(real.numpy(), docs.numpy()))
     else:
-        bits, count = named_document_bits(named & (candidates >= 0), docs)
+        bits, count = named_document_bits(real, docs)
     several = count >= 2
     if candidates.device.type == "cpu" and not bool(several.any()):  # most queries name one document or none
         return None
-    if graphs and isinstance(graphs[0], PoolGraphs):  # a CPU batch: the compiled kernels, the same marks
+    if compiled:
         reach = cover_reach_compiled(candidates.numpy(), bits.numpy(), several.numpy(),
                                      [(g.indptr, g.indices) for g in graphs], MAX_NAMED)
         return NamedCover(candidates, named, bits, several, depth, reach=reach)
