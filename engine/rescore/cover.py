@@ -119,7 +119,8 @@ def named_cover(graphs: list[BlockGraph | PoolGraphs], named: torch.Tensor, docs
     """The batch's :class:`NamedCover` (None on the CPU when no query names two documents: one host
     read; a device reads nothing back). ``named``: every candidate chunk of a named document;
     ``graphs``: the pools' relational and citation subgraphs. Shapes: ``[B, P]``."""
-    compiled = bool(graphs) and isinstance(graphs[0], PoolGraphs)  # a CPU batch: the compiled kernels, the same marks
+    # a CPU batch: the compiled kernels, the same numbers and marks
+    compiled = bool(graphs) and isinstance(graphs[0], PoolGraphs)
     real = named & (candidates >= 0)
     if compiled:
         bits, count = (torch.from_numpy(a) for a in named_document_bits_compiled(real.numpy(), docs.numpy()))
