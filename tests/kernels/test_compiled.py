@@ -92,6 +92,31 @@ def test_rescore_equals_numpy_rescore():
     np.testing.assert_allclose(got_s, want_s, rtol=1e-12)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pairs_grouped_by_table_row_give_the_same_bits(threads):
+    """The gather and the re-scoring visit a batch's pairs query by query, or grouped by table
+    row when they are many for the table: every score the same bits, padding and repeated ids
+    included, and the default picks the grouping for pools as large as the dev corpora's."""
+    from spectrag.kernels.compiled.gather import BY_ROW_SHARE, by_table_row
+
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((300, 96)).astype(np.float32)
+    q = rng.standard_normal((40, 96)).astype(np.float32)
+    ids = rng.integers(0, 300, (40, 50))  # many queries share rows
+    ids[3, -7:] = -1
+    ids[5, :] = -1  # a query without candidates
+    ids[6, :4] = 17  # one row four times in a query
+    by_query = gathered_dot_compiled(table, ids, q, threads=threads, by_row=False)
+    grouped = gathered_dot_compiled(table, ids, q, threads=threads, by_row=True)
+    assert np.array_equal(by_query.view(np.int32), grouped.view(np.int32))
+    assert np.all(grouped[5] == 0) and np.all(grouped[3, -7:] == 0) and np.all(grouped[6, :4] == grouped[6, 0])
+    want_s, want_i = rescore_compiled(table, q, ids, 30, threads=threads, by_row=False)
+    got_s, got_i = rescore_compiled(table, q, ids, 30, threads=threads, by_row=True)
+    assert np.array_equal(got_i, want_i) and np.array_equal(got_s.view(np.int64), want_s.view(np.int64))
+    assert by_table_row(256 * 200, 6_834) and not by_table_row(256 * 200, 1_000_000)
+    assert BY_ROW_SHARE == 0.125 and by_table_row(50, 400) and not by_table_row(49, 400)
+
+
 def random_pools(seed: int, batch: int = 7, p: int = 60, n: int = 300, density: float = 0.05):
     """A random symmetric graph (scipy CSR, float32) and padded pools over it, with restart
     weights on the first members: the pools as the compiled kernels read them (PoolGraphs) and
