@@ -8,7 +8,8 @@ since). Here every child process maps ``spectrag`` to one tree (``engine/`` and 
 dev-set indexes, so only the engine differs:
 
 * speed: per round one child per tree, the order alternating by round; each child warms up,
-  then times ``--batches`` batches of B queries of spectral and hybrid, one after the other, and
+  then times ``--batches`` batches of B queries of each of ``--modes`` (default spectral and
+  hybrid), one after the other, and
   the SpectRAG-code peer (``bench/peers.py``, one query at a time) between them, at one thread,
   thread CPU time, medians; the record gives the median over rounds, and "x the peer" from each
   child's own peer (so a slow or fast phase of the machine hits both);
@@ -17,6 +18,7 @@ dev-set indexes, so only the engine differs:
   them bit for bit.
 
     python bench/bench_trees.py --before 9546669 --rounds 6 --out bench/results/engine_trees_cpu
+    python bench/bench_trees.py --before HEAD --sets musique --modes activation,combined   # the KG modes
 
 Results: bench/results/engine_trees_cpu.md / .json (``--out``).
 """
@@ -90,12 +92,13 @@ def child_speed(args) -> dict:
         peer = SpectragCodePeer(np.asarray(index.embeddings, dtype=np.float32), index.graph["weights"],
                                 index.graph["coordinates"], np.array([c.n_tokens for c in index.chunks]))
         pq = qvecs.numpy()[: args.peer_queries]
-        cpu = {"spectral": [], "hybrid": [], "peer": []}
-        stages: dict[str, list] = {"spectral": [], "hybrid": []}
-        for mode in ("spectral", "hybrid", "spectral", "hybrid"):  # warm-up
+        modes = args.modes.split(",")
+        cpu: dict[str, list] = {**{m: [] for m in modes}, "peer": []}
+        stages: dict[str, list] = {m: [] for m in modes}
+        for mode in modes + modes:  # warm-up
             r.score_batch(t, mode=mode, qvecs=q)
         for _ in range(args.batches):
-            for mode in ("spectral", "hybrid"):
+            for mode in modes:
                 c0 = time.thread_time()
                 res = r.score_batch(t, mode=mode, qvecs=q)
                 cpu[mode].append(time.thread_time() - c0)
@@ -104,7 +107,7 @@ def child_speed(args) -> dict:
             for v in pq:
                 peer.query(v, args.budget)
             cpu["peer"].append((time.thread_time() - c0) / len(pq) * batch)
-            r.score_batch(t, mode="spectral", qvecs=q)  # settling, untimed: the caches the peer left
+            r.score_batch(t, mode=modes[0], qvecs=q)  # settling, untimed: the caches the peer left
         out[name] = {"chunks": info["chunks"], "qps": {k: batch / statistics.median(v) for k, v in cpu.items()},
                      "stages_ms": {m: {s: 1000 * statistics.median(x[s] for x in v) for s in v[0]}
                                    for m, v in stages.items()}}
@@ -150,7 +153,8 @@ def child(args) -> None:
 
 def run_child(tree: Path, args, *extra: str) -> dict:
     cmd = [sys.executable, __file__, "--child", str(tree), "--sets", args.sets, "--batch", str(args.batch),
-           "--batches", str(args.batches), "--peer-queries", str(args.peer_queries), "--budget", str(args.budget), *extra]
+           "--batches", str(args.batches), "--peer-queries", str(args.peer_queries), "--budget", str(args.budget),
+           "--modes", args.modes, *extra]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT)]
     if proc.returncode or not lines:
@@ -177,18 +181,21 @@ def compare(a: dict, b: dict) -> list[dict]:
 def markdown(record: dict) -> str:
     lines = _common.results_header(f"The engine of {record['before']} (before) against this checkout's (after), "
                                    "each in processes of its own", record)
+    modes = record["modes"]
+    ratio = "spectral" in modes and "hybrid" in modes
     for name, res in record["speed"].items():
         lines += [f"## {name} ({res['chunks']:,} chunks), B = {record['batch']}, budget {record['budget']:,}", "",
-                  "| tree | spectral q/s | hybrid q/s | peer q/s | spectral / hybrid | spectral x the peer |",
-                  "|---|---:|---:|---:|---:|---:|"]
+                  "| tree | " + " | ".join(f"{m} q/s" for m in modes) + " | peer q/s | "
+                  + ("spectral / hybrid | " if ratio else "") + f"{modes[0]} x the peer |",
+                  "|---|" + "---:|" * (len(modes) + 2 + ratio)]
         for tree in ("before", "after"):
             s = res[tree]
-            lines.append(f"| {tree} | {s['spectral']:,.1f} | {s['hybrid']:,.1f} | {s['peer']:,.1f} | "
-                         f"{s['spectral'] / s['hybrid']:.2f} | {s['x_peer']:.1f} |")
+            lines.append(f"| {tree} | " + " | ".join(f"{s[m]:,.1f}" for m in modes) + f" | {s['peer']:,.1f} | "
+                         + (f"{s['spectral'] / s['hybrid']:.2f} | " if ratio else "") + f"{s['x_peer']:.1f} |")
         b, a = res["before"], res["after"]
-        lines += ["", f"After / before: spectral {a['spectral'] / b['spectral']:.3f}, hybrid "
-                  f"{a['hybrid'] / b['hybrid']:.3f}. \"x the peer\" is the median over rounds of each child's "
-                  f"spectral q/s over its own peer's (per round, after: "
+        lines += ["", "After / before: " + ", ".join(f"{m} {a[m] / b[m]:.3f}" for m in modes)
+                  + f". \"x the peer\" is the median over rounds of each child's "
+                  f"{modes[0]} q/s over its own peer's (per round, after: "
                   f"{', '.join(f'{x:.1f}' for x in a['x_peer_rounds'])}; before: "
                   f"{', '.join(f'{x:.1f}' for x in b['x_peer_rounds'])}).", "", "Stage medians, ms per batch:", ""]
         for tree in ("before", "after"):
@@ -216,6 +223,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=2000)
     ap.add_argument("--peer-queries", type=int, default=32)
     ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--modes", default="spectral,hybrid",
+                    help="modes timed, comma-separated; the first is compared with the peer (spectral's per-query code)")
     ap.add_argument("--no-equality", action="store_true")
     ap.add_argument("--threads", default="1", help="threads (read by the pinning at import; only 1 is meant)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "engine_trees_cpu"))
@@ -235,7 +244,8 @@ def main() -> None:
     record = _common.new_record(f"{args.rounds} rounds of one child process per tree, the order alternating by round; "
                                 f"per child a warm-up, then {args.batches} batches of each mode and the peer, medians "
                                 "of thread CPU time; the median over rounds")
-    record.update(before=before, batch=args.batch, budget=args.budget, speed={}, equality=[])
+    record.update(before=before, batch=args.batch, budget=args.budget, modes=args.modes.split(","), speed={},
+                  equality=[])
     with tempfile.TemporaryDirectory() as folder:
         old = Path(folder) / "before"
         old.mkdir()
@@ -252,18 +262,19 @@ def main() -> None:
             record["equality"] = compare(dumps["before"], dumps["after"])
             print(f"equality: {sum(sum(v for k, v in e.items() if k not in ('set', 'mode', 'budget', 'questions')) for e in record['equality'])} differing fields", flush=True)
         runs: dict[str, list[dict]] = {"before": [], "after": []}
+        modes = record["modes"]
         for rnd in range(args.rounds):
             for name in ("before", "after") if rnd % 2 == 0 else ("after", "before"):
                 runs[name].append(run_child(trees[name], args))
-                print(f"round {rnd + 1} {name}: " + ", ".join(f"{s} spectral {v['qps']['spectral']:,.0f} q/s"
+                print(f"round {rnd + 1} {name}: " + ", ".join(f"{s} {modes[0]} {v['qps'][modes[0]]:,.0f} q/s"
                                                               for s, v in runs[name][-1].items()), flush=True)
     for name in runs["after"][0]:
         res = {"chunks": runs["after"][0][name]["chunks"]}
         for tree, rows in runs.items():
-            qps = {k: statistics.median(r[name]["qps"][k] for r in rows) for k in ("spectral", "hybrid", "peer")}
-            x_peer = [r[name]["qps"]["spectral"] / r[name]["qps"]["peer"] for r in rows]
+            qps = {k: statistics.median(r[name]["qps"][k] for r in rows) for k in (*modes, "peer")}
+            x_peer = [r[name]["qps"][modes[0]] / r[name]["qps"]["peer"] for r in rows]
             stages = {m: {s: statistics.median(r[name]["stages_ms"][m][s] for r in rows)
-                          for s in rows[0][name]["stages_ms"][m]} for m in ("spectral", "hybrid")}
+                          for s in rows[0][name]["stages_ms"][m]} for m in modes}
             res[tree] = {**qps, "x_peer": statistics.median(x_peer), "x_peer_rounds": x_peer, "stages_ms": stages}
         record["speed"][name] = res
     record["child_results"] = runs

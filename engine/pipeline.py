@@ -239,7 +239,7 @@ def run(state: QueryState, queries: QueryBatch | torch.Tensor, config: Retriever
     sa = None
     if kg is not None:
         sa = activate(kg, q, state.embeddings, config.activation, max_candidates=config.expand.max_candidates,
-                      texts=batch.texts, dense_ids=dense_ids)
+                      texts=batch.texts, dense_ids=dense_ids, compiled=compiled)
         stage("activate")
     ec = config.expand
 

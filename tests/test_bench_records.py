@@ -105,3 +105,30 @@ def test_the_engine_trees_comparison_counts_bytes_not_values(monkeypatch):
     assert trees.compare({key: [row]}, {key: [signed]})[0] | {} == {**same[0], "scores": 1, "ranking": 1}
     with pytest.raises(SystemExit, match="questions"):
         trees.compare({key: [row]}, {key: [row, row]})
+
+
+def test_the_engine_trees_table_has_a_column_per_timed_mode(monkeypatch):
+    """bench/bench_trees.py --modes: one q/s column and one after / before ratio per mode, the
+    peer compared with the first; spectral / hybrid only where both are timed."""
+    import os
+
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY"):
+        monkeypatch.setenv(var, os.environ.get(var, ""))
+        if not os.environ[var]:
+            monkeypatch.delenv(var)
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("bench_trees_under_test", ROOT / "bench" / "bench_trees.py")
+    trees = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trees)
+    monkeypatch.setattr(trees._common, "results_header", lambda title, record: [f"# {title}", ""])
+
+    def tree(a, c):
+        return {"activation": a, "combined": c, "peer": 100.0, "x_peer": a / 100, "x_peer_rounds": [a / 100],
+                "stages_ms": {"activation": {"activate": 1.0}, "combined": {"activate": 2.0}}}
+
+    record = {"before": "abc", "batch": 256, "budget": 2000, "modes": ["activation", "combined"], "equality": [],
+              "speed": {"musique": {"chunks": 1939, "before": tree(2000.0, 1000.0), "after": tree(3000.0, 1200.0)}}}
+    text = trees.markdown(record)
+    assert "| tree | activation q/s | combined q/s | peer q/s | activation x the peer |" in text
+    assert "| after | 3,000.0 | 1,200.0 | 100.0 | 30.0 |" in text
+    assert "After / before: activation 1.500, combined 1.200." in text and "spectral / hybrid" not in text

@@ -19,7 +19,7 @@ the beginning"). All steps are flat tensor operations over the batch: no loop ov
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from spectrag.errors import SpectragError
 from spectrag.extract.titles import TitleMatcher
 from spectrag.kernels.activation import ActivationResult, spreading_activation
 from spectrag.kernels.csr import csr_entries
+from spectrag.kernels.screen import ScreenedSearch
 from spectrag.kernels.topk import tiled_topk_ip, topk_by_row
 
 
@@ -50,6 +51,13 @@ class KGState:
     chunk_indptr: torch.Tensor
     chunk_ids: torch.Tensor
     names: TitleMatcher | None = None  # entity names, to link the entities a question names
+    _search: ScreenedSearch | None = field(default=None, init=False, repr=False, compare=False)
+
+    def entity_search(self) -> ScreenedSearch:
+        """The exact search over the entity embeddings on the CPU (built at first use)."""
+        if self._search is None:
+            self._search = ScreenedSearch(self.entity_emb.numpy())
+        return self._search
 
     @classmethod
     def from_index(cls, index, device: torch.device) -> "KGState":
@@ -162,15 +170,24 @@ def activate(
     max_candidates: int,
     texts: list[str] | None = None,
     dense_ids: torch.Tensor | None = None,
+    compiled: bool = False,
 ) -> ActivationBatch:
     """Spreading activation and its chunks and relations for ``q [B, d]`` (see the module
     docstring). ``chunk_emb [n_chunks, d]`` are the index's chunk embeddings on the KG's device;
     ``texts`` (the queries) give the name-linked seeds, ``dense_ids [B, K]`` the dense list whose
-    top ``config.k_dense`` join the pool."""
+    top ``config.k_dense`` join the pool. ``compiled`` (a CPU batch): the seeds by cosine are
+    the exact top ``k`` from a bfloat16 screen (:class:`~spectrag.kernels.screen.ScreenedSearch`),
+    else a float32 tiled top-``k`` on the device (the same entities but where two cosines tie
+    within float32 rounding)."""
     batch, n_chunks, alpha = q.shape[0], kg.n_chunks, config.alpha
-    seeds = None
+    k = min(config.k, kg.entity_emb.shape[0])
+    by_cosine = seeds = None
+    if compiled:
+        by_cosine = torch.from_numpy(kg.entity_search().topk(q, k)[1])
+        seeds = by_cosine
     if config.link_names and texts is not None and config.k_named > 0:
-        _, by_cosine = tiled_topk_ip(q, kg.entity_emb, min(config.k, kg.entity_emb.shape[0]))
+        if by_cosine is None:
+            _, by_cosine = tiled_topk_ip(q, kg.entity_emb, k)
         named = kg.named_entities(texts, config.k_named)
         both = torch.cat([by_cosine, named], dim=1)
         dup = (both[:, :, None] == both[:, None, :]).triu(1).any(dim=1) | (both < 0)  # later copies

@@ -158,3 +158,21 @@ def test_context_lists_relations_and_renders_them(retriever):
     assert c.relations[0]["weight"] >= ActivationConfig().tau_r
     assert "## Relations\n- " + c.relations[0]["text"] in c.render()
     assert json.loads(json.dumps(c.to_json()))["relations"] == c.relations
+
+
+@pytest.mark.parametrize("mode", KG_MODES)
+@pytest.mark.parametrize("link_names", [True, False])
+def test_the_compiled_path_seeds_as_the_torch_path_does(kg_index, qvecs, mode, link_names):
+    """A CPU batch on the compiled path links the queries to their entities by the exact top-k
+    of a bfloat16 screen (spectrag.kernels.screen), the torch path (the device path) by a float32
+    tiled top-k: the same seeds here, so the same pools, proximities, selections and relations."""
+    settings = ActivationConfig(link_names=link_names)
+    got = {}
+    for backend in ("compiled", "torch"):
+        r = Retriever(kg_index, RetrieverConfig(device="cpu", backend=backend, activation=settings))
+        got[backend] = r.score_batch(QUESTIONS, mode=mode, budget=1500, qvecs=qvecs.cpu())
+    a, b = got["compiled"], got["torch"]
+    assert torch.equal(a.activation.result.seeds, b.activation.result.seeds)
+    assert torch.equal(a.candidates, b.candidates) and torch.equal(a.selected, b.selected)
+    assert torch.allclose(a.proximity, b.proximity, atol=1e-6)
+    assert a.activation.relations(kg_index.kg) == b.activation.relations(kg_index.kg)
