@@ -83,6 +83,8 @@ class ScreenedSearch:
         if q.dim() != 2 or q.shape[1] != self.dim:
             raise ValueError(f"queries must be [B, {self.dim}], got {tuple(q.shape)}")
         bound = np.sqrt(np.einsum("bd,bd->b", q.numpy(), q.numpy(), dtype=np.float64)) * self.max_norm * self.factor
+        if not np.isfinite(bound).all():
+            raise ValueError(f"query vectors must be finite; row {int(np.flatnonzero(~np.isfinite(bound))[0])} is not")
         n = self.table.shape[0]
         step = max(1, MAX_SCREEN // max(n, 1))
         parts = []

@@ -82,21 +82,27 @@ def test_the_speed_probe_leaves_mkl_to_the_embedders_strict_mode():
     assert out.stdout.strip().splitlines()[-1] == "True"
 
 
-def test_the_engine_trees_comparison_counts_bytes_not_values(monkeypatch):
-    """bench/bench_trees.py compares two engines' answers byte for byte: a zero's sign or a dtype
-    counts as a difference, equal arrays do not, and differing question counts are refused."""
+def _bench_trees(monkeypatch):
+    """bench/bench_trees.py as a module, the thread variables it pins at import restored afterwards."""
     import os
 
-    import numpy as np
-
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY"):
-        monkeypatch.setenv(var, os.environ.get(var, ""))  # restored afterwards: the script pins them at import
+        monkeypatch.setenv(var, os.environ.get(var, ""))
         if not os.environ[var]:
             monkeypatch.delenv(var)
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location("bench_trees_under_test", ROOT / "bench" / "bench_trees.py")
     trees = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(trees)
+    return trees
+
+
+def test_the_engine_trees_comparison_counts_bytes_not_values(monkeypatch):
+    """bench/bench_trees.py compares two engines' answers byte for byte: a zero's sign or a dtype
+    counts as a difference, equal arrays do not, and differing question counts are refused."""
+    import numpy as np
+
+    trees = _bench_trees(monkeypatch)
     row = {"scores": np.array([0.0, 1.5], np.float32), "ranking": np.array([3, 1])}
     key = ("musique", "spectral", 2000)
     same = trees.compare({key: [row]}, {key: [{k: v.copy() for k, v in row.items()}]})
@@ -110,16 +116,7 @@ def test_the_engine_trees_comparison_counts_bytes_not_values(monkeypatch):
 def test_the_engine_trees_table_has_a_column_per_timed_mode(monkeypatch):
     """bench/bench_trees.py --modes: one q/s column and one after / before ratio per mode, the
     peer compared with the first; spectral / hybrid only where both are timed."""
-    import os
-
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY"):
-        monkeypatch.setenv(var, os.environ.get(var, ""))
-        if not os.environ[var]:
-            monkeypatch.delenv(var)
-    monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("bench_trees_under_test", ROOT / "bench" / "bench_trees.py")
-    trees = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(trees)
+    trees = _bench_trees(monkeypatch)
     monkeypatch.setattr(trees._common, "results_header", lambda title, record: [f"# {title}", ""])
 
     def tree(a, c):

@@ -10,9 +10,10 @@ rows to score exactly.
 
 Why exact: if every approximate score is within ``bound`` of the exact one, the ``k``-th largest
 approximate score ``T`` has ``k`` rows of exact score at least ``T - bound``, so a row of the
-exact top ``k`` scores at least ``T - 2 bound`` approximately. The pass keeps every row at or
-above the running ``k``-th best less ``2 bound`` (the running value only rises, so no such row
-is missed), and the exact scores decide. The answer does not depend on the approximate
+exact top ``k`` scores at least ``T - 2 bound`` approximately. A first pass bounds ``T`` from
+below by the ``k``-th largest maximum of groups of values and keeps the rows at or above that
+less ``2 bound``; among them ``T`` itself is found, the rows below ``T - 2 bound`` are dropped, and
+the exact scores of the rest decide. The answer does not depend on the approximate
 product's rounding, its blocking, the batch or the thread count.
 """
 
@@ -24,55 +25,77 @@ from spectrag.kernels.compiled.gather import _dot64
 from spectrag.kernels.compiled.runtime import jit, parallel_rows
 
 
-def _push(heap, k, value):
-    """Replace the smallest of the ``k`` values of the min-heap ``heap`` with ``value``."""
-    heap[0] = value
-    i = 0
-    while True:
-        left = 2 * i + 1
-        if left >= k:
-            break
-        child = left + 1 if left + 1 < k and heap[left + 1] < heap[left] else left
-        if heap[child] >= heap[i]:
-            break
-        heap[i], heap[child] = heap[child], heap[i]
-        i = child
+GROUP = 16  # values per group whose maxima give a first floor
+SIGN = np.uint32(0x80000000)
 
 
-_push = jit(_push, inline=True)
+def _key(u):
+    """The float32 with bits ``u`` as an unsigned key in the same order (negatives inverted)."""
+    return u ^ ((u >> np.uint32(31)) * np.uint32(0x7FFFFFFF) | SIGN)
+
+
+def _floor_key(value, cell):
+    """The key of the largest float32 at or below the float64 ``value`` (``cell``: a uint32
+    array of one entry with a float32 view, for the bits)."""
+    f = np.float32(value)
+    if np.float64(f) > value:
+        f = np.nextafter(f, np.float32(-np.inf))
+    cell.view(np.float32)[0] = f
+    return _key(cell[0])
+
+
+def _value(key, cell):
+    """The float32 value of a key (:func:`_key` inverted)."""
+    cell[0] = key ^ SIGN if key & SIGN else ~key
+    return np.float64(cell.view(np.float32)[0])
+
+
+_key = jit(_key, inline=True)
+_floor_key = jit(_floor_key, inline=True)
+_value = jit(_value, inline=True)
 
 
 def _screen_rows(lo, hi, approx16, approx32, bf16, margin, table, q, k, out_scores, out_ids):
     n = table.shape[0]
-    bits = np.empty(n, np.uint32)
-    row = bits.view(np.float32)
-    heap = np.empty(k, np.float32)
+    keys = np.empty(n, np.uint32)
+    groups = n // GROUP
+    maxima = np.empty(max(groups, 1), np.uint32)
     kept = np.empty(n, np.int64)
+    kept_keys = np.empty(n, np.uint32)
     exact = np.empty(n, np.float64)
+    cell = np.empty(1, np.uint32)
     for b in range(lo, hi):
         if bf16:  # bfloat16 is the upper half of a float32
             for j in range(n):
-                bits[j] = np.uint32(approx16[b, j]) << np.uint32(16)
+                keys[j] = _key(np.uint32(approx16[b, j]) << np.uint32(16))
         else:
+            bits = approx32[b].view(np.uint32)
             for j in range(n):
-                row[j] = approx32[b, j]
-        heap[:] = -np.inf
-        floor = -np.inf  # the running k-th best less twice the bound
+                keys[j] = _key(bits[j])
+        # a first floor: k groups reach the k-th largest of their maxima, so the k-th largest
+        # value does too; nothing below it less twice the bound can be in the top k
+        floor = np.uint32(0)
+        if groups >= k:
+            for g in range(groups):
+                m = keys[g * GROUP]
+                for t in range(1, GROUP):
+                    m = max(m, keys[g * GROUP + t])
+                maxima[g] = m
+            top = np.partition(maxima[:groups], groups - k)[groups - k]
+            floor = _floor_key(_value(top, cell) - margin[b], cell)
         count = 0
-        for j in range(n):
-            v = row[j]
-            if v >= floor:
-                kept[count] = j
-                count += 1
-                if v > heap[0]:
-                    _push(heap, k, v)
-                    floor = np.float64(heap[0]) - margin[b]
+        for j in range(n):  # branchless: written always, kept (the count moves on) at or above the floor
+            kept[count] = j
+            kept_keys[count] = keys[j]
+            count += keys[j] >= floor
+        # the k-th largest screened value itself, and the rows within twice the bound of it
+        top = np.partition(kept_keys[:count], count - k)[count - k]
+        floor = _floor_key(_value(top, cell) - margin[b], cell)
         last = 0
         for i in range(count):  # in id order, as found
-            j = kept[i]
-            if row[j] >= floor:
-                kept[last] = j
-                exact[last] = _dot64(table, j, q, b)
+            if kept_keys[i] >= floor:
+                kept[last] = kept[i]
+                exact[last] = _dot64(table, kept[i], q, b)
                 last += 1
         order = np.argsort(-exact[:last], kind="mergesort")  # stable: ties keep the smaller id first
         for i in range(k):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from spectrag.index.dense import DenseIndex
 
@@ -24,19 +25,30 @@ def test_dense_search_equals_numpy_brute_force(sample_index):
 
 
 def test_the_scan_faiss_and_torch_backends_agree(sample_index, device):
-    """The CPU default (``auto``: the torch scan), FAISS's flat search and the torch backend on
-    the ``device`` fixture's devices give the same hits (exact float64 re-scoring)."""
+    """The CPU default (``auto``: the bfloat16 screen where the CPU multiplies bfloat16
+    natively, else the torch scan), the scan, the screen in bfloat16 and in float32, FAISS's flat
+    search and the torch backend on the ``device`` fixture's devices give the same hits (exact
+    float64 re-scoring; the CPU backends the same float64 scores, bit for bit)."""
+    from spectrag.kernels.screen import ScreenedSearch, native_bf16
+
     xq = sample_index.embed_queries(QUESTIONS)
-    assert sample_index.dense.backend == "scan"
+    assert sample_index.dense.backend == ("screen" if native_bf16() else "scan")
     s1, i1 = sample_index.dense.search(xq, 15)
     x = np.asarray(sample_index.embeddings)
-    for other in (DenseIndex(x, backend="faiss"), DenseIndex(x, backend="torch", device=str(device))):
+    scan = DenseIndex(x, backend="scan")
+    e1 = scan.candidates(xq, 15)[0]
+    for screen in (ScreenedSearch(x, bf16=True), ScreenedSearch(x, bf16=False)):
+        e2, i2 = screen.topk(torch.from_numpy(xq), 15)
+        np.testing.assert_array_equal(i1, i2)
+        assert np.array_equal(e1.view(np.int64), e2.view(np.int64))
+    for other in (scan, DenseIndex(x, backend="screen"), DenseIndex(x, backend="faiss"),
+                  DenseIndex(x, backend="torch", device=str(device))):
         s2, i2 = other.search(xq, 15)
         np.testing.assert_allclose(s1, s2, atol=1e-5)
         np.testing.assert_array_equal(i1, i2)
 
 
-@pytest.mark.parametrize("backend", ["scan", "faiss"])
+@pytest.mark.parametrize("backend", ["scan", "screen", "faiss"])
 def test_dense_results_do_not_depend_on_batch_size(backend):
     # FAISS and torch use another BLAS kernel once B * d is large; its rounding must not reorder near-ties
     rng = np.random.default_rng(3)
@@ -141,3 +153,19 @@ def test_the_filtered_scan_takes_the_best_allowed_entries_by_score_then_id():
             np.testing.assert_array_equal(got_i[b], want_i)
             np.testing.assert_array_equal(got_s[b][: len(order)], scores[b, order])
             assert np.isneginf(got_s[b][len(order):]).all()
+
+
+def test_auto_screens_up_to_its_row_limit_where_bfloat16_is_native(monkeypatch):
+    """``auto`` on the CPU: the bfloat16 screen for up to SCREEN_MAX_ROWS vectors where the CPU
+    multiplies bfloat16 natively (beyond, its tiles hold too few queries and the scan is faster),
+    the scan elsewhere; CUDA keeps faiss-gpu / torch."""
+    import spectrag.index.dense as dense
+
+    small, large = np.ones((10, 4), np.float32), np.ones((dense.SCREEN_MAX_ROWS + 1, 4), np.float32)
+    for native in (True, False):
+        monkeypatch.setattr(dense, "native_bf16", lambda native=native: native)
+        assert DenseIndex(small).backend == ("screen" if native else "scan")
+        assert DenseIndex(large).backend == "scan"
+        assert DenseIndex(small, backend="screen").backend == "screen"
+    with pytest.raises(Exception, match="dense backend must be"):
+        DenseIndex(small, backend="bf16")
