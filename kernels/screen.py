@@ -30,10 +30,18 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from spectrag.kernels.compiled.screen import screened_topk
+from spectrag.kernels.compiled.gather import rescore_compiled
+from spectrag.kernels.compiled.screen import BlockedScreen, screened_topk
 
 BF16_U = 2.0 ** -8
 MAX_SCREEN = 1 << 24  # approximate scores per product (32 MB of bfloat16): the batch is cut into row tiles
+ONE_SHOT_ROWS = 1 << 15  # tables up to this many rows are screened whole for each tile of queries; larger
+# ones block by block, so that a tile holds QUERY_TILE queries (whole, a table of 10^6 rows left tiles of
+# 16 queries, each reading the whole table again: slower than the float32 scan)
+QUERY_TILE = 256
+BLOCK = 1 << 22  # screened values per block (8 MB of bfloat16), table rows per block = BLOCK / queries
+GROUP_ROWS = 1024
+SPARE = 4096  # candidates a query may carry from block to block beyond one block's
 
 
 @lru_cache(maxsize=1)
@@ -86,16 +94,38 @@ class ScreenedSearch:
         if not np.isfinite(bound).all():
             raise ValueError(f"query vectors must be finite; row {int(np.flatnonzero(~np.isfinite(bound))[0])} is not")
         n = self.table.shape[0]
-        step = max(1, MAX_SCREEN // max(n, 1))
+        one_shot = n <= ONE_SHOT_ROWS
+        step = max(1, MAX_SCREEN // max(n, 1)) if one_shot else QUERY_TILE
         parts = []
         for lo in range(0, q.shape[0], step):  # row tiles of many queries: the screen's memory stays bounded
             rows = q[lo:lo + step]
-            if self.bf16:
-                approx = (rows.to(torch.bfloat16) @ self._screen_rows.T).view(torch.int16).numpy().view(np.uint16)
+            if one_shot:
+                parts.append(screened_topk(self._screen(rows, 0, n), bound[lo:lo + step], self.table, rows.numpy(), k))
             else:
-                approx = (rows @ self._screen_rows.T).numpy()
-            parts.append(screened_topk(approx, bound[lo:lo + step], self.table, rows.numpy(), k))
+                parts.append(self._blocked(rows, bound[lo:lo + step], k))
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _screen(self, rows: torch.Tensor, start: int, stop: int) -> np.ndarray:
+        """The screened scores of ``rows [b, d]`` with table rows ``start..stop``: ``[b, stop - start]``
+        bfloat16 bits (uint16) or float32."""
+        block = self._screen_rows[start:stop]
+        if self.bf16:
+            return (rows.to(torch.bfloat16) @ block.T).view(torch.int16).numpy().view(np.uint16)
+        return (rows @ block.T).numpy()
+
+    def _blocked(self, rows: torch.Tensor, bound: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`topk` of a tile of queries over a large table, block by block of table rows (each
+        block's screen stays in cache for its pass, and the table is read once per tile)."""
+        n = self.table.shape[0]
+        width = max(GROUP_ROWS, BLOCK // rows.shape[0])
+        state = BlockedScreen(self.table, rows.numpy(), bound, k, cap=width + SPARE)
+        for start in range(0, n, width):
+            state.add(self._screen(rows, start, min(n, start + width)))
+        scores, ids, overflow = state.finish()
+        for b in np.flatnonzero(overflow):  # more rows within reach than the buffer holds: all of them, exactly
+            every = np.arange(n, dtype=np.int64)[None, :]
+            scores[b], ids[b] = (x[0] for x in rescore_compiled(self.table, rows.numpy()[b:b + 1], every, k))
+        return scores, ids
 
 
 @lru_cache(maxsize=None)

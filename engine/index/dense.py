@@ -145,12 +145,6 @@ def exact_search(index, vectors: np.ndarray, xq: np.ndarray, k: int, margin: int
     return exact, top
 
 
-# vectors up to which ``auto`` screens (where the CPU multiplies bfloat16): 256 queries, k = 50, one
-# thread, the Intel Xeon (AMX): 1,939 / 6,834 x 384 (MuSiQue / 2wiki-dev) 6.1 -> 4.9 / 17.0 -> 10.8 ms,
-# 10^5 x 384 289 -> 121 ms, 10^5 x 128 184 -> 81 ms; but 10^6 x 384 2.1 -> 3.0 s and 10^6 x 128
-# 1.0 -> 1.4 s: the screen's tiles then hold 16 queries, and each tile reads the whole table again
-SCREEN_MAX_ROWS = 1 << 18
-
 ONE_PRODUCT_MAX = 1 << 24  # B * n up to which TorchScan makes one [B, n] score block (64 MB)
 
 
@@ -235,8 +229,7 @@ class DenseIndex:
     leaves in reach, :class:`~spectrag.kernels.screen.ScreenedSearch`; a bfloat16 copy of the
     vectors, half their size, is kept), ``faiss`` (CPU: FAISS's flat search, then the same
     re-scoring), ``faiss-gpu`` or ``torch`` (tiled matmul top-k on ``device``); ``auto`` picks
-    screen on a CPU that multiplies bfloat16 natively for up to :data:`SCREEN_MAX_ROWS` vectors,
-    else scan, and faiss-gpu / torch on CUDA.
+    screen on a CPU that multiplies bfloat16 natively, else scan, and faiss-gpu / torch on CUDA.
     The CPU backends give the same answer: the exact top-k by float64 score, then smaller id.
     """
 
@@ -248,20 +241,20 @@ class DenseIndex:
         self.vectors = vectors
         self.dim = int(vectors.shape[1])
         self.device = device
-        self.backend = self._choose(backend, device, len(vectors))
+        self.backend = self._choose(backend, device)
         self._faiss_index = None
         self._scan: TorchScan | None = None
         self._screen: ScreenedSearch | None = None
         self._torch_db = None
 
     @staticmethod
-    def _choose(backend: str, device: str, rows: int) -> str:
+    def _choose(backend: str, device: str) -> str:
         if backend not in ("auto", "scan", "screen", "faiss", "faiss-gpu", "torch"):
             raise ConfigError(f"dense backend must be auto, scan, screen, faiss, faiss-gpu or torch, got {backend!r}")
         if backend != "auto":
             return backend
         if not device.startswith("cuda"):
-            return "screen" if native_bf16() and rows <= SCREEN_MAX_ROWS else "scan"
+            return "screen" if native_bf16() else "scan"
         try:
             import faiss
 

@@ -55,6 +55,38 @@ _floor_key = jit(_floor_key, inline=True)
 _value = jit(_value, inline=True)
 
 
+def _row_keys(approx16, approx32, bf16, b, keys):
+    """Row ``b`` of the screen as :func:`_key` keys, into ``keys``."""
+    if bf16:  # bfloat16 is the upper half of a float32
+        for j in range(keys.shape[0]):
+            keys[j] = _key(np.uint32(approx16[b, j]) << np.uint32(16))
+    else:
+        bits = approx32[b].view(np.uint32)
+        for j in range(keys.shape[0]):
+            keys[j] = _key(bits[j])
+
+
+_row_keys = jit(_row_keys, inline=True)
+
+
+def _group_floor(keys, groups, k, maxima, margin, cell):
+    """A first floor for a row of keys: ``k`` groups of :data:`GROUP` reach the ``k``-th largest
+    of their maxima, so the row's ``k``-th largest value does too; nothing below it less
+    ``margin`` (twice the bound) can be in the top ``k``. 0 (no floor) with fewer than ``k`` groups."""
+    if groups < k:
+        return np.uint32(0)
+    for g in range(groups):
+        m = keys[g * GROUP]
+        for t in range(1, GROUP):
+            m = max(m, keys[g * GROUP + t])
+        maxima[g] = m
+    top = np.partition(maxima[:groups], groups - k)[groups - k]
+    return _floor_key(_value(top, cell) - margin, cell)
+
+
+_group_floor = jit(_group_floor, inline=True)
+
+
 def _screen_rows(lo, hi, approx16, approx32, bf16, margin, table, q, k, out_scores, out_ids):
     n = table.shape[0]
     keys = np.empty(n, np.uint32)
@@ -65,24 +97,8 @@ def _screen_rows(lo, hi, approx16, approx32, bf16, margin, table, q, k, out_scor
     exact = np.empty(n, np.float64)
     cell = np.empty(1, np.uint32)
     for b in range(lo, hi):
-        if bf16:  # bfloat16 is the upper half of a float32
-            for j in range(n):
-                keys[j] = _key(np.uint32(approx16[b, j]) << np.uint32(16))
-        else:
-            bits = approx32[b].view(np.uint32)
-            for j in range(n):
-                keys[j] = _key(bits[j])
-        # a first floor: k groups reach the k-th largest of their maxima, so the k-th largest
-        # value does too; nothing below it less twice the bound can be in the top k
-        floor = np.uint32(0)
-        if groups >= k:
-            for g in range(groups):
-                m = keys[g * GROUP]
-                for t in range(1, GROUP):
-                    m = max(m, keys[g * GROUP + t])
-                maxima[g] = m
-            top = np.partition(maxima[:groups], groups - k)[groups - k]
-            floor = _floor_key(_value(top, cell) - margin[b], cell)
+        _row_keys(approx16, approx32, bf16, b, keys)
+        floor = _group_floor(keys, groups, k, maxima, margin[b], cell)
         count = 0
         for j in range(n):  # branchless: written always, kept (the count moves on) at or above the floor
             kept[count] = j
@@ -104,6 +120,110 @@ def _screen_rows(lo, hi, approx16, approx32, bf16, margin, table, q, k, out_scor
 
 
 _screen_rows = jit(_screen_rows)
+
+
+def _block_rows(lo, hi, approx16, approx32, bf16, start, margin, k, floor, cand_ids, cand_keys, count, overflow):
+    """One block of table rows (``start`` onwards) for queries ``lo..hi``: the floor rises to
+    the block's group-maxima floor, and the block's values at or above it join the query's
+    candidates (compacted first when they would not fit; a query whose candidates still do not
+    fit is marked ``overflow``)."""
+    width = approx16.shape[1] if bf16 else approx32.shape[1]
+    cap = cand_ids.shape[1]
+    groups = width // GROUP
+    maxima = np.empty(max(groups, 1), np.uint32)
+    keys = np.empty(width, np.uint32)
+    cell = np.empty(1, np.uint32)
+    for b in range(lo, hi):
+        if overflow[b]:
+            continue
+        _row_keys(approx16, approx32, bf16, b, keys)
+        floor[b] = max(floor[b], _group_floor(keys, groups, k, maxima, margin[b], cell))
+        c = count[b]
+        if c + width > cap:  # the k-th largest candidate so far raises the floor; drop what falls below
+            if c >= k:
+                top = np.partition(cand_keys[b, :c], c - k)[c - k]
+                floor[b] = max(floor[b], _floor_key(_value(top, cell) - margin[b], cell))
+            kept = 0
+            for i in range(c):
+                if cand_keys[b, i] >= floor[b]:
+                    cand_keys[b, kept] = cand_keys[b, i]
+                    cand_ids[b, kept] = cand_ids[b, i]
+                    kept += 1
+            c = kept
+            if c + width > cap:
+                overflow[b] = True
+                continue
+        fl = floor[b]
+        for j in range(width):  # branchless, as in _screen_rows
+            cand_ids[b, c] = start + j
+            cand_keys[b, c] = keys[j]
+            c += keys[j] >= fl
+        count[b] = c
+
+
+def _finish_rows(lo, hi, cand_ids, cand_keys, count, overflow, margin, table, q, k, out_scores, out_ids):
+    """The exact top ``k`` of each query's candidates (in id order) within twice the bound of
+    their ``k``-th largest screened value."""
+    cell = np.empty(1, np.uint32)
+    exact = np.empty(cand_ids.shape[1], np.float64)
+    kept = np.empty(cand_ids.shape[1], np.int64)
+    for b in range(lo, hi):
+        if overflow[b]:
+            continue
+        c = count[b]
+        top = np.partition(cand_keys[b, :c], c - k)[c - k]
+        floor = _floor_key(_value(top, cell) - margin[b], cell)
+        last = 0
+        for i in range(c):
+            if cand_keys[b, i] >= floor:
+                kept[last] = cand_ids[b, i]
+                exact[last] = _dot64(table, cand_ids[b, i], q, b)
+                last += 1
+        order = np.argsort(-exact[:last], kind="mergesort")
+        for i in range(k):
+            out_scores[b, i] = exact[order[i]]
+            out_ids[b, i] = kept[order[i]]
+
+
+_block_rows = jit(_block_rows)
+_finish_rows = jit(_finish_rows)
+
+
+class BlockedScreen:
+    """:func:`screened_topk` fed one block of table rows at a time (``add``, in row order), for
+    tables too large for one ``[B, n]`` screen: each query keeps the rows that may still reach
+    its top ``k`` (at most ``cap``; beyond, the query is marked and :meth:`finish` leaves it to
+    the caller). Shapes: ``q [B, d]``, ``bound [B]``; ``add(approx [B, w])``."""
+
+    def __init__(self, table: np.ndarray, q: np.ndarray, bound: np.ndarray, k: int, cap: int, *,
+                 threads: int | None = None) -> None:
+        self.table, self.q, self.threads = table, np.ascontiguousarray(q, np.float32), threads
+        self.k = min(k, table.shape[0])
+        batch = q.shape[0]
+        self.margin = 2.0 * np.ascontiguousarray(bound, np.float64)
+        self.floor = np.zeros(batch, np.uint32)
+        self.ids, self.keys = np.empty((batch, cap), np.int64), np.empty((batch, cap), np.uint32)
+        self.count, self.overflow = np.zeros(batch, np.int64), np.zeros(batch, np.bool_)
+        self.start = 0
+
+    def add(self, approx: np.ndarray) -> None:
+        bf16 = approx.dtype == np.uint16
+        none16, none32 = np.zeros((1, 1), np.uint16), np.zeros((1, 1), np.float32)
+        parallel_rows(_block_rows, self.q.shape[0], approx if bf16 else none16,
+                      none32 if bf16 else np.ascontiguousarray(approx, np.float32), bf16, self.start, self.margin,
+                      self.k, self.floor, self.ids, self.keys, self.count, self.overflow, threads=self.threads)
+        self.start += approx.shape[1]
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """-> float64 scores, int64 ids ``[B, k]`` and the queries marked overflow (their rows unset)."""
+        if self.start != self.table.shape[0]:
+            raise ValueError(f"the blocks covered {self.start} of {self.table.shape[0]} rows")
+        batch = self.q.shape[0]
+        scores, ids = np.empty((batch, self.k), np.float64), np.empty((batch, self.k), np.int64)
+        if self.k and batch:
+            parallel_rows(_finish_rows, batch, self.ids, self.keys, self.count, self.overflow, self.margin, self.table,
+                          self.q, self.k, scores, ids, threads=self.threads)
+        return scores, ids, self.overflow.copy()
 
 
 def screened_topk(approx: np.ndarray, bound: np.ndarray, table: np.ndarray, q: np.ndarray, k: int, *,

@@ -155,17 +155,15 @@ def test_the_filtered_scan_takes_the_best_allowed_entries_by_score_then_id():
             assert np.isneginf(got_s[b][len(order):]).all()
 
 
-def test_auto_screens_up_to_its_row_limit_where_bfloat16_is_native(monkeypatch):
-    """``auto`` on the CPU: the bfloat16 screen for up to SCREEN_MAX_ROWS vectors where the CPU
-    multiplies bfloat16 natively (beyond, its tiles hold too few queries and the scan is faster),
-    the scan elsewhere; CUDA keeps faiss-gpu / torch."""
+def test_auto_screens_where_bfloat16_is_native(monkeypatch):
+    """``auto`` on the CPU: the bfloat16 screen where the CPU multiplies bfloat16 natively, the
+    scan elsewhere; an unknown backend is refused."""
     import spectrag.index.dense as dense
 
-    small, large = np.ones((10, 4), np.float32), np.ones((dense.SCREEN_MAX_ROWS + 1, 4), np.float32)
+    small = np.ones((10, 4), np.float32)
     for native in (True, False):
         monkeypatch.setattr(dense, "native_bf16", lambda native=native: native)
         assert DenseIndex(small).backend == ("screen" if native else "scan")
-        assert DenseIndex(large).backend == "scan"
         assert DenseIndex(small, backend="screen").backend == "screen"
     with pytest.raises(Exception, match="dense backend must be"):
         DenseIndex(small, backend="bf16")
