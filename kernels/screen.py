@@ -86,6 +86,20 @@ class ScreenedSearch:
         self._screen_rows = self._rows.to(torch.bfloat16) if self.bf16 else self._rows
         self.factor = screen_bound_factor(self.dim, self.bf16)
 
+    @property
+    def ntotal(self) -> int:
+        """Rows searched (FAISS's name, for code that takes either)."""
+        return self.table.shape[0]
+
+    def exact_topk(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`topk` of a numpy ``xq [B, d]``: what :func:`spectrag.index.dense.exact_search` returns."""
+        return self.topk(torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)), k)
+
+    def search(self, xq: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS's ``search``: the exact top-``m``, scores rounded to float32."""
+        scores, ids = self.exact_topk(xq, m)
+        return scores.astype(np.float32), ids
+
     def topk(self, q: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
         q = q.detach().to("cpu", torch.float32).contiguous()
         if q.dim() != 2 or q.shape[1] != self.dim:

@@ -30,6 +30,7 @@ from spectrag.graph import signals as sig
 from spectrag.graph.build import build_graph, citation_signal, entity_signal, knn_method
 from spectrag.graph.lists import KNN_RESERVE, NeighbourLists, lists_signal, search_lists
 from spectrag.index.dense import load_faiss
+from spectrag.kernels.screen import ScreenedSearch
 from spectrag.types import Chunk
 
 #: rows per kNN task, per entity-product task and texts per extraction task (a few tasks per worker)
@@ -44,9 +45,10 @@ def _bounds(n: int, size: int, workers: int) -> list[tuple[int, int]]:
     return [(lo, min(n, lo + size)) for lo in range(0, n, size)]
 
 
-def _knn_tile(index_bytes: np.ndarray, vectors: np.ndarray, lo: int, hi: int, width: int, min_cos: float):
-    faiss = load_faiss()
-    index = faiss.deserialize_index(index_bytes)
+def _knn_tile(index_bytes: np.ndarray | None, vectors: np.ndarray, lo: int, hi: int, width: int, min_cos: float):
+    # no bytes: the exact search is the bfloat16 screen (or a float32 one where this worker's CPU
+    # lacks bfloat16), made here from the shared vectors; the same lists either way
+    index = ScreenedSearch(vectors) if index_bytes is None else load_faiss().deserialize_index(index_bytes)
     return search_lists(index, vectors, np.arange(lo, hi), width, min_cos=min_cos)  # ids, scores [hi - lo, width]
 
 
@@ -110,10 +112,9 @@ class RayGraph:
 
     def _semantic(self, task, embeddings: np.ndarray, config: GraphConfig) -> Callable[[], Any]:
         ray = require_ray()
-        faiss = load_faiss()
         n = embeddings.shape[0]
         index = sig.knn_index(embeddings, knn_method(n, config), nlist=config.knn_nlist, nprobe=config.knn_nprobe, seed=config.seed)
-        index_ref = ray.put(faiss.serialize_index(index))
+        index_ref = None if isinstance(index, ScreenedSearch) else ray.put(load_faiss().serialize_index(index))
         del index
         vectors_ref = ray.put(np.ascontiguousarray(embeddings, dtype=np.float32))
         search = task(_knn_tile)

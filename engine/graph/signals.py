@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spectrag.index.dense import TorchScan, exact_search, load_faiss
+from spectrag.kernels.screen import ScreenedSearch, native_bf16
 
 
 def coo(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, n: int) -> sp.csr_matrix:
@@ -97,13 +98,17 @@ def knn_index(
     embeddings: np.ndarray, method: str = "exact", *, nlist: int = 0, nprobe: int = 8, seed: int = 0, tile: int = 16_384,
     device=None,
 ):
-    """The inner-product index :func:`semantic_edges` searches, over ``embeddings [n, d]``: FAISS,
-    filled tile by tile (a memory-mapped input is read once, never copied whole); or, for
-    ``method = "exact"`` with a ``device`` (a torch device: ``"cuda"``, ``"cpu"``) or where FAISS
-    is not installed, a tiled torch top-k there (:class:`~spectrag.index.dense.TorchScan`, the
-    vectors copied to the device once). Every row's hits are re-scored exactly in float64
+    """The inner-product index :func:`semantic_edges` searches, over ``embeddings [n, d]``: for
+    ``method = "exact"`` on a CPU that multiplies bfloat16 natively, the exact top-k of a bfloat16
+    screen (:class:`~spectrag.kernels.screen.ScreenedSearch`, a bfloat16 copy of the vectors);
+    else FAISS, filled tile by tile (a memory-mapped input is read once, never copied whole); or,
+    for ``method = "exact"`` with a ``device`` (a torch device: ``"cuda"``, ``"cpu"``) or where
+    FAISS is not installed, a tiled torch top-k there (:class:`~spectrag.index.dense.TorchScan`,
+    the vectors copied to the device once). Every row's hits are re-scored exactly in float64
     (:func:`~spectrag.index.dense.exact_search`), so both give the same neighbour lists, ties
     included (``tests/graph/test_knn_device.py``)."""
+    if method == "exact" and str(device or "cpu") == "cpu" and native_bf16():
+        return ScreenedSearch(embeddings)  # the same lists, from a bfloat16 screen (spectrag.kernels.screen)
     if method == "exact" and (device is not None or not faiss_installed()):
         return TorchScan(embeddings, "cpu" if device is None else device)
     faiss = load_faiss()

@@ -118,6 +118,9 @@ def exact_search(index, vectors: np.ndarray, xq: np.ndarray, k: int, margin: int
     ``allowed`` (bool ``[B, n]``, a metadata filter; ``index`` then a :class:`TorchScan`): the
     top-``k`` among each query's allowed rows, ids -1 and scores -inf past the last of them.
     Shapes: -> float64 scores, int64 ids ``[B, min(k, n)]``."""
+    own = getattr(index, "exact_topk", None)  # an index that finds the exact top-k itself (ScreenedSearch)
+    if own is not None and allowed is None:
+        return own(xq, k)
     n = index.ntotal
     k = min(k, n)
     m = min(k + margin, n)

@@ -33,16 +33,24 @@ def brute_force(x: np.ndarray, k: int) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("n", [300, 2100])  # one product, and the tiled scan
-def test_device_knn_equals_faiss_and_brute_force(n, device):
+def test_device_knn_equals_faiss_and_brute_force(n, device, monkeypatch):
+    """The device's tiled top-k, FAISS (the CPU without native bfloat16) and the bfloat16 screen
+    (the CPU with it; in blocks past ONE_SHOT_ROWS, here 1,000) give the same lists and signal."""
     pytest.importorskip("faiss")
+    from spectrag.kernels import screen
+
     x = vectors(n, 24, n)
     k = 10
     on_device = semantic_edges(x, k, device=device, tile=512)
-    faiss = semantic_edges(x, k, tile=512)
-    assert (on_device != faiss).nnz == 0 and np.array_equal(on_device.indptr, faiss.indptr)
     sig_d, lists_d = semantic_lists(x, k, device=device, tile=512)
-    sig_f, lists_f = semantic_lists(x, k, tile=512)
-    assert np.array_equal(lists_d.ids, lists_f.ids) and np.array_equal(lists_d.scores, lists_f.scores)
+    monkeypatch.setattr(screen, "ONE_SHOT_ROWS", 1000)
+    for native in (False, True):
+        monkeypatch.setattr(signals, "native_bf16", lambda native=native: native)
+        cpu = semantic_edges(x, k, tile=512)
+        assert (on_device != cpu).nnz == 0 and np.array_equal(on_device.indptr, cpu.indptr)
+        sig_c, lists_c = semantic_lists(x, k, tile=512)
+        assert np.array_equal(lists_d.ids, lists_c.ids) and np.array_equal(lists_d.scores, lists_c.scores)
+        assert type(knn_index(x, "exact")).__name__ == ("ScreenedSearch" if native else "IndexFlatIP")
     if n == 300:
         want = brute_force(x, lists_d.ids.shape[1])  # k + the lists' reserve
         assert [[int(j) for j in row if j >= 0] for row in lists_d.ids] == want
@@ -50,6 +58,7 @@ def test_device_knn_equals_faiss_and_brute_force(n, device):
 
 def test_without_faiss_the_exact_search_runs_on_torch(monkeypatch):
     monkeypatch.setattr(signals, "faiss_installed", lambda: False)
+    monkeypatch.setattr(signals, "native_bf16", lambda: False)
     x = vectors(200, 16, 1)
     index = knn_index(x, "exact")
     assert type(index).__name__ == "TorchScan" and index.ntotal == 200
