@@ -1,5 +1,6 @@
-"""Exact top-``k`` inner-product search on the CPU from a bfloat16 (or float32) screen, for a
-table that many batches search (a knowledge graph's entity embeddings): :class:`ScreenedSearch`.
+"""Exact top-``k`` inner-product search on the CPU from a bfloat16 (or float32) screen:
+:class:`ScreenedSearch`, for tables that many batches search (the dense index's chunk vectors,
+a knowledge graph's entity embeddings, the build's kNN over the chunks).
 
 The screen is one matrix product of the queries with a copy of the table: bfloat16 on a CPU
 whose matrix units multiply bfloat16 natively (AMX or AVX512-BF16: 5 ms instead of 26 ms for
@@ -108,6 +109,9 @@ class ScreenedSearch:
         if not np.isfinite(bound).all():
             raise ValueError(f"query vectors must be finite; row {int(np.flatnonzero(~np.isfinite(bound))[0])} is not")
         n = self.table.shape[0]
+        k = min(k, n)
+        if k == 0 or q.shape[0] == 0:
+            return np.empty((q.shape[0], k), np.float64), np.empty((q.shape[0], k), np.int64)
         one_shot = n <= ONE_SHOT_ROWS
         step = max(1, MAX_SCREEN // max(n, 1)) if one_shot else QUERY_TILE
         parts = []

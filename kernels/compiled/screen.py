@@ -6,7 +6,7 @@ and the best ``k`` by exact score, then smaller id, are kept.
 Why a screen: linking a batch's queries to a knowledge graph's entities (spreading activation's
 seeds, k = 3 of 18,160 on MuSiQue) spent 45 ms a batch of 256 in a float32 product and a
 tiled top-k; a bfloat16 product on a CPU with AMX takes 5 ms and one compiled pass finds the few
-rows to score exactly.
+rows to score exactly (the dense search of 256 questions over 6,834 chunks: 17.0 -> 10.8 ms).
 
 Why exact: if every approximate score is within ``bound`` of the exact one, the ``k``-th largest
 approximate score ``T`` has ``k`` rows of exact score at least ``T - bound``, so a row of the

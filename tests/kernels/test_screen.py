@@ -142,3 +142,21 @@ def test_the_blocks_carry_an_adversarial_screen_to_the_exact_topk():
     assert not overflow.any() and (ids[:, 0] == 0).all()
     with pytest.raises(ValueError, match="covered"):
         BlockedScreen(table, q, np.full(3, b), 1, cap=20).finish()
+
+
+def test_nothing_to_find_gives_empty_results_and_bad_queries_are_refused(monkeypatch):
+    rng = np.random.default_rng(8)
+    table = unit_rows(rng, 50, 8)
+    monkeypatch.setattr(screen, "ONE_SHOT_ROWS", 10)  # the block-by-block path too
+    for search in (ScreenedSearch(table), ScreenedSearch(table[:0])):
+        s, i = search.topk(torch.from_numpy(unit_rows(rng, 3, 8)), 0)
+        assert s.shape == i.shape == (3, 0)
+        s, i = search.topk(torch.zeros((0, 8)), 5)
+        assert s.shape[0] == i.shape[0] == 0
+    assert ScreenedSearch(table[:0]).topk(torch.from_numpy(unit_rows(rng, 2, 8)), 5)[1].shape == (2, 0)
+    bad = torch.from_numpy(unit_rows(rng, 2, 8))
+    bad[1, 3] = float("nan")
+    with pytest.raises(ValueError, match="row 1"):
+        ScreenedSearch(table).topk(bad, 3)
+    with pytest.raises(ValueError, match=r"queries must be \[B, 8\]"):
+        ScreenedSearch(table).topk(torch.zeros((2, 7)), 3)
