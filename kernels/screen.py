@@ -14,12 +14,18 @@ accumulation over ``d`` terms (``g = d 2^-24 / (1 - d 2^-24)``) and ``v`` the ou
 2^-8, float32: 0)::
 
     |approx - <q, x>| <= |q| max|x| ((2u + u^2) + g (1 + u)^2 + v (1 + u)^2 (1 + g))
+                         + 2^-126 (2 d + 1 + sqrt(d) (|q| + max|x|))
 
 Rounding the inputs moves each product by at most ``(2u + u^2) |q_i x_i|``, the sum of ``d``
 rounded terms in any order by at most ``g`` times the sum of their magnitudes, the output by
-``v`` times its magnitude; ``sum |q_i x_i| <= |q| |x|`` (Cauchy-Schwarz). A product that does
-not accumulate in float32 would break it: :meth:`ScreenedSearch.__init__` measures the
-bfloat16 product's error on a probe and screens in float32 when it comes near the bound.
+``v`` times its magnitude; ``sum |q_i x_i| <= |q| |x|`` (Cauchy-Schwarz). The last term covers
+what is not relative: subnormal inputs, products and outputs flushed to zero (the matrix units
+do) or rounded absolutely. A product that does not accumulate in float32 would break it:
+:meth:`ScreenedSearch.__init__` measures the bfloat16 product's error on a probe and screens in
+float32 when it comes near the bound; and a float32 product that torch runs in lower precision
+(``torch.set_float32_matmul_precision("medium")`` does on CPUs with AMX: errors of 6e-4 on unit
+vectors) is bounded as a bfloat16 one. Scores near float32's largest value are refused: there
+the product overflows.
 """
 
 from __future__ import annotations
@@ -31,10 +37,11 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from spectrag.kernels.compiled.gather import rescore_compiled
 from spectrag.kernels.compiled.screen import BlockedScreen, screened_topk
 
 BF16_U = 2.0 ** -8
+TINY = 2.0 ** -126  # the least normal float32 (and bfloat16)
+LARGEST = 3.0e38  # below bfloat16's and float32's largest finite values (3.39e38, 3.40e38)
 MAX_SCREEN = 1 << 24  # approximate scores per product (32 MB of bfloat16): the batch is cut into row tiles
 ONE_SHOT_ROWS = 1 << 15  # tables up to this many rows are screened whole for each tile of queries; larger
 # ones block by block, so that a tile holds QUERY_TILE queries (whole, a table of 10^6 rows left tiles of
@@ -82,10 +89,18 @@ class ScreenedSearch:
             self._rows = torch.from_numpy(self.table)
         norms = np.sqrt(np.einsum("nd,nd->n", self.table, self.table, dtype=np.float64))
         self.max_norm = float(norms.max(initial=0.0))
+        if not math.isfinite(self.max_norm):
+            raise ValueError(f"table rows must be finite; row {int(np.flatnonzero(~np.isfinite(norms))[0])} is not")
         want = native_bf16() if bf16 is None else bf16
         self.bf16 = want and (bf16 is True or _bf16_within_bound(self.dim))
         self._screen_rows = self._rows.to(torch.bfloat16) if self.bf16 else self._rows
-        self.factor = screen_bound_factor(self.dim, self.bf16)
+
+    def bound(self, q: np.ndarray) -> np.ndarray:
+        """Each query's bound on its screened scores' error (module docstring). ``[B, d]`` -> float64 ``[B]``."""
+        lowered = torch.get_float32_matmul_precision() != "highest"  # a float32 product in bfloat16 or TF32
+        factor = screen_bound_factor(self.dim, self.bf16 or lowered)
+        norm = np.sqrt(np.einsum("bd,bd->b", q, q, dtype=np.float64))
+        return norm * self.max_norm * factor + TINY * (2 * self.dim + 1 + math.sqrt(self.dim) * (norm + self.max_norm))
 
     @property
     def ntotal(self) -> int:
@@ -94,7 +109,7 @@ class ScreenedSearch:
 
     def exact_topk(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`topk` of a numpy ``xq [B, d]``: what :func:`spectrag.index.dense.exact_search` returns."""
-        return self.topk(torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)), k)
+        return self.topk(torch.from_numpy(np.require(xq, np.float32, ["C", "W"])), k)  # a read-only input is copied
 
     def search(self, xq: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
         """FAISS's ``search``: the exact top-``m``, scores rounded to float32."""
@@ -105,9 +120,13 @@ class ScreenedSearch:
         q = q.detach().to("cpu", torch.float32).contiguous()
         if q.dim() != 2 or q.shape[1] != self.dim:
             raise ValueError(f"queries must be [B, {self.dim}], got {tuple(q.shape)}")
-        bound = np.sqrt(np.einsum("bd,bd->b", q.numpy(), q.numpy(), dtype=np.float64)) * self.max_norm * self.factor
+        bound = self.bound(q.numpy())
         if not np.isfinite(bound).all():
             raise ValueError(f"query vectors must be finite; row {int(np.flatnonzero(~np.isfinite(bound))[0])} is not")
+        reach = np.sqrt(np.einsum("bd,bd->b", q.numpy(), q.numpy(), dtype=np.float64)) * self.max_norm + bound
+        if (reach >= LARGEST).any():
+            raise ValueError(f"query {int(np.flatnonzero(reach >= LARGEST)[0])}: its scores may reach {reach.max():.3g}, "
+                             f"past what a float32 or bfloat16 product holds ({LARGEST:g}); scale the vectors down")
         n = self.table.shape[0]
         k = min(k, n)
         if k == 0 or q.shape[0] == 0:
@@ -140,9 +159,12 @@ class ScreenedSearch:
         for start in range(0, n, width):
             state.add(self._screen(rows, start, min(n, start + width)))
         scores, ids, overflow = state.finish()
-        for b in np.flatnonzero(overflow):  # more rows within reach than the buffer holds: all of them, exactly
-            every = np.arange(n, dtype=np.int64)[None, :]
-            scores[b], ids[b] = (x[0] for x in rescore_compiled(self.table, rows.numpy()[b:b + 1], every, k))
+        over = np.flatnonzero(overflow)  # more rows within reach than the buffer holds: screened whole, no cap
+        step = max(1, MAX_SCREEN // n)
+        for lo in range(0, over.size, step):
+            part = over[lo:lo + step]
+            few = rows[torch.from_numpy(part)]
+            scores[part], ids[part] = screened_topk(self._screen(few, 0, n), bound[part], self.table, few.numpy(), k)
         return scores, ids
 
 

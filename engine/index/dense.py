@@ -21,7 +21,7 @@ from spectrag.errors import ConfigError, IndexFormatError
 from spectrag.kernels import tiled_topk_ip
 from spectrag.kernels.compiled.gather import rescore_compiled
 from spectrag.kernels.compiled.topk import allowed_topk
-from spectrag.kernels.screen import ScreenedSearch, native_bf16
+from spectrag.kernels.screen import ScreenedSearch, native_bf16, screen_bound_factor
 
 BLAS_THRESHOLD = 20  # queries per search from which FAISS uses sgemm (FAISS's historical default)
 
@@ -126,6 +126,7 @@ def exact_search(index, vectors: np.ndarray, xq: np.ndarray, k: int, margin: int
     m = min(k + margin, n)
 
     find = getattr(index, "search_unordered", index.search)
+    tol = getattr(index, "tie_tol", TIE_TOL)
 
     def search(rows: np.ndarray | None, m: int) -> tuple[np.ndarray, np.ndarray]:
         q = xq if rows is None else xq[rows]
@@ -135,7 +136,7 @@ def exact_search(index, vectors: np.ndarray, xq: np.ndarray, k: int, margin: int
 
     def tied(found: np.ndarray, kth: np.ndarray) -> np.ndarray:  # a finite least hit near the k-th: search deeper
         least = found.min(axis=1)
-        return (least >= kth - TIE_TOL) & np.isfinite(least)
+        return (least >= kth - tol) & np.isfinite(least)
 
     found, ids = search(None, m)
     exact, top = rescore_compiled(vectors, xq, ids.astype(np.int64), k)
@@ -195,6 +196,16 @@ class TorchScan:
         cut = self.ntotal - m
         ids = np.argpartition(scores, cut, axis=1)[:, cut:]
         return np.take_along_axis(scores, ids, axis=1), ids
+
+    @property
+    def tie_tol(self) -> float:
+        """How far below the ``k``-th exact score a hit must score before :func:`exact_search`
+        stops searching deeper: :data:`TIE_TOL`, or the bfloat16 screen's bound where torch runs
+        float32 products in lower precision (``set_float32_matmul_precision`` other than
+        "highest": bfloat16 on CPUs with AMX, TF32 on GPUs; unit vectors)."""
+        if torch.get_float32_matmul_precision() == "highest":
+            return TIE_TOL
+        return max(TIE_TOL, screen_bound_factor(int(self.xb.shape[1]), True))
 
     def _on_device(self, xq: np.ndarray, allowed: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The queries and the filter as tensors where the vectors are."""
@@ -326,7 +337,7 @@ class DenseIndex:
             if self.backend == "screen":
                 if self._screen is None:
                     self._screen = ScreenedSearch(self.vectors)
-                return self._screen.topk(torch.from_numpy(xq), k)
+                return self._screen.exact_topk(xq, k)
             return exact_search(self._index(), self.vectors, xq, k)
         if allowed.shape != (xq.shape[0], len(self.vectors)):
             raise ValueError(f"allowed must be [B, n] = {(xq.shape[0], len(self.vectors))}, got {allowed.shape}")

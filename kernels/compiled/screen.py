@@ -35,11 +35,14 @@ def _key(u):
 
 
 def _floor_key(value, cell):
-    """The key of the largest float32 at or below the float64 ``value`` (``cell``: a uint32
-    array of one entry with a float32 view, for the bits)."""
+    """The key of the largest float32 at or below the float64 ``value``, a zero floor at -0.0
+    (whose key is one below +0.0's, and which equals it) (``cell``: a uint32 array of one entry
+    with a float32 view, for the bits)."""
     f = np.float32(value)
     if np.float64(f) > value:
         f = np.nextafter(f, np.float32(-np.inf))
+    if f == 0:
+        f = np.float32(-0.0)
     cell.view(np.float32)[0] = f
     return _key(cell[0])
 
@@ -199,6 +202,8 @@ class BlockedScreen:
                  threads: int | None = None) -> None:
         self.table, self.q, self.threads = table, np.ascontiguousarray(q, np.float32), threads
         self.k = min(k, table.shape[0])
+        if self.k < 1:
+            raise ValueError(f"BlockedScreen needs k >= 1 and a table with rows, got k = {k}, {table.shape[0]} rows")
         batch = q.shape[0]
         self.margin = 2.0 * np.ascontiguousarray(bound, np.float64)
         self.floor = np.zeros(batch, np.uint32)

@@ -160,3 +160,65 @@ def test_nothing_to_find_gives_empty_results_and_bad_queries_are_refused(monkeyp
         ScreenedSearch(table).topk(bad, 3)
     with pytest.raises(ValueError, match=r"queries must be \[B, 8\]"):
         ScreenedSearch(table).topk(torch.zeros((2, 7)), 3)
+
+
+def test_a_negative_zero_score_is_kept_at_a_zero_floor():
+    """-0.0 is one key below +0.0: with a bound of 0 (a zero query) the floor is -0.0, so a
+    row screened at -0.0 stays, and ties go to the smaller id."""
+    table, q = np.eye(3, dtype=np.float32), np.zeros((1, 3), np.float32)
+    approx = np.array([[-0.0, 0.0, 0.0]], np.float32)
+    assert screened_topk(approx, np.zeros(1), table, q, 1)[1][0, 0] == 0
+    bits = np.array([[0x8000, 0, 0]], np.uint16)  # bfloat16 -0.0, +0.0, +0.0
+    assert screened_topk(bits, np.zeros(1), table, q, 1)[1][0, 0] == 0
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_scores_in_the_subnormal_range_are_still_exact(bf16):
+    """Subnormal inputs and products are flushed to zero by the matrix units or rounded
+    absolutely: the bound's absolute term keeps such rows in reach (a helper's reproducers)."""
+    d = 1024
+    x = np.zeros((256, d), np.float32)
+    if bf16:
+        x[0, :], x[1:, 0] = 2e-20, 1e-17  # row 0 scores 2.0e-37, each row after it 1.0e-37
+        q = np.full((64, d), 1e-20, np.float32)
+    else:
+        x[0, :], x[1, 0] = 2.5e-23, 4e-21  # row 0's products underflow one by one
+        q = np.full((4, d), 2.5e-23, np.float32)
+    ids = ScreenedSearch(x, bf16=bf16).topk(torch.from_numpy(q), 1)[1]
+    assert (ids[:, 0] == 0).all() and (ids[:, 0] == brute_topk(x, q, 1)[1][:, 0]).all()
+
+
+def test_scores_past_the_products_range_and_non_finite_tables_are_refused():
+    big = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    with pytest.raises(ValueError, match="past what a float32 or bfloat16 product holds"):
+        ScreenedSearch(big).topk(torch.tensor([[3.3e38, 0.0]]), 1)
+    bad = big.copy()
+    bad[1, 0] = np.inf
+    with pytest.raises(ValueError, match="table rows must be finite; row 1"):
+        ScreenedSearch(bad)
+    from spectrag.kernels.compiled.screen import BlockedScreen
+
+    with pytest.raises(ValueError, match="k >= 1"):
+        BlockedScreen(big, big, np.zeros(2), 0, cap=10)
+
+
+def test_a_float32_product_run_in_lower_precision_is_bounded_as_bfloat16():
+    """torch.set_float32_matmul_precision("medium") runs float32 products in bfloat16 on CPUs
+    with AMX (errors of 6e-4 on unit vectors): the float32 screen's bound and the scan's tie
+    tolerance widen to the bfloat16 bound, and the answers stay exact."""
+    from spectrag.index.dense import TIE_TOL, TorchScan, exact_search
+
+    rng = np.random.default_rng(9)
+    table, q = unit_rows(rng, 3000, 384), unit_rows(rng, 64, 384)
+    search, scan = ScreenedSearch(table, bf16=False), TorchScan(table)
+    tight = search.bound(q)
+    assert scan.tie_tol == TIE_TOL
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        assert (search.bound(q) > 100 * tight).all() and scan.tie_tol > 100 * TIE_TOL
+        want = brute_topk(table, q, 10)[1]
+        assert np.array_equal(search.topk(torch.from_numpy(q), 10)[1], want)
+        assert np.array_equal(exact_search(scan, table, q, 10)[1], want)
+    finally:
+        torch.set_float32_matmul_precision(before)
