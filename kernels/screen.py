@@ -95,11 +95,12 @@ class ScreenedSearch:
         self.bf16 = want and (bf16 is True or _bf16_within_bound(self.dim))
         self._screen_rows = self._rows.to(torch.bfloat16) if self.bf16 else self._rows
 
-    def bound(self, q: np.ndarray) -> np.ndarray:
-        """Each query's bound on its screened scores' error (module docstring). ``[B, d]`` -> float64 ``[B]``."""
+    def bound(self, q: np.ndarray, norm: np.ndarray | None = None) -> np.ndarray:
+        """Each query's bound on its screened scores' error (module docstring); ``norm``: the
+        queries' norms, when known. ``[B, d]`` -> float64 ``[B]``."""
         lowered = torch.get_float32_matmul_precision() != "highest"  # a float32 product in bfloat16 or TF32
         factor = screen_bound_factor(self.dim, self.bf16 or lowered)
-        norm = np.sqrt(np.einsum("bd,bd->b", q, q, dtype=np.float64))
+        norm = np.sqrt(np.einsum("bd,bd->b", q, q, dtype=np.float64)) if norm is None else norm
         return norm * self.max_norm * factor + TINY * (2 * self.dim + 1 + math.sqrt(self.dim) * (norm + self.max_norm))
 
     @property
@@ -120,10 +121,11 @@ class ScreenedSearch:
         q = q.detach().to("cpu", torch.float32).contiguous()
         if q.dim() != 2 or q.shape[1] != self.dim:
             raise ValueError(f"queries must be [B, {self.dim}], got {tuple(q.shape)}")
-        bound = self.bound(q.numpy())
+        norm = np.sqrt(np.einsum("bd,bd->b", q.numpy(), q.numpy(), dtype=np.float64))
+        bound = self.bound(q.numpy(), norm)
         if not np.isfinite(bound).all():
             raise ValueError(f"query vectors must be finite; row {int(np.flatnonzero(~np.isfinite(bound))[0])} is not")
-        reach = np.sqrt(np.einsum("bd,bd->b", q.numpy(), q.numpy(), dtype=np.float64)) * self.max_norm + bound
+        reach = norm * self.max_norm + bound
         if (reach >= LARGEST).any():
             raise ValueError(f"query {int(np.flatnonzero(reach >= LARGEST)[0])}: its scores may reach {reach.max():.3g}, "
                              f"past what a float32 or bfloat16 product holds ({LARGEST:g}); scale the vectors down")

@@ -90,6 +90,28 @@ def _group_floor(keys, groups, k, maxima, margin, cell):
 _group_floor = jit(_group_floor, inline=True)
 
 
+def _exact_best(ids, keys, count, k, margin, table, q, b, exact, cell, out_scores, out_ids):
+    """The exact top ``k`` of query ``b``'s ``count`` candidates (``ids`` in id order, their
+    screened ``keys``): the rows within ``margin`` (twice the bound) of the ``k``-th largest
+    screened value, re-scored in float64, best first, ties to the smaller id. ``ids`` is
+    compacted in place; ``exact``: scratch of at least ``count``."""
+    top = np.partition(keys[:count], count - k)[count - k]
+    floor = _floor_key(_value(top, cell) - margin, cell)
+    last = 0
+    for i in range(count):  # in id order, as found
+        if keys[i] >= floor:
+            ids[last] = ids[i]
+            exact[last] = _dot64(table, ids[i], q, b)
+            last += 1
+    order = np.argsort(-exact[:last], kind="mergesort")  # stable: ties keep the smaller id first
+    for i in range(k):
+        out_scores[i] = exact[order[i]]
+        out_ids[i] = ids[order[i]]
+
+
+_exact_best = jit(_exact_best, inline=True)
+
+
 def _screen_rows(lo, hi, approx16, approx32, bf16, margin, table, q, k, out_scores, out_ids):
     n = table.shape[0]
     keys = np.empty(n, np.uint32)
@@ -107,19 +129,7 @@ def _screen_rows(lo, hi, approx16, approx32, bf16, margin, table, q, k, out_scor
             kept[count] = j
             kept_keys[count] = keys[j]
             count += keys[j] >= floor
-        # the k-th largest screened value itself, and the rows within twice the bound of it
-        top = np.partition(kept_keys[:count], count - k)[count - k]
-        floor = _floor_key(_value(top, cell) - margin[b], cell)
-        last = 0
-        for i in range(count):  # in id order, as found
-            if kept_keys[i] >= floor:
-                kept[last] = kept[i]
-                exact[last] = _dot64(table, kept[i], q, b)
-                last += 1
-        order = np.argsort(-exact[:last], kind="mergesort")  # stable: ties keep the smaller id first
-        for i in range(k):
-            out_scores[b, i] = exact[order[i]]
-            out_ids[b, i] = kept[order[i]]
+        _exact_best(kept, kept_keys, count, k, margin[b], table, q, b, exact, cell, out_scores[b], out_ids[b])
 
 
 _screen_rows = jit(_screen_rows)
@@ -169,23 +179,10 @@ def _finish_rows(lo, hi, cand_ids, cand_keys, count, overflow, margin, table, q,
     their ``k``-th largest screened value."""
     cell = np.empty(1, np.uint32)
     exact = np.empty(cand_ids.shape[1], np.float64)
-    kept = np.empty(cand_ids.shape[1], np.int64)
     for b in range(lo, hi):
-        if overflow[b]:
-            continue
-        c = count[b]
-        top = np.partition(cand_keys[b, :c], c - k)[c - k]
-        floor = _floor_key(_value(top, cell) - margin[b], cell)
-        last = 0
-        for i in range(c):
-            if cand_keys[b, i] >= floor:
-                kept[last] = cand_ids[b, i]
-                exact[last] = _dot64(table, cand_ids[b, i], q, b)
-                last += 1
-        order = np.argsort(-exact[:last], kind="mergesort")
-        for i in range(k):
-            out_scores[b, i] = exact[order[i]]
-            out_ids[b, i] = kept[order[i]]
+        if not overflow[b]:
+            _exact_best(cand_ids[b], cand_keys[b], count[b], k, margin[b], table, q, b, exact, cell, out_scores[b],
+                        out_ids[b])
 
 
 _block_rows = jit(_block_rows)
