@@ -113,9 +113,12 @@ class RayGraph:
     def _semantic(self, task, embeddings: np.ndarray, config: GraphConfig) -> Callable[[], Any]:
         ray = require_ray()
         n = embeddings.shape[0]
-        index = sig.knn_index(embeddings, knn_method(n, config), nlist=config.knn_nlist, nprobe=config.knn_nprobe, seed=config.seed)
-        index_ref = None if isinstance(index, ScreenedSearch) else ray.put(load_faiss().serialize_index(index))
-        del index
+        method = knn_method(n, config)
+        index_ref = None  # the screen: each task makes it from the shared vectors
+        if not sig.screens(method):
+            index = sig.knn_index(embeddings, method, nlist=config.knn_nlist, nprobe=config.knn_nprobe, seed=config.seed)
+            index_ref = ray.put(load_faiss().serialize_index(index))
+            del index
         vectors_ref = ray.put(np.ascontiguousarray(embeddings, dtype=np.float32))
         search = task(_knn_tile)
         parts = [search.remote(index_ref, vectors_ref, lo, hi, config.k_semantic + KNN_RESERVE, config.min_cos)

@@ -94,6 +94,12 @@ def faiss_installed() -> bool:
     return True
 
 
+def screens(method: str, device=None) -> bool:
+    """Whether :func:`knn_index` searches by the bfloat16 screen: the exact kNN on a CPU that
+    multiplies bfloat16 natively."""
+    return method == "exact" and str(device or "cpu") == "cpu" and native_bf16()
+
+
 def knn_index(
     embeddings: np.ndarray, method: str = "exact", *, nlist: int = 0, nprobe: int = 8, seed: int = 0, tile: int = 16_384,
     device=None,
@@ -107,7 +113,7 @@ def knn_index(
     the vectors copied to the device once). Every row's hits are re-scored exactly in float64
     (:func:`~spectrag.index.dense.exact_search`), so both give the same neighbour lists, ties
     included (``tests/graph/test_knn_device.py``)."""
-    if method == "exact" and str(device or "cpu") == "cpu" and native_bf16():
+    if screens(method, device):
         return ScreenedSearch(embeddings)  # the same lists, from a bfloat16 screen (spectrag.kernels.screen)
     if method == "exact" and (device is not None or not faiss_installed()):
         return TorchScan(embeddings, "cpu" if device is None else device)
